@@ -1,0 +1,281 @@
+"""The paper's architectures (App. J), each in a gated and a plain dense form.
+
+=================  ==========================================  ===============
+builder            gated layers (structured)                   input
+=================  ==========================================  ===============
+``mlp``            3 linear layers (input-neuron gates)         (1, 28, 28)
+``lenet5``         2 convs (output maps) + 2 linear (inputs)    (1, 28, 28)
+``wrn-28-10``      first conv of each of the 12 blocks          (3, 32, 32)
+``resnet18``       both convs of each of the 8 blocks (16)      (3, 64, 64)
+``resnet50``       the three convs of each of the 16 blocks     (3, 224, 224)
+=================  ==========================================  ===============
+
+Stems, shortcuts and classifiers of the residual models stay dense (App. J.2-J.4).
+``gated=False`` builds the same architecture with plain ``nn.Linear`` /
+``nn.Conv2d`` layers: the dense baseline and the input of magnitude pruning.
+
+Every layer is a named child, in forward order, so that ``model.modules()``
+visits gated layers in the order of their constraints and the counters of
+:mod:`paperlib.counting` see every ReLU and pooling module.
+"""
+
+import math
+from collections import OrderedDict
+import re
+
+import torch
+import torch.nn as nn
+
+from .layers import ConvBN, L0Layer, conv2d, linear
+
+MODEL_NAMES = ("mlp", "lenet5", "wrn-28-10", "resnet18", "resnet50")
+
+
+class MLP(nn.Sequential):
+    """784-300-100-10 perceptron with ReLU (App. J.2), every linear layer gated."""
+
+    def __init__(self, num_classes: int = 10, input_shape=(1, 28, 28), hidden=(300, 100),
+                 gated: bool = True, sparsity: str = "structured", rho_init: float = 0.5):
+        dims = [math.prod(input_shape), *hidden, num_classes]
+        layers = [("flatten", nn.Flatten())]
+        for i in range(len(dims) - 1):
+            layers.append((f"fc{i + 1}", linear(dims[i], dims[i + 1], gated, sparsity, rho_init)))
+            if i < len(dims) - 2:
+                layers.append((f"relu{i + 1}", nn.ReLU()))
+        super().__init__(OrderedDict(layers))
+        self.input_shape, self.num_classes = tuple(input_shape), num_classes
+
+
+class LeNet5(nn.Sequential):
+    """LeNet5 of Louizos et al.: conv 20, conv 50 (5x5), fc 800-500-10 (App. J.2).
+
+    Pooling comes before the ReLU. The two orders compute the same function;
+    this one is the order in which the authors' MAC count (2,327,130, App. J.1)
+    is reproduced.
+    """
+
+    def __init__(self, num_classes: int = 10, input_shape=(1, 28, 28), gated: bool = True,
+                 sparsity: str = "structured", rho_init: float = 0.5):
+        channels, height, _ = input_shape
+        side = ((height - 4) // 2 - 4) // 2  # two 5x5 valid convs, each followed by a 2x2 pool
+        flat = 50 * side * side
+        super().__init__(OrderedDict([
+            ("conv1", conv2d(channels, 20, 5, gated, sparsity, rho_init)),
+            ("pool1", nn.MaxPool2d(2)),
+            ("relu1", nn.ReLU()),
+            ("conv2", conv2d(20, 50, 5, gated, sparsity, rho_init)),
+            ("pool2", nn.MaxPool2d(2)),
+            ("relu2", nn.ReLU()),
+            ("flatten", nn.Flatten()),
+            ("fc1", linear(flat, 500, gated, sparsity, rho_init)),
+            ("relu3", nn.ReLU()),
+            ("fc2", linear(500, num_classes, gated, sparsity, rho_init)),
+        ]))
+        self.input_shape, self.num_classes = tuple(input_shape), num_classes
+
+
+def _conv_bn(in_channels, out_channels, kernel_size, stride, gated, sparsity, rho_init) -> ConvBN:
+    conv = conv2d(in_channels, out_channels, kernel_size, gated, sparsity, rho_init,
+                  stride=stride, padding=kernel_size // 2, bias=False)
+    return ConvBN(conv, nn.BatchNorm2d(out_channels))
+
+
+class WideBasicBlock(nn.Module):
+    """Pre-activation block of a WideResNet (Zagoruyko & Komodakis, 2016).
+
+    bn1 -> relu -> conv1 -> bn2 -> relu -> conv2, plus the shortcut. Only conv1
+    is gated (App. J.3); ``self.conv1`` is the :class:`ConvBN` unit holding conv1
+    and bn2. The shortcut is the identity or a dense 1x1 convolution applied to
+    the activated input. As in Louizos et al.'s and the authors' code, the
+    stride sits on the dense conv2, not on the gated conv1: with this layout the
+    paper's MAC count (App. J.1) is reproduced, with the stride on conv1 it is not.
+    """
+
+    def __init__(self, in_planes: int, out_planes: int, stride: int, gated: bool, sparsity: str, rho_init: float):
+        super().__init__()
+        self.bn1 = nn.BatchNorm2d(in_planes)
+        self.relu1 = nn.ReLU()
+        self.conv1 = _conv_bn(in_planes, out_planes, 3, 1, gated, sparsity, rho_init)
+        self.relu2 = nn.ReLU()
+        self.conv2 = conv2d(out_planes, out_planes, 3, False, sparsity, rho_init, stride=stride, padding=1,
+                            bias=False)
+        self.shortcut = None
+        if stride != 1 or in_planes != out_planes:
+            self.shortcut = conv2d(in_planes, out_planes, 1, False, sparsity, rho_init, stride=stride, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        activated = self.relu1(self.bn1(x))
+        shortcut = x if self.shortcut is None else self.shortcut(activated)
+        return self.conv2(self.relu2(self.conv1(activated))) + shortcut
+
+
+class WideResNet(nn.Module):
+    """WideResNet-depth-width for 32x32 inputs (App. J.3); 12 gated convs for 28-10."""
+
+    def __init__(self, depth: int = 28, width: int = 10, num_classes: int = 10, gated: bool = True,
+                 sparsity: str = "structured", rho_init: float = 0.3):
+        super().__init__()
+        if (depth - 4) % 6 != 0:
+            raise ValueError(f"WideResNet depth must be 6n + 4; got depth={depth}")
+        blocks_per_stage = (depth - 4) // 6
+        widths = [16, 16 * width, 32 * width, 64 * width]
+        self.conv1 = conv2d(3, widths[0], 3, False, sparsity, rho_init, padding=1, bias=False)
+        stages = []
+        for i, stride in enumerate((1, 2, 2)):
+            blocks = [WideBasicBlock(widths[i] if b == 0 else widths[i + 1], widths[i + 1],
+                                     stride if b == 0 else 1, gated, sparsity, rho_init)
+                      for b in range(blocks_per_stage)]
+            stages.append(nn.Sequential(*blocks))
+        self.stage1, self.stage2, self.stage3 = stages
+        self.bn = nn.BatchNorm2d(widths[3])
+        self.relu = nn.ReLU()
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.flatten = nn.Flatten()
+        self.fc = linear(widths[3], num_classes, False, sparsity, rho_init)
+        self.input_shape, self.num_classes = (3, 32, 32), num_classes
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stage3(self.stage2(self.stage1(self.conv1(x))))
+        return self.fc(self.flatten(self.pool(self.relu(self.bn(x)))))
+
+
+class BasicBlock(nn.Module):
+    """ResNet basic block: conv3x3-bn-relu-conv3x3-bn, add the shortcut, relu; both convs gated."""
+
+    expansion = 1
+
+    def __init__(self, in_planes: int, planes: int, stride: int, gated: bool, sparsity: str, rho_init: float):
+        super().__init__()
+        self.conv1 = _conv_bn(in_planes, planes, 3, stride, gated, sparsity, rho_init)
+        self.relu1 = nn.ReLU()
+        self.conv2 = _conv_bn(planes, planes, 3, 1, gated, sparsity, rho_init)
+        self.shortcut = _shortcut(in_planes, planes, stride, sparsity, rho_init)
+        self.relu2 = nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.conv2(self.relu1(self.conv1(x)))
+        return self.relu2(out + (x if self.shortcut is None else self.shortcut(x)))
+
+
+class Bottleneck(nn.Module):
+    """ResNet bottleneck (torchvision's v1.5 layout, stride on the 3x3); all three convs gated."""
+
+    expansion = 4
+
+    def __init__(self, in_planes: int, planes: int, stride: int, gated: bool, sparsity: str, rho_init: float):
+        super().__init__()
+        self.conv1 = _conv_bn(in_planes, planes, 1, 1, gated, sparsity, rho_init)
+        self.relu1 = nn.ReLU()
+        self.conv2 = _conv_bn(planes, planes, 3, stride, gated, sparsity, rho_init)
+        self.relu2 = nn.ReLU()
+        self.conv3 = _conv_bn(planes, planes * 4, 1, 1, gated, sparsity, rho_init)
+        self.shortcut = _shortcut(in_planes, planes * 4, stride, sparsity, rho_init)
+        self.relu3 = nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.conv3(self.relu2(self.conv2(self.relu1(self.conv1(x)))))
+        return self.relu3(out + (x if self.shortcut is None else self.shortcut(x)))
+
+
+def _shortcut(in_planes: int, out_planes: int, stride: int, sparsity: str, rho_init: float) -> ConvBN | None:
+    """Dense projection shortcut (1x1 conv + bn) when the shape changes, else None (identity)."""
+    if stride == 1 and in_planes == out_planes:
+        return None
+    return _conv_bn(in_planes, out_planes, 1, stride, False, sparsity, rho_init)
+
+
+class ResNet(nn.Module):
+    """ResNet with a dense stem, dense shortcuts and a dense classifier (App. J.4, J.5).
+
+    ``small_input=True`` is the TinyImageNet stem of the authors' code: one 3x3
+    stride-2 convolution and no max-pool. Otherwise torchvision's 7x7 stride-2
+    convolution followed by a 3x3 stride-2 max-pool.
+    """
+
+    def __init__(self, block: type, blocks_per_stage: list[int], num_classes: int, small_input: bool,
+                 gated: bool = True, sparsity: str = "structured", rho_init: float = 0.3):
+        super().__init__()
+        if small_input:
+            self.stem = _conv_bn(3, 64, 3, 2, False, sparsity, rho_init)
+            self.stem_relu = nn.ReLU()
+            self.stem_pool = None
+        else:
+            self.stem = ConvBN(conv2d(3, 64, 7, False, sparsity, rho_init, stride=2, padding=3, bias=False),
+                               nn.BatchNorm2d(64))
+            self.stem_relu = nn.ReLU()
+            self.stem_pool = nn.MaxPool2d(3, stride=2, padding=1)
+        in_planes, stages = 64, []
+        for i, (planes, n) in enumerate(zip((64, 128, 256, 512), blocks_per_stage)):
+            blocks = []
+            for b in range(n):
+                stride = 2 if (i > 0 and b == 0) else 1
+                blocks.append(block(in_planes, planes, stride, gated, sparsity, rho_init))
+                in_planes = planes * block.expansion
+            stages.append(nn.Sequential(*blocks))
+        self.layer1, self.layer2, self.layer3, self.layer4 = stages
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.flatten = nn.Flatten()
+        self.fc = linear(in_planes, num_classes, False, sparsity, rho_init)
+        self.input_shape = (3, 64, 64) if small_input else (3, 224, 224)
+        self.num_classes = num_classes
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem_relu(self.stem(x))
+        if self.stem_pool is not None:
+            x = self.stem_pool(x)
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(self.flatten(self.pool(x)))
+
+
+def resnet18(num_classes: int = 200, **kwargs) -> ResNet:
+    """ResNet18 for 64x64 TinyImageNet images: 16 gated convs (App. J.4)."""
+    return ResNet(BasicBlock, [2, 2, 2, 2], num_classes, small_input=True, **kwargs)
+
+
+def resnet50(num_classes: int = 1000, **kwargs) -> ResNet:
+    """ResNet50 in torchvision's layout for 224x224 ImageNet images: 48 gated convs (App. J.5)."""
+    return ResNet(Bottleneck, [3, 4, 6, 3], num_classes, small_input=False, **kwargs)
+
+
+def build_model(name: str, num_classes: int | None = None, gated: bool = True,
+                sparsity: str = "structured", rho_init: float = 0.5) -> nn.Module:
+    """Build one of the paper's models by name.
+
+    ``name`` is ``mlp``, ``lenet5``, ``resnet18``, ``resnet50`` or ``wrn-D-W``
+    (``wrn-28-10`` in the paper). ``num_classes`` defaults to the dataset the
+    paper pairs the model with.
+    """
+    if not 0.0 < rho_init < 1.0:
+        raise ValueError(f"rho_init must be in the open interval (0, 1); got {rho_init!r}")
+    common = dict(gated=gated, sparsity=sparsity, rho_init=rho_init)
+    wrn = re.fullmatch(r"wrn-(\d+)-(\d+)", name)
+    if name == "mlp":
+        return MLP(num_classes or 10, **common)
+    if name == "lenet5":
+        return LeNet5(num_classes or 10, **common)
+    if wrn:
+        return WideResNet(int(wrn.group(1)), int(wrn.group(2)), num_classes or 10, **common)
+    if name == "resnet18":
+        return resnet18(num_classes or 200, **common)
+    if name == "resnet50":
+        return resnet50(num_classes or 1000, **common)
+    raise ValueError(f"model name must be one of {MODEL_NAMES} (or wrn-DEPTH-WIDTH); got {name!r}")
+
+
+def gated_layers(model: nn.Module) -> list[L0Layer]:
+    """The gated layers of ``model`` in forward order: one constraint group each (App. B)."""
+    return [m for m in model.modules() if isinstance(m, L0Layer)]
+
+
+def layer_densities(model: nn.Module) -> torch.Tensor:
+    """Layer-wise L0-densities (eq. 3), differentiable in ``log_alpha``."""
+    return torch.stack([layer.density() for layer in gated_layers(model)])
+
+
+def model_density(model: nn.Module) -> torch.Tensor:
+    """Model-wise L0-density: expected active over sparsifiable parameters, summed over gated layers (eq. 3)."""
+    layers = gated_layers(model)
+    if not layers:
+        raise ValueError("model has no gated layers; build it with gated=True")
+    active = torch.stack([layer.expected_active_params() for layer in layers]).sum()
+    return active / sum(layer.num_sparsifiable_params for layer in layers)
