@@ -266,14 +266,17 @@ class ConvBN(nn.Module):
         out, mask = self.conv.forward_with_mask(x)
         if mask is None:
             return self.bn(out)
-        if self.training and self.bn.track_running_stats:
-            old_mean, old_var = self.bn.running_mean.clone(), self.bn.running_var.clone()
-            out = self.bn(out)
+        bn = self.bn
+        if self.training and bn.track_running_stats:
+            # Normalise with batch statistics, updating copies of the running
+            # statistics; then keep the update only for active channels.
+            mean, var = bn.running_mean.clone(), bn.running_var.clone()
+            out = F.batch_norm(out, mean, var, bn.weight, bn.bias, True, bn.momentum, bn.eps)
             with torch.no_grad():
-                self.bn.running_mean.copy_(torch.where(mask, self.bn.running_mean, old_mean))
-                self.bn.running_var.copy_(torch.where(mask, self.bn.running_var, old_var))
+                bn.running_mean.copy_(torch.where(mask, mean, bn.running_mean))
+                bn.running_var.copy_(torch.where(mask, var, bn.running_var))
         else:
-            out = self.bn(out)
+            out = bn(out)
         return out * mask.to(out.dtype).view(1, -1, 1, 1)
 
 
