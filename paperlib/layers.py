@@ -34,13 +34,16 @@ def _check_sparsity(sparsity: str) -> None:
 
 
 def init_weights_(weight: torch.Tensor, bias: torch.Tensor | None) -> None:
-    """Initialise a layer as the authors' code does, for gated and dense layers alike.
+    """He-normal weights (fan-in) and biases drawn from N(0, 0.01^2), for gated and dense layers alike.
 
-    He-normal weights (fan-in for convolutions, fan-out for linear layers) and
-    biases drawn from N(0, 0.01^2).
+    The authors' code asks for fan-out on linear layers, a mode inherited from
+    Louizos et al.'s code where the weight is stored transposed (in, out), so
+    that it meant fan-in there. With PyTorch's (out, in) layout it gives the
+    10-unit output layer of the MLP a weight scale sqrt(10) times too large;
+    we use fan-in, the initialisation both codes intended.
     """
     with torch.no_grad():
-        nn.init.kaiming_normal_(weight, mode="fan_in" if weight.dim() == 4 else "fan_out")
+        nn.init.kaiming_normal_(weight, mode="fan_in")
         if bias is not None:
             bias.normal_(0.0, 1e-2)
 
@@ -271,7 +274,12 @@ class ConvBN(nn.Module):
             # Normalise with batch statistics, updating copies of the running
             # statistics; then keep the update only for active channels.
             mean, var = bn.running_mean.clone(), bn.running_var.clone()
-            out = F.batch_norm(out, mean, var, bn.weight, bn.bias, True, bn.momentum, bn.eps)
+            factor = 0.0 if bn.momentum is None else bn.momentum
+            if bn.num_batches_tracked is not None:
+                bn.num_batches_tracked.add_(1)
+                if bn.momentum is None:  # cumulative moving average
+                    factor = 1.0 / float(bn.num_batches_tracked)
+            out = F.batch_norm(out, mean, var, bn.weight, bn.bias, True, factor, bn.eps)
             with torch.no_grad():
                 bn.running_mean.copy_(torch.where(mask, mean, bn.running_mean))
                 bn.running_var.copy_(torch.where(mask, var, bn.running_var))

@@ -1,0 +1,110 @@
+"""Magnitude-pruning baselines (§5.4 and App. J.6 structured, App. L unstructured).
+
+Both prune a trained dense model (``build_model(name, gated=False)``) layer by
+layer, on exactly the layers that the gated form of the same architecture
+gates (:func:`prunable_layer_names`), keeping a fraction ``density`` (the
+paper's epsilon) of each layer:
+
+* :func:`l1_filter_prune` (Li et al., 2017): in each layer, keep the groups
+  with the largest L1 norms, the groups being those of the gates: output
+  filters of a convolution, input neurons of a linear layer. The result is
+  purged exactly like a gated model whose gates are these 0/1 values (App. D:
+  "steps 1 is replaced with the ranking-and-thresholding operation").
+* :func:`magnitude_prune_unstructured`: in each layer, keep the weights with the
+  largest absolute values; biases stay dense (App. L).
+
+Rounding rule: a layer of ``n`` groups (or weights) keeps
+``max(1, round(density * n))`` of them, ``round`` being Python's
+round-half-to-even, so that no layer is ever removed entirely.
+"""
+
+import copy
+import numbers
+from collections.abc import Sequence
+
+import torch
+import torch.nn as nn
+from torch.nn.utils import prune
+
+from .layers import L0Layer
+from .models import build_model
+from .purge import purge_groups
+
+
+def prunable_layer_names(model_name: str, sparsity: str = "structured") -> list[str]:
+    """Module names of the layers the gated form of ``model_name`` gates, in forward order.
+
+    The dense form uses the same names. The names are those of the
+    configuration ``build_model(model_name)`` builds (e.g. the MLP's two hidden
+    layers). The gated model is built on the meta device, which allocates no
+    memory.
+    """
+    with torch.device("meta"):
+        gated = build_model(model_name, gated=True, sparsity=sparsity)
+    return [name for name, module in gated.named_modules() if isinstance(module, L0Layer)]
+
+
+def num_kept(num_groups: int, density: float) -> int:
+    """How many of ``num_groups`` groups (or weights) a layer keeps at ``density``: at least one."""
+    return max(1, round(density * num_groups))
+
+
+def l1_filter_prune(dense_model: nn.Module, density: float | Sequence[float], model_name: str) -> nn.Sequential:
+    """Structured L1-norm pruning (Li et al., 2017; §5.4, App. J.6), returned purged (App. D).
+
+    ``density`` is one fraction for every prunable layer or one per layer, in
+    the order of :func:`prunable_layer_names`. Ties between equal norms keep
+    the group with the lower index. The purged model computes what the dense
+    model does with the removed groups masked (and, for a convolution followed
+    by batch norm, the removed channels' batch-norm outputs zeroed, as
+    :class:`~paperlib.layers.ConvBN` does for a zero gate).
+    """
+    names = prunable_layer_names(model_name)
+    scales = {}
+    for name, layer_density in zip(names, _layer_densities(density, len(names))):
+        layer = dense_model.get_submodule(name)
+        # L1 norm of each group: per output filter of a convolution, per input neuron of a linear layer.
+        norms = layer.weight.detach().abs().sum(dim=(1, 2, 3) if layer.weight.dim() == 4 else 0)
+        keep = torch.argsort(norms, descending=True, stable=True)[:num_kept(len(norms), layer_density)]
+        scales[name] = torch.zeros_like(norms).index_fill_(0, keep, 1.0)
+    return purge_groups(dense_model, scales)
+
+
+def magnitude_prune_unstructured(dense_model: nn.Module, density: float | Sequence[float],
+                                 model_name: str) -> nn.Module:
+    """Unstructured magnitude pruning (App. L): keep the largest ``|w|`` of each prunable layer.
+
+    Returns a pruned copy of ``dense_model`` that still carries the masks of
+    :mod:`torch.nn.utils.prune`: each pruned layer computes with
+    ``weight = weight_orig * weight_mask``, so the removed weights stay exactly
+    zero while the copy is fine-tuned with any optimiser. Call
+    :func:`remove_pruning_reparametrization` after fine-tuning (and before
+    counting parameters) to make the zeros permanent.
+    """
+    pruned = copy.deepcopy(dense_model)
+    names = prunable_layer_names(model_name, sparsity="unstructured")
+    for name, layer_density in zip(names, _layer_densities(density, len(names))):
+        layer = pruned.get_submodule(name)
+        size = layer.weight.numel()
+        prune.l1_unstructured(layer, "weight", amount=size - num_kept(size, layer_density))
+    return pruned
+
+
+def remove_pruning_reparametrization(model: nn.Module) -> nn.Module:
+    """Fold the prune masks into the weights, in place: plain layers with exact zeros remain."""
+    for module in model.modules():
+        if hasattr(module, "weight_mask"):
+            prune.remove(module, "weight")
+    return model
+
+
+def _layer_densities(density: float | Sequence[float], num_layers: int) -> list[float]:
+    """One density per prunable layer, each checked to lie in [0, 1]."""
+    densities = [density] * num_layers if isinstance(density, numbers.Real) else list(density)
+    if len(densities) != num_layers:
+        raise ValueError(f"density must be a float or a list of {num_layers} floats, one per prunable layer; "
+                         f"got a list of {len(densities)}: {density!r}")
+    for value in densities:
+        if not isinstance(value, numbers.Real) or not 0.0 <= value <= 1.0:
+            raise ValueError(f"density must lie in [0, 1] (the fraction of each layer kept); got {value!r}")
+    return [float(value) for value in densities]

@@ -1,0 +1,148 @@
+"""Run records: what a run leaves in ``runs/<experiment>/<run name>/``.
+
+=====================  =======================================================
+``params.json``         every resolved parameter of the run
+``metrics.json``        final numbers and provenance (status, densities, counts,
+                        errors, device, data source, git commit, versions)
+``history.csv``         one row per epoch (training dynamics)
+``steps.csv``           density and multipliers every few steps (dual dynamics)
+``gate_medians.json``   test-time gate medians per layer at chosen epochs
+=====================  =======================================================
+
+Every file is written to a temporary name and moved into place
+(``os.replace`` is atomic), so a record is never half-written. A record whose
+status is ``complete`` is never overwritten by a partial or failed run.
+"""
+
+import csv
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+STATUSES = ("complete", "partial", "failed")
+
+
+def project_root() -> Path:
+    """The repository root: the nearest folder above the working directory with
+    ``_config.yml`` and ``paperlib/``; else the folder holding this package."""
+    for folder in (Path.cwd(), *Path.cwd().parents):
+        if (folder / "_config.yml").exists() and (folder / "paperlib").is_dir():
+            return folder
+    return Path(__file__).resolve().parents[1]
+
+
+def runs_dir() -> Path:
+    """Where records go: ``$PAPERLIB_RUNS`` if set, else ``<project root>/runs``."""
+    return Path(os.environ.get("PAPERLIB_RUNS", project_root() / "runs"))
+
+
+def checkpoints_dir() -> Path:
+    """Where checkpoints go (git-ignored, never under runs/): ``$PAPERLIB_CHECKPOINTS`` or ``<root>/checkpoints``."""
+    return Path(os.environ.get("PAPERLIB_CHECKPOINTS", project_root() / "checkpoints"))
+
+
+def git_commit() -> str:
+    """The commit of the code that ran, with ``-dirty`` if the work tree had changes; ``unknown`` outside git."""
+    cwd = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
+                                check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "paperlib"], cwd=cwd, capture_output=True,
+                               text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return commit + ("-dirty" if dirty else "")
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_json(path: Path, obj) -> None:
+    """Write ``obj`` as indented JSON, atomically."""
+    _write_atomic(Path(path), json.dumps(obj, indent=1, sort_keys=False) + "\n")
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    """Write a list of dicts (same keys in every row, first row's order) as CSV, atomically."""
+    if not rows:
+        return
+    columns = list(rows[0])
+    for row in rows[1:]:
+        columns += [key for key in row if key not in columns]
+    lines = [",".join(columns)]
+    for row in rows:
+        lines.append(",".join(_csv_cell(row.get(c)) for c in columns))
+    _write_atomic(Path(path), "\n".join(lines) + "\n")
+
+
+def _csv_cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path) as handle:
+        return list(csv.DictReader(handle))
+
+
+def record_status(run_dir: Path) -> str | None:
+    """``complete``, ``partial`` or ``failed`` from ``metrics.json``, or None when there is no record."""
+    metrics = Path(run_dir) / "metrics.json"
+    if not metrics.exists():
+        return None
+    return json.loads(metrics.read_text()).get("status")
+
+
+def load_record(run_dir: Path) -> dict:
+    """A record as a dict: ``params``, ``metrics``, ``history`` (list of rows), ``gate_medians``."""
+    run_dir = Path(run_dir)
+    record = {"path": str(run_dir),
+              "params": json.loads((run_dir / "params.json").read_text()),
+              "metrics": json.loads((run_dir / "metrics.json").read_text())}
+    for name, reader in (("history", read_csv), ("steps", read_csv),
+                         ("gate_medians", lambda p: json.loads(p.read_text()))):
+        path = run_dir / (f"{name}.csv" if name in ("history", "steps") else f"{name}.json")
+        record[name] = reader(path) if path.exists() else None
+    return record
+
+
+def write_record(run_dir: Path, params: dict, metrics: dict, history: list[dict], steps: list[dict],
+                 gate_medians: dict) -> None:
+    """Write all files of a record; metrics.json last, so its status describes a finished write.
+
+    Refuses to replace a complete record by one that is not complete.
+    """
+    if metrics.get("status") not in STATUSES:
+        raise ValueError(f"metrics status must be one of {STATUSES}; got {metrics.get('status')!r}")
+    run_dir = Path(run_dir)
+    if metrics["status"] != "complete" and record_status(run_dir) == "complete":
+        raise RuntimeError(f"refusing to overwrite the complete record in {run_dir} with a "
+                           f"{metrics['status']} one")
+    write_json(run_dir / "params.json", params)
+    write_csv(run_dir / "history.csv", history)
+    write_csv(run_dir / "steps.csv", steps)
+    if gate_medians:
+        write_json(run_dir / "gate_medians.json", gate_medians)
+    write_json(run_dir / "metrics.json", metrics)
+
+
+def find_records(experiment: str | None = None, root: Path | None = None) -> list[Path]:
+    """Run folders (those with a metrics.json) under ``runs/`` or ``runs/<experiment>``."""
+    base = Path(root or runs_dir())
+    base = base / experiment if experiment else base
+    return sorted(p.parent for p in base.glob("**/metrics.json"))

@@ -1,0 +1,141 @@
+"""Run a grid of notebook executions: ``python -m paperlib.sweeps grids/<name>.yaml``.
+
+A grid file (YAML) names one notebook and the runs of one paper table or figure::
+
+    notebook: book/mnist.ipynb
+    dataset: mnist            # the dataset the notebook trains on (to locate records)
+    workers: 2                # parallel processes
+    threads: 1                # torch threads per process
+    base: {experiment: mnist_mlp, model: mlp}
+    grid:                     # cartesian product over these lists
+      target: [0.2, 0.35, 0.5]
+      seed: [0, 1]
+    runs:                     # optional extra parameter sets (merged with base)
+      - {grouping: layer, target: [0.3, 0.3, 0.3]}
+
+Each run executes the notebook with papermill in its own process. Runs whose
+record is complete are skipped; partial ones resume from their checkpoint. The
+executed notebook is moved into the run folder only when the record is
+complete, so a failed run never overwrites anything in ``runs/``. With
+``--commit`` each finished record is committed to git as soon as it finishes.
+"""
+
+import argparse
+import dataclasses
+import itertools
+import os
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import yaml
+
+from . import records
+from .presets import ExperimentConfig, resolve_config
+
+
+def expand_grid(spec: dict) -> list[dict]:
+    """All parameter sets of a grid file: base x product(grid) plus base x runs, in order, without duplicates."""
+    base = dict(spec.get("base") or {})
+    grid = spec.get("grid") or {}
+    sets = []
+    if grid:
+        keys = list(grid)
+        for values in itertools.product(*(grid[k] for k in keys)):
+            sets.append({**base, **dict(zip(keys, values))})
+    sets += [{**base, **extra} for extra in spec.get("runs") or []]
+    if not sets:
+        sets = [base]
+    unique = []
+    for params in sets:
+        if params not in unique:
+            unique.append(params)
+    return unique
+
+
+def run_folder(params: dict, dataset: str) -> Path:
+    """The record folder these notebook parameters will write to."""
+    fields = {f.name for f in dataclasses.fields(ExperimentConfig)}
+    config = resolve_config(dataset=dataset, **{k: v for k, v in params.items() if k in fields})
+    return records.runs_dir() / config.experiment / config.run_name
+
+
+def _papermill_command(notebook: str, output: Path, params: dict) -> list[str]:
+    return [sys.executable, "-m", "papermill", notebook, str(output), "--no-progress-bar",
+            "-y", yaml.safe_dump(params, default_flow_style=True)]
+
+
+def _commit(run_dir: Path) -> None:
+    """Commit one finished record; retries while another git process holds the index."""
+    root = records.project_root()
+    for _ in range(20):
+        added = subprocess.run(["git", "add", str(run_dir)], cwd=root, capture_output=True, text=True)
+        if added.returncode == 0:
+            done = subprocess.run(["git", "commit", "-q", "-m", f"runs: {run_dir.relative_to(root)}", "--",
+                                   str(run_dir)], cwd=root, capture_output=True, text=True)
+            if done.returncode == 0 or "nothing to commit" in done.stdout:
+                return
+        time.sleep(3)
+    print(f"could not commit {run_dir}", flush=True)
+
+
+def execute(notebook: str, dataset: str, params: dict, threads: int, commit: bool) -> str:
+    """Run one parameter set unless its record is complete; return a one-line status."""
+    run_dir = run_folder(params, dataset)
+    if records.record_status(run_dir) == "complete":
+        return f"skip (complete)  {run_dir}"
+    scratch = records.checkpoints_dir() / "notebooks" / run_dir.relative_to(records.runs_dir())
+    scratch.mkdir(parents=True, exist_ok=True)
+    output = scratch / "notebook.ipynb"
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    started = time.time()
+    result = subprocess.run(_papermill_command(notebook, output, {**params, "threads": threads}), env=env,
+                            cwd=records.project_root(), capture_output=True, text=True)
+    minutes = (time.time() - started) / 60
+    if result.returncode != 0 or records.record_status(run_dir) != "complete":
+        log = scratch / "papermill.log"
+        log.write_text(result.stdout + result.stderr)
+        return f"FAILED after {minutes:.1f} min ({log})  {run_dir}"
+    shutil.move(str(output), run_dir / "notebook.ipynb")
+    if commit:
+        _commit(run_dir)
+    return f"done in {minutes:.1f} min  {run_dir}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("grid", help="grid file (YAML)")
+    parser.add_argument("--workers", type=int, help="parallel processes (default: the grid file's, else 1)")
+    parser.add_argument("--threads", type=int, help="torch threads per process (default: the grid file's, else 1)")
+    parser.add_argument("--commit", action="store_true", help="git-commit each record as soon as it is complete")
+    parser.add_argument("--dry-run", action="store_true", help="list the runs and their status, run nothing")
+    args = parser.parse_args(argv)
+    spec = yaml.safe_load(Path(args.grid).read_text())
+    for key in ("notebook", "dataset"):
+        if key not in spec:
+            raise ValueError(f"grid file {args.grid} must name a {key!r}")
+    workers = args.workers or spec.get("workers", 1)
+    threads = args.threads or spec.get("threads", 1)
+    sets = expand_grid(spec)
+    if args.dry_run:
+        for params in sets:
+            run_dir = run_folder(params, spec["dataset"])
+            print(f"{records.record_status(run_dir) or 'missing':9s} {run_dir}")
+        return 0
+    print(f"{len(sets)} runs of {spec['notebook']} with {workers} workers x {threads} threads", flush=True)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        jobs = [pool.submit(execute, spec["notebook"], spec["dataset"], params, threads, args.commit)
+                for params in sets]
+        failures = 0
+        for job in jobs:
+            line = job.result()
+            failures += line.startswith("FAILED")
+            print(line, flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""The paper's architectures (App. J): builders, gated-layer counts, densities."""
+
+import pytest
+import torch
+import torch.nn as nn
+
+from paperlib.layers import L0Conv2d, L0Layer, L0Linear
+from paperlib.models import MLP, MODEL_NAMES, build_model, gated_layers, layer_densities, model_density
+
+# Number of sparsifiable layers (App. J.2-J.5) and output classes of the paired dataset.
+EXPECTED = {
+    "mlp": dict(gated=3, classes=10, input=(1, 28, 28), params=266_000, kind=L0Linear),
+    "lenet5": dict(gated=4, classes=10, input=(1, 28, 28), params=431_000, kind=None),
+    "wrn-28-10": dict(gated=12, classes=10, input=(3, 32, 32), params=36_500_000, kind=L0Conv2d),
+    "resnet18": dict(gated=16, classes=200, input=(3, 64, 64), params=11_300_000, kind=L0Conv2d),
+    "resnet50": dict(gated=48, classes=1000, input=(3, 224, 224), params=25_500_000, kind=L0Conv2d),
+}
+
+_CACHE: dict = {}
+
+
+def get(name, gated=True):
+    key = (name, gated)
+    if key not in _CACHE:
+        torch.manual_seed(0)
+        _CACHE[key] = build_model(name, gated=gated)
+    return _CACHE[key]
+
+
+def n_params(model):
+    return sum(p.numel() for p in model.parameters())
+
+
+def test_model_names():
+    assert set(MODEL_NAMES) == set(EXPECTED)
+
+
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_gated_layer_count(name):
+    model = get(name)
+    layers = gated_layers(model)
+    assert len(layers) == EXPECTED[name]["gated"]
+    kind = EXPECTED[name]["kind"]
+    if kind is not None:
+        assert all(isinstance(layer, kind) for layer in layers)
+    else:  # LeNet5: two convs then two linear layers, in forward order
+        assert [type(layer) for layer in layers] == [L0Conv2d, L0Conv2d, L0Linear, L0Linear]
+    assert all(layer.sparsity == "structured" for layer in layers)
+
+
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_forward_shape(name):
+    model = get(name)
+    assert tuple(model.input_shape) == EXPECTED[name]["input"]
+    x = torch.randn(2, *model.input_shape)
+    model.eval()
+    with torch.no_grad():
+        y = model(x)
+    assert y.shape == (2, EXPECTED[name]["classes"])
+    assert torch.isfinite(y).all()
+
+
+@pytest.mark.parametrize("name", ["mlp", "lenet5", "resnet18"])
+def test_train_mode_forward_and_backward(name):
+    model = get(name)
+    model.train()
+    x = torch.randn(2, *model.input_shape)
+    y = model(x)
+    y.pow(2).mean().backward()
+    for layer in gated_layers(model):
+        assert layer.weight_log_alpha.grad is not None
+    model.zero_grad(set_to_none=True)
+    model.eval()
+
+
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_dense_variant(name):
+    gated, dense = get(name, True), get(name, False)
+    assert not any(isinstance(m, L0Layer) for m in dense.modules())
+    assert gated_layers(dense) == []
+    n_gates = sum(p.numel() for layer in gated_layers(gated) for p in layer.gate_parameters())
+    assert n_params(dense) == n_params(gated) - n_gates
+    # Parameter counts of App. J.1 (Table 5), rounded there.
+    assert n_params(dense) == pytest.approx(EXPECTED[name]["params"], rel=0.005)
+    x = torch.randn(2, *dense.input_shape)
+    dense.eval()
+    with torch.no_grad():
+        assert dense(x).shape == (2, EXPECTED[name]["classes"])
+
+
+def test_exact_small_model_param_counts():
+    # 784-300-100-10 and LeNet5 (20, 50 maps, 800-500-10), weights + biases.
+    assert n_params(get("mlp", False)) == 784 * 300 + 300 + 300 * 100 + 100 + 100 * 10 + 10
+    assert n_params(get("lenet5", False)) == (20 * 25 + 20) + (50 * 20 * 25 + 50) + (800 * 500 + 500) + (500 * 10 + 10)
+
+
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_model_density_is_parameter_weighted_mean(name):
+    model = get(name)
+    layers = gated_layers(model)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for layer in layers:  # heterogeneous layer densities
+            layer.weight_log_alpha.uniform_(-4, 4, generator=g)
+    sizes = torch.tensor([float(layer.num_sparsifiable_params) for layer in layers], dtype=torch.float64)
+    dens = layer_densities(model)
+    assert dens.shape == (len(layers),)
+    torch.testing.assert_close(dens, torch.stack([layer.density() for layer in layers]))
+    weighted = (dens.double() * sizes).sum() / sizes.sum()
+    md = model_density(model)
+    assert md.dim() == 0
+    assert md.item() == pytest.approx(weighted.item(), rel=1e-5)
+    # differs from the unweighted mean whenever group sizes differ
+    if len(set(sizes.tolist())) > 1:
+        assert abs(md.item() - dens.mean().item()) > 1e-4
+    # both differentiable in log_alpha
+    for fn in (lambda: model_density(model), lambda: layer_densities(model).sum()):
+        model.zero_grad(set_to_none=True)
+        fn().backward()
+        for layer in layers:
+            assert layer.weight_log_alpha.grad is not None
+            assert (layer.weight_log_alpha.grad > 0).all()
+    model.zero_grad(set_to_none=True)
+
+
+def test_initial_model_density_matches_rho_init():
+    from paperlib.gates import initial_density
+
+    for rho in (0.05, 0.3, 0.5):
+        torch.manual_seed(0)
+        m = build_model("lenet5", rho_init=rho)
+        assert model_density(m).item() == pytest.approx(initial_density(rho), abs=1e-3)
+
+
+def test_model_density_requires_gated_layers():
+    with pytest.raises(ValueError):
+        model_density(get("mlp", False))
+
+
+def test_unknown_model_name():
+    with pytest.raises(ValueError) as info:
+        build_model("resnet34")
+    msg = str(info.value)
+    assert "resnet34" in msg
+    for name in MODEL_NAMES:
+        assert name in msg
+
+
+@pytest.mark.parametrize("rho", [0.0, 1.0, -0.1, 1.2])
+def test_rho_init_outside_open_interval(rho):
+    with pytest.raises(ValueError, match="rho_init"):
+        build_model("mlp", rho_init=rho)
+
+
+def test_build_model_passes_options():
+    m = build_model("mlp", num_classes=7, sparsity="unstructured", rho_init=0.2)
+    assert all(layer.sparsity == "unstructured" for layer in gated_layers(m))
+    assert m(torch.randn(2, 1, 28, 28)).shape == (2, 7)
+    assert len(gated_layers(build_model("wrn-16-1"))) == 6  # wrn-D-W: (D - 4) / 6 blocks per stage
+
+
+def test_tiny_mlp():
+    m = MLP(hidden=(8, 4), input_shape=(1, 4, 4))
+    layers = gated_layers(m)
+    assert [(lay.in_features, lay.out_features) for lay in layers] == [(16, 8), (8, 4), (4, 10)]
+    assert m(torch.randn(2, 1, 4, 4)).shape == (2, 10)
+    assert isinstance(m, nn.Module)

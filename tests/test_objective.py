@@ -1,0 +1,258 @@
+"""Constrained and penalized objectives (eq. 2, 4, 5, 6; App. B, C; eq. 9)."""
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from paperlib.layers import ConvBN, L0Conv2d, L0Layer, L0Linear
+from paperlib.models import MLP, gated_layers, layer_densities, model_density
+from paperlib.objective import (
+    ConstrainedObjective,
+    PenalizedObjective,
+    densities,
+    expected_l2_penalty,
+    lambda_from_louizos,
+    num_groups,
+    parameter_groups,
+)
+
+
+@pytest.fixture
+def mlp():
+    torch.manual_seed(0)
+    model = MLP(hidden=(8, 4), input_shape=(1, 4, 4))
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for layer in gated_layers(model):  # heterogeneous densities
+            layer.weight_log_alpha.uniform_(-2, 3, generator=g)
+    return model
+
+
+def _loss(model, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(6, 1, 4, 4, generator=g)
+    y = torch.randint(0, 10, (6,), generator=g)
+    model.eval()  # deterministic (median gates), still differentiable in log_alpha
+    return F.cross_entropy(model(x), y)
+
+
+def _grads(model, scalar):
+    params = [p for layer in gated_layers(model) for p in layer.gate_parameters()]
+    return torch.autograd.grad(scalar, params, retain_graph=True)
+
+
+def test_grouping_shapes(mlp):
+    assert num_groups(mlp, "model") == 1
+    assert num_groups(mlp, "layer") == 3
+    torch.testing.assert_close(densities(mlp, "model"), model_density(mlp).reshape(1))
+    torch.testing.assert_close(densities(mlp, "layer"), layer_densities(mlp))
+    with pytest.raises(ValueError, match="grouping"):
+        densities(mlp, "neuron")
+    with pytest.raises(ValueError, match="grouping"):
+        ConstrainedObjective(mlp, 0.5, grouping="global")
+
+
+def test_scalar_vs_per_layer_targets(mlp):
+    obj = ConstrainedObjective(mlp, 0.5, grouping="model")
+    assert torch.equal(obj.targets, torch.tensor([0.5]))
+    assert obj.multipliers.value.shape == (1,)
+    obj = ConstrainedObjective(mlp, 0.4, grouping="layer")
+    assert torch.equal(obj.targets, torch.tensor([0.4, 0.4, 0.4]))
+    obj = ConstrainedObjective(mlp, [0.5, 0.3, 0.7], grouping="layer")
+    torch.testing.assert_close(obj.targets, torch.tensor([0.5, 0.3, 0.7]))
+    assert torch.equal(obj.multipliers.value, torch.zeros(3))
+
+
+@pytest.mark.parametrize("targets,grouping,expected_len", [([0.5, 0.3], "layer", 3), ([0.5, 0.3, 0.7, 0.1], "layer", 3),
+                                                           ([0.5, 0.5], "model", 1)])
+def test_wrong_length_targets(mlp, targets, grouping, expected_len):
+    with pytest.raises(ValueError) as info:
+        ConstrainedObjective(mlp, targets, grouping=grouping)
+    msg = str(info.value)
+    assert "target density" in msg
+    assert str(expected_len) in msg
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, [0.5, 1.01, 0.2], [0.5, -1e-3, 0.2]])
+def test_targets_outside_unit_interval(mlp, bad):
+    grouping = "layer" if isinstance(bad, list) else "model"
+    with pytest.raises(ValueError, match="target density"):
+        ConstrainedObjective(mlp, bad, grouping=grouping)
+
+
+@pytest.mark.parametrize("edge", [0.0, 1.0])
+def test_targets_on_unit_interval_edges_allowed(mlp, edge):
+    ConstrainedObjective(mlp, edge)
+
+
+@pytest.mark.parametrize("grouping", ["model", "layer"])
+def test_lagrangian_value_and_gradient(mlp, grouping):
+    targets = 0.4 if grouping == "model" else [0.9, 0.5, 0.2]
+    obj = ConstrainedObjective(mlp, targets, grouping=grouping, dual_lr=0.1)
+    lam = torch.tensor([0.7]) if grouping == "model" else torch.tensor([0.7, 0.2, 1.3])
+    obj.multipliers.value = lam.clone()
+    loss = _loss(mlp)
+    lagrangian, dens = obj(mlp, loss)
+    eps = obj.targets
+    expected_dens = densities(mlp, grouping)
+    torch.testing.assert_close(dens, expected_dens)
+    torch.testing.assert_close(lagrangian, loss + torch.sum(lam * (expected_dens - eps)))
+    # gradient wrt log_alpha = grad(loss) + sum_g lambda_g grad(density_g)
+    g_lag = _grads(mlp, lagrangian)
+    g_loss = _grads(mlp, loss)
+    g_dens = [_grads(mlp, dens[i]) for i in range(len(lam))]
+    for k in range(len(g_lag)):
+        expected = g_loss[k] + sum(lam[i] * g_dens[i][k] for i in range(len(lam)))
+        torch.testing.assert_close(g_lag[k], expected)
+        assert g_lag[k].abs().sum() > 0
+    # multipliers are constants for the primal player
+    assert not obj.multipliers.value.requires_grad
+
+
+@pytest.mark.parametrize("restarts", [True, False])
+def test_dual_step(mlp, restarts):
+    # densities at init are heterogeneous; the first group is feasible for target 0.99
+    dens0 = layer_densities(mlp).detach()
+    targets = [0.99, float(dens0[1]) - 0.2, float(dens0[2]) - 0.1]
+    obj = ConstrainedObjective(mlp, targets, grouping="layer", dual_lr=0.5, dual_restarts=restarts)
+    _, dens = obj(mlp, torch.zeros(()))
+    viol = dens.detach() - obj.targets
+    assert viol[0] < 0 and (viol[1:] > 0).all()
+    out = obj.dual_step(dens)
+    expected = torch.clamp(0.5 * viol, min=0.0)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(obj.multipliers.value, expected)
+    # second step with a synthetic density: group 1 becomes feasible
+    lam1 = obj.multipliers.value.clone()
+    dens2 = obj.targets + torch.tensor([0.05, -0.01, 0.02])
+    obj.dual_step(dens2)
+    viol2 = dens2 - obj.targets
+    expected2 = torch.clamp(lam1 + 0.5 * viol2, min=0.0)
+    if restarts:
+        expected2 = torch.where(viol2 > 0, expected2, torch.zeros_like(expected2))
+        assert obj.multipliers.value[1] == 0
+    else:
+        assert obj.multipliers.value[1] > 0
+    torch.testing.assert_close(obj.multipliers.value, expected2)
+
+
+def test_dual_step_accepts_graph_tensor(mlp):
+    obj = ConstrainedObjective(mlp, 0.1, dual_lr=1.0)
+    _, dens = obj(mlp, torch.zeros(()))
+    assert dens.requires_grad
+    obj.dual_step(dens)
+    torch.testing.assert_close(obj.multipliers.value, (dens.detach() - 0.1).clamp(min=0))
+
+
+def test_constrained_state_dict_round_trip(mlp):
+    obj = ConstrainedObjective(mlp, [0.1, 0.2, 0.3], grouping="layer", dual_lr=0.3, dual_restarts=False)
+    _, dens = obj(mlp, torch.zeros(()))
+    obj.dual_step(dens)
+    other = ConstrainedObjective(mlp, [0.1, 0.2, 0.3], grouping="layer", dual_lr=0.01, dual_restarts=True)
+    other.load_state_dict(obj.state_dict())
+    assert torch.equal(other.multipliers.value, obj.multipliers.value)
+    assert other.multipliers.lr == 0.3 and other.multipliers.dual_restarts is False
+
+
+def test_constrained_training_reaches_target(mlp):
+    """A few hundred GDA steps on the gates alone drive the model density to the target."""
+    obj = ConstrainedObjective(mlp, 0.5, grouping="model", dual_lr=0.05, dual_restarts=True)
+    gate_params = [p for layer in gated_layers(mlp) for p in layer.gate_parameters()]
+    opt = torch.optim.SGD(gate_params, lr=0.5)
+    assert model_density(mlp).item() > 0.6
+    for _ in range(400):
+        opt.zero_grad()
+        lagrangian, dens = obj(mlp, torch.zeros(()))  # no task loss: only the constraint acts
+        lagrangian.backward()
+        opt.step()
+        obj.dual_step(dens)
+    assert model_density(mlp).item() <= 0.5 + 1e-3
+    assert model_density(mlp).item() >= 0.45  # no strong overshoot with restarts
+
+
+def test_penalized_value_and_validation(mlp):
+    loss = _loss(mlp)
+    obj = PenalizedObjective(mlp, 0.3, grouping="model")
+    value, dens = obj(mlp, loss)
+    torch.testing.assert_close(value, loss + 0.3 * model_density(mlp))
+    torch.testing.assert_close(dens, model_density(mlp).reshape(1))
+    obj = PenalizedObjective(mlp, [0.1, 2.0, 0.0], grouping="layer")
+    value, dens = obj(mlp, loss)
+    torch.testing.assert_close(value, loss + torch.sum(torch.tensor([0.1, 2.0, 0.0]) * layer_densities(mlp)))
+    g_val, g_loss, g_d = _grads(mlp, value), _grads(mlp, loss), [_grads(mlp, dens[i]) for i in range(3)]
+    for k in range(len(g_val)):
+        torch.testing.assert_close(g_val[k], g_loss[k] + 0.1 * g_d[0][k] + 2.0 * g_d[1][k])
+    assert obj.dual_step(dens) is None
+    assert obj.state_dict() == {}
+    with pytest.raises(ValueError, match="lambda_pen"):
+        PenalizedObjective(mlp, -0.1)
+    with pytest.raises(ValueError, match="lambda_pen"):
+        PenalizedObjective(mlp, [0.1, -0.2, 0.3], grouping="layer")
+    with pytest.raises(ValueError, match="lambda_pen"):
+        PenalizedObjective(mlp, [0.1, 0.2], grouping="layer")
+
+
+def test_lambda_from_louizos():
+    assert lambda_from_louizos(0.1, 50000, 266200) == pytest.approx(0.5324, abs=1e-12)
+    # identity: (lambda / N) * E[#active] == lambda_pen * E[#active] / #params, for any E[#active]
+    lam, n_train, n_params = 0.37, 60000, 431080
+    lam_pen = lambda_from_louizos(lam, n_train, n_params)
+    for active in (0.0, 1.0, 1234.5, 431080.0):
+        assert lam / n_train * active == pytest.approx(lam_pen * active / n_params, rel=1e-12, abs=1e-15)
+    with pytest.raises(ValueError):
+        lambda_from_louizos(-0.1, 50000, 266200)
+
+
+def test_expected_l2_penalty(mlp):
+    wd = 5e-4
+    layers = gated_layers(mlp)
+    for detach in (True, False):
+        expected = 0.5 * wd * sum(layer.expected_l2(detach) for layer in layers)
+        torch.testing.assert_close(expected_l2_penalty(mlp, wd, detach), expected)
+    # by hand for the first (structured linear) layer: sum_j P_j * theta_j^2, bias with probability 1
+    fc1 = layers[0]
+    p = torch.sigmoid(fc1.weight_log_alpha + (2 / 3) * torch.log(torch.tensor(11.0)))
+    by_hand = (p.view(1, -1) * fc1.weight ** 2).sum() + (fc1.bias ** 2).sum()
+    torch.testing.assert_close(fc1.expected_l2(), by_hand)
+    assert expected_l2_penalty(mlp, 0.0).item() == 0.0
+    with pytest.raises(ValueError, match="weight_decay"):
+        expected_l2_penalty(mlp, -1e-4)
+    # detach_gates: no gradient towards the gates (App. H.2)
+    expected_l2_penalty(mlp, wd, detach_gates=True).backward()
+    assert all(layer.weight_log_alpha.grad is None or torch.count_nonzero(layer.weight_log_alpha.grad) == 0
+               for layer in layers)
+    assert all(layer.weight.grad.abs().sum() > 0 for layer in layers)
+    mlp.zero_grad(set_to_none=True)
+    expected_l2_penalty(mlp, wd, detach_gates=False).backward()
+    assert all(layer.weight_log_alpha.grad.abs().sum() > 0 for layer in layers)
+
+
+def test_parameter_groups_partition():
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        L0Linear(6, 5, sparsity="structured"),
+        nn.Linear(5, 4),
+        L0Linear(4, 3, sparsity="unstructured"),
+        ConvBN(L0Conv2d(3, 4, 3, bias=False), nn.BatchNorm2d(4)),
+        ConvBN(nn.Conv2d(4, 4, 3), nn.BatchNorm2d(4)),
+    )
+    gated_w, other, gate_params = parameter_groups(model)
+    all_ids = [id(p) for p in model.parameters()]
+    got = [id(p) for p in gated_w + other + gate_params]
+    assert sorted(got) == sorted(all_ids), "every parameter exactly once"
+    assert len(set(got)) == len(got)
+    l0 = [m for m in model.modules() if isinstance(m, L0Layer)]
+    assert {id(p) for p in gate_params} == {id(p) for m in l0 for p in m.gate_parameters()}
+    assert len(gate_params) == 4  # structured linear: 1, unstructured linear: 2, conv: 1
+    assert {id(p) for p in gated_w} == {id(p) for m in l0 for p in (m.weight, m.bias) if p is not None}
+    dense = [model[1].weight, model[1].bias, model[3].bn.weight, model[3].bn.bias, model[4].conv.weight,
+             model[4].conv.bias, model[4].bn.weight, model[4].bn.bias]
+    assert {id(p) for p in other} == {id(p) for p in dense}
+
+
+def test_parameter_groups_on_tiny_mlp(mlp):
+    gated_w, other, gate_params = parameter_groups(mlp)
+    assert other == []
+    assert len(gate_params) == 3 and len(gated_w) == 6
+    assert sum(p.numel() for p in gated_w + other + gate_params) == sum(p.numel() for p in mlp.parameters())
