@@ -20,6 +20,7 @@ class BisectionResult:
     tolerance: float
     evaluations: list[tuple[float, float]] = field(default_factory=list)
     converged: bool = False
+    message: str = ""
 
     @property
     def best(self) -> tuple[float, float]:
@@ -37,7 +38,8 @@ def bisect_lambda(train_and_measure: Callable[[float], float], target: float, la
 
     Density decreases as lambda grows, so ``lambda_low`` must give a density
     above the target and ``lambda_high`` one below it; both endpoints are
-    trained first (App. E chose them to enclose the target).
+    trained first (App. E chose them to enclose the target). If they do not
+    enclose it the search stops there, unconverged, and ``message`` says why.
     """
     if not 0.0 <= target <= 1.0:
         raise ValueError(f"target density must be in [0, 1]; got {target!r}")
@@ -50,11 +52,13 @@ def bisect_lambda(train_and_measure: Callable[[float], float], target: float, la
     for lam in (lambda_low, lambda_high):
         result.evaluations.append((lam, float(train_and_measure(lam))))
     (_, d_low), (_, d_high) = result.evaluations
-    if not d_low >= target >= d_high:
-        raise ValueError(f"endpoints do not enclose the target {target}: density {d_low} at lambda={lambda_low}, "
-                         f"{d_high} at lambda={lambda_high}")
     if abs(d_low - target) <= tolerance or abs(d_high - target) <= tolerance:
-        result.converged = True
+        result.converged, result.message = True, "an endpoint is within tolerance"
+        return result
+    if not d_low >= target >= d_high:
+        # Two trainings are spent; stop and say why rather than lose them to an exception.
+        result.message = (f"endpoints do not enclose the target {target}: density {d_low:.4f} at "
+                          f"lambda={lambda_low:g}, {d_high:.4f} at lambda={lambda_high:g}; widen the interval")
         return result
     log_low, log_high = math.log(lambda_low), math.log(lambda_high)
     for _ in range(max_iterations):
@@ -62,10 +66,12 @@ def bisect_lambda(train_and_measure: Callable[[float], float], target: float, la
         density = float(train_and_measure(lam))
         result.evaluations.append((lam, density))
         if abs(density - target) <= tolerance:
-            result.converged = True
+            result.converged, result.message = True, f"within tolerance after {result.num_trainings} trainings"
             break
         if density > target:
             log_low = math.log(lam)
         else:
             log_high = math.log(lam)
+    else:
+        result.message = f"not within tolerance after {max_iterations} iterations"
     return result

@@ -15,6 +15,7 @@ value before any training starts.
 
 import dataclasses
 import json
+import re
 import typing
 from dataclasses import dataclass, field
 
@@ -23,6 +24,7 @@ import torch
 from .layers import SPARSITY_KINDS
 from .models import MODEL_NAMES
 from .objective import GROUPINGS
+from .pruning import prunable_layer_names
 
 PRESETS = ("auto", "paper", "cpu")
 DATASETS = ("mnist", "cifar10", "cifar100", "tinyimagenet", "imagenet")
@@ -141,12 +143,12 @@ def concrete_preset(preset: str) -> str:
 def preset_values(preset: str, dataset: str, model: str, sparsity: str = "structured",
                   grouping: str = "model", target=None) -> dict:
     """The preset's hyper-parameters for this (dataset, model), before user overrides."""
-    table = PAPER if preset == "paper" else CPU
-    if (dataset, model) not in table:
-        known = ", ".join(f"{d}/{m}" for d, m in table)
-        raise ValueError(f"preset {preset!r} has no configuration for dataset={dataset!r}, model={model!r}; "
-                         f"known pairs: {known}. Pass every hyper-parameter explicitly or pick a listed pair.")
-    values = dict(table[(dataset, model)])
+    table, other = (PAPER, CPU) if preset == "paper" else (CPU, PAPER)
+    if (dataset, model) not in table and (dataset, model) not in other:
+        known = ", ".join(sorted({f"{d}/{m}" for d, m in (*table, *other)}))
+        raise ValueError(f"no configuration for dataset={dataset!r} with model={model!r}; known pairs: {known}")
+    # A pair only the other preset knows (say WRN-28-10 asked for on a CPU) takes that preset's values.
+    values = dict(table.get((dataset, model)) or other[(dataset, model)])
     if dataset == "mnist" and sparsity == "unstructured":
         values.update({k: v for k, v in _MNIST_UNSTRUCTURED.items() if k in ("gates_lr", "rho_init")})
     if preset == "paper" and grouping == "layer" and (dataset, model) in PAPER_LAYERWISE_DUAL_LR:
@@ -211,6 +213,8 @@ def _convert(name: str, value, annotation):
 
 
 def _describe(annotation) -> str:
+    if isinstance(annotation, type):
+        return {"float": "a number", "int": "an integer", "bool": "true or false", "str": "a string"}[annotation.__name__]
     return str(annotation).replace("typing.", "")
 
 
@@ -236,7 +240,7 @@ def validate(config: ExperimentConfig) -> None:
     _check_choice("grouping", config.grouping, GROUPINGS)
     _check_choice("optimizer", config.optimizer, OPTIMIZERS)
     _check_choice("gates_optimizer", config.gates_optimizer, OPTIMIZERS)
-    if config.model not in MODEL_NAMES and not config.model.startswith("wrn-"):
+    if config.model not in MODEL_NAMES and not re.fullmatch(r"wrn-\d+-\d+", config.model):
         raise ValueError(f"parameter 'model' must be one of {MODEL_NAMES} (or wrn-DEPTH-WIDTH); got {config.model!r}")
     if config.method in ("constrained", "magnitude_pruning"):
         if config.target is None:
@@ -246,6 +250,10 @@ def validate(config: ExperimentConfig) -> None:
         if config.lmbda is None:
             raise ValueError("parameter 'lmbda' (lambda_pen >= 0) is required for method 'penalized'")
         _check_range("lmbda", config.lmbda, 0.0)
+    for name in ("target", "lmbda"):
+        value = getattr(config, name)
+        if isinstance(value, list):
+            _check_per_layer_length(name, value, config)
     for name in ("dual_lr", "lr", "gates_lr", "weight_decay", "momentum", "finetune_lr", "lr_gamma"):
         _check_range(name, getattr(config, name), 0.0)
     _check_range("rho_init", config.rho_init, 0.0, 1.0, low_open=True)
@@ -256,6 +264,18 @@ def validate(config: ExperimentConfig) -> None:
     _check_range("finetune_epochs", config.finetune_epochs, 0)
     if config.device not in ("auto", "cpu") and not config.device.startswith("cuda"):
         raise ValueError(f"parameter 'device' must be 'auto', 'cpu' or 'cuda[:N]'; got {config.device!r}")
+
+
+def _check_per_layer_length(name: str, values: list, config: ExperimentConfig) -> None:
+    """A per-layer list needs layer-wise grouping (or magnitude pruning) and one entry per gated layer."""
+    if config.method != "magnitude_pruning" and config.grouping != "layer":
+        raise ValueError(f"parameter {name!r} is a list {values}, which needs grouping='layer'; "
+                         f"got grouping={config.grouping!r}")
+    layers = prunable_layer_names(config.model, config.sparsity)
+    if len(values) != len(layers):
+        raise ValueError(f"parameter {name!r} must have one value per gated layer of {config.model} "
+                         f"({len(layers)}: {', '.join(layers[:6])}{', ...' if len(layers) > 6 else ''}); "
+                         f"got {len(values)} values: {values}")
 
 
 def resolve_config(**overrides) -> ExperimentConfig:
@@ -273,6 +293,8 @@ def resolve_config(**overrides) -> ExperimentConfig:
     dataset = str(overrides.get("dataset", ExperimentConfig.dataset))
     _check_choice("dataset", dataset, DATASETS)
     model = overrides.get("model") or DEFAULT_MODEL[preset][dataset]
+    if model not in MODEL_NAMES and not re.fullmatch(r"wrn-\d+-\d+", str(model)):
+        raise ValueError(f"parameter 'model' must be one of {MODEL_NAMES} (or wrn-DEPTH-WIDTH); got {model!r}")
     values = preset_values(preset, dataset, model, overrides.get("sparsity", "structured"),
                            overrides.get("grouping", "model"), overrides.get("target"))
     values.update({k: v for k, v in overrides.items() if v is not None or k in ("target", "lmbda")})

@@ -100,14 +100,16 @@ def test_endpoint_already_within_tolerance():
 
 
 @pytest.mark.parametrize("low,high", [(1e-3, 1e-2), (1e1, 1e2)])
-def test_endpoints_not_enclosing_target(low, high):
-    with pytest.raises(ValueError, match="enclose"):
-        bisect_lambda(density, 0.5, low, high)
+def test_endpoints_not_enclosing_target_stop_after_two_trainings(low, high):
+    rec = Recorder()
+    res = bisect_lambda(rec, 0.5, low, high)
+    assert not res.converged and rec.calls == [low, high]
+    assert "enclose" in res.message
 
 
 def test_increasing_density_does_not_enclose():
-    with pytest.raises(ValueError, match="enclose"):
-        bisect_lambda(lambda lam: 1.0 - density(lam), 0.5, 1e-3, 1e2)
+    res = bisect_lambda(lambda lam: 1.0 - density(lam), 0.5, 1e-3, 1e2)
+    assert not res.converged and res.num_trainings == 2 and "enclose" in res.message
 
 
 @pytest.mark.parametrize("target", [-0.1, 1.5, float("nan")])

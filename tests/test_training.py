@@ -1,0 +1,161 @@
+"""The experiment runner: resumption, failure handling, records, bad input, sweeps."""
+
+import json
+
+import pytest
+import torch
+from fake_data import make_mnist
+
+from paperlib import records, sweeps, training
+from paperlib.presets import resolve_config
+
+RUN = dict(experiment="unit", dataset="mnist", model="mlp", target=0.5, epochs=3, batch_size=16, preset="cpu",
+           dual_lr=0.05, gates_lr=0.05)
+
+
+@pytest.fixture
+def workspace(tmp_path, monkeypatch):
+    make_mnist(tmp_path / "data", n_train=64, n_test=32)
+    monkeypatch.setenv("PAPERLIB_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("PAPERLIB_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("PAPERLIB_CHECKPOINTS", str(tmp_path / "checkpoints"))
+    monkeypatch.delenv("PAPERLIB_SMOKE", raising=False)
+    return tmp_path
+
+
+def _numbers(record):
+    return [{k: v for k, v in row.items() if k != "wall_time_s"} for row in record["history"]]
+
+
+def test_interrupted_run_resumes_to_identical_numbers(workspace, monkeypatch):
+    reference = training.run_experiment(progress=False, **RUN, run_name="uninterrupted")
+
+    original = training.Experiment._finish_epoch
+
+    def killed_after_epoch_two(self, phase, train, started):
+        original(self, phase, train, started)
+        if self.state.epoch == 2:
+            raise KeyboardInterrupt("simulated kill")
+
+    monkeypatch.setattr(training.Experiment, "_finish_epoch", killed_after_epoch_two)
+    with pytest.raises(KeyboardInterrupt):
+        training.run_experiment(progress=False, **RUN, run_name="resumed")
+    run_dir = workspace / "runs" / "unit" / "resumed"
+    assert records.record_status(run_dir) == "partial"
+    assert json.loads((run_dir / "metrics.json").read_text())["epochs_completed"] == 2
+
+    monkeypatch.setattr(training.Experiment, "_finish_epoch", original)
+    resumed = training.run_experiment(progress=False, **RUN, run_name="resumed")
+    assert resumed["metrics"]["status"] == "complete"
+    assert _numbers(resumed) == _numbers(reference)
+    assert resumed["steps"] == reference["steps"]
+    assert resumed["metrics"]["multipliers_final"] == reference["metrics"]["multipliers_final"]
+
+
+def test_record_contents(workspace):
+    record = training.run_experiment(progress=False, **RUN)
+    metrics = record["metrics"]
+    assert metrics["status"] == "complete" and metrics["epochs_completed"] == 3
+    assert [row["epoch"] for row in record["history"]] == ["0", "1", "2", "3"]
+    assert metrics["data_source"] == "torchvision-mnist-idx"
+    assert metrics["params"] == int(record["history"][-1]["params"])
+    assert metrics["params_pct"] == pytest.approx(100 * metrics["params"] / metrics["dense_params"])
+    assert set(metrics["l0_density_per_layer"]) == {"fc1", "fc2", "fc3"}
+    assert len(metrics["pruned_architecture"]) == 3
+    assert record["gate_medians"] and set(record["gate_medians"]["0"]) == {"fc1", "fc2", "fc3"}
+    assert len(record["gate_medians"]["0"]["fc1"]) == 784
+    params = json.loads((workspace / "runs" / "unit" / metrics["run_name"] / "params.json").read_text())
+    assert params == resolve_config(**RUN).to_dict()
+
+
+def test_complete_record_is_reused_and_never_overwritten_by_a_failure(workspace, monkeypatch):
+    first = training.run_experiment(progress=False, **RUN)
+    run_dir = workspace / "runs" / "unit" / first["metrics"]["run_name"]
+    before = (run_dir / "metrics.json").read_text()
+
+    again = training.run_experiment(progress=False, **RUN)  # no training: the record is complete
+    assert again["metrics"] == first["metrics"]
+
+    calls = {"n": 0}
+    real_loss = torch.nn.functional.cross_entropy
+
+    def nan_on_third_call(logits, y):
+        calls["n"] += 1
+        loss = real_loss(logits, y)
+        return loss * float("nan") if calls["n"] == 3 else loss
+
+    monkeypatch.setattr(training.F, "cross_entropy", nan_on_third_call)
+    with pytest.raises(training.NonFiniteLossError, match="non-finite"):
+        training.run_experiment(progress=False, rerun=True, **RUN)
+    assert (run_dir / "metrics.json").read_text() == before
+
+
+def test_non_finite_loss_marks_the_record_failed(workspace, monkeypatch):
+    monkeypatch.setattr(training.F, "cross_entropy", lambda logits, y: logits.sum() * float("inf"))
+    with pytest.raises(training.NonFiniteLossError):
+        training.run_experiment(progress=False, **RUN)
+    run_dir = workspace / "runs" / "unit" / resolve_config(**RUN).run_name
+    assert records.record_status(run_dir) == "failed"
+
+
+def test_smoke_mode_from_the_environment_keeps_runs_clean(workspace, monkeypatch):
+    monkeypatch.setenv("PAPERLIB_SMOKE", "1")
+    monkeypatch.delenv("PAPERLIB_RUNS")
+    monkeypatch.chdir(workspace)
+    record = training.run_experiment(progress=False, **{**RUN, "epochs": 50})
+    assert record["metrics"]["run_name"].endswith("-smoke")
+    assert record["metrics"]["epochs_completed"] == training.SMOKE_EPOCHS
+    assert "checkpoints" in record["path"] and "smoke-runs" in record["path"]
+
+
+@pytest.mark.parametrize("method", ["dense", "penalized", "magnitude_pruning"])
+def test_other_methods_complete(workspace, method):
+    params = {**RUN, "method": method, "epochs": 2, "finetune_epochs": 1, "finetune_lr": 1e-3, "lmbda": 0.1}
+    record = training.run_experiment(progress=False, **params)
+    phases = [row["phase"] for row in record["history"]]
+    if method == "magnitude_pruning":
+        assert phases == ["init", "train", "train", "pruned", "finetune"]
+        assert record["metrics"]["params_pct"] < 60  # half of the gated layers' groups are gone
+    else:
+        assert phases == ["init", "train", "train"]
+    assert record["metrics"]["status"] == "complete"
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"preset": "gpu"}, "preset"),
+    ({"dataset": "svhn"}, "dataset"),
+    ({"model": "vgg16"}, "model"),
+    ({"method": "annealing"}, "method"),
+    ({"target": 1.5}, "target"),
+    ({"target": -0.1}, "target"),
+    ({"target": "dense"}, "target"),
+    ({"target": [0.5, 0.5]}, "grouping"),
+    ({"grouping": "layer", "target": [0.5, 0.5]}, "one value per gated layer"),
+    ({"method": "penalized", "lmbda": -1.0}, "lmbda"),
+    ({"lr": -0.1}, "lr"),
+    ({"epochs": "ten"}, "epochs"),
+    ({"rho_init": 1.0}, "rho_init"),
+    ({"learning_rate": 0.1}, "unknown parameter"),
+])
+def test_bad_input_is_rejected_before_training(workspace, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        training.run_experiment(progress=False, **{**RUN, **overrides})
+    assert not (workspace / "runs").exists()
+
+
+def test_papermill_strings_are_converted():
+    config = resolve_config(dataset="mnist", model="lenet5", grouping="layer", target="[0.5, 0.3, 0.7, 0.1]",
+                            epochs="12", dual_restarts="false", lr="1e-3")
+    assert config.target == [0.5, 0.3, 0.7, 0.1] and config.epochs == 12
+    assert config.dual_restarts is False and config.lr == 1e-3
+
+
+def test_sweep_grid_expansion_and_record_folders(workspace):
+    spec = {"base": {"experiment": "grid", "model": "mlp", "preset": "cpu"},
+            "grid": {"target": [0.2, 0.5], "seed": [0, 1]},
+            "runs": [{"grouping": "layer", "target": [0.3, 0.3, 0.3]}, {"target": 0.2, "seed": 0}]}
+    sets = sweeps.expand_grid(spec)
+    assert len(sets) == 5  # the last explicit run duplicates a grid point
+    folders = {sweeps.run_folder(params, "mnist") for params in sets}
+    assert len(folders) == 5
+    assert workspace / "runs" / "grid" / "mlp-constrained-model-t0.2-s1-cpu" in folders
