@@ -16,6 +16,8 @@ reading each leaf module's input and output shapes. With ``sparse_weights``
 neither a parameter nor a MAC.
 """
 
+import math
+
 import torch
 import torch.nn as nn
 
@@ -33,11 +35,11 @@ def _module_macs(module: nn.Module, inp: torch.Tensor, out: torch.Tensor, conven
                  sparse_weights: bool) -> int:
     paper = convention == "paper"
     if isinstance(module, nn.Conv2d):
-        positions = out.numel() // out.shape[1]  # output positions per channel (batch of one)
+        positions = out.shape[0] * math.prod(out.shape[2:])  # output positions per channel
         macs = positions * _entries(module.weight, sparse_weights)
         return macs + (positions * _entries(module.bias, sparse_weights) if paper else 0)
     if isinstance(module, nn.Linear):
-        rows = inp.numel() // inp.shape[-1]
+        rows = math.prod(inp.shape[:-1])
         macs = rows * _entries(module.weight, sparse_weights)
         return macs + (_entries(module.bias, sparse_weights) if paper else 0)
     if not paper:

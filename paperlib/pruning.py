@@ -11,7 +11,9 @@ paper's epsilon) of each layer:
   purged exactly like a gated model whose gates are these 0/1 values (App. D:
   "steps 1 is replaced with the ranking-and-thresholding operation").
 * :func:`magnitude_prune_unstructured`: in each layer, keep the weights with the
-  largest absolute values; biases stay dense (App. L).
+  largest absolute values; biases stay dense (App. L). During fine-tuning the
+  training loop keeps the pruned weights at zero with :func:`weight_masks` and
+  :func:`apply_weight_masks_`.
 
 Rounding rule: a layer of ``n`` groups (or weights) keeps
 ``max(1, round(density * n))`` of them, ``round`` being Python's
@@ -74,12 +76,10 @@ def magnitude_prune_unstructured(dense_model: nn.Module, density: float | Sequen
                                  model_name: str) -> nn.Module:
     """Unstructured magnitude pruning (App. L): keep the largest ``|w|`` of each prunable layer.
 
-    Returns a pruned copy of ``dense_model`` that still carries the masks of
-    :mod:`torch.nn.utils.prune`: each pruned layer computes with
-    ``weight = weight_orig * weight_mask``, so the removed weights stay exactly
-    zero while the copy is fine-tuned with any optimiser. Call
-    :func:`remove_pruning_reparametrization` after fine-tuning (and before
-    counting parameters) to make the zeros permanent.
+    Returns a copy of ``dense_model`` of the same architecture whose pruned
+    weights are exact zeros, to be counted with ``sparse_weights=True``.
+    Biases stay dense. To fine-tune it, take :func:`weight_masks` right away
+    and call :func:`apply_weight_masks_` after every optimiser step.
     """
     pruned = copy.deepcopy(dense_model)
     names = prunable_layer_names(model_name, sparsity="unstructured")
@@ -87,15 +87,31 @@ def magnitude_prune_unstructured(dense_model: nn.Module, density: float | Sequen
         layer = pruned.get_submodule(name)
         size = layer.weight.numel()
         prune.l1_unstructured(layer, "weight", amount=size - num_kept(size, layer_density))
+        prune.remove(layer, "weight")  # a plain weight holding the zeros
     return pruned
 
 
-def remove_pruning_reparametrization(model: nn.Module) -> nn.Module:
-    """Fold the prune masks into the weights, in place: plain layers with exact zeros remain."""
-    for module in model.modules():
-        if hasattr(module, "weight_mask"):
-            prune.remove(module, "weight")
-    return model
+def weight_masks(model: nn.Module, model_name: str) -> dict[str, torch.Tensor]:
+    """The non-zero pattern of each prunable layer's weight, by module name.
+
+    Taken from a freshly pruned model, these are the weights that fine-tuning
+    may change (a kept weight that is exactly zero, which has probability
+    zero, would stay frozen at zero).
+    """
+    return {name: model.get_submodule(name).weight.detach() != 0
+            for name in prunable_layer_names(model_name, sparsity="unstructured")}
+
+
+@torch.no_grad()
+def apply_weight_masks_(model: nn.Module, masks: dict[str, torch.Tensor]) -> None:
+    """Zero, in place, the weights outside ``masks``: after each optimiser step, pruned weights stay pruned.
+
+    For element-wise optimisers (SGD with momentum, Adam, weight decay) the kept
+    weights then follow exactly the trajectory they would follow if the pruned
+    ones were absent from the model.
+    """
+    for name, mask in masks.items():
+        model.get_submodule(name).weight.mul_(mask)
 
 
 def _layer_densities(density: float | Sequence[float], num_layers: int) -> list[float]:

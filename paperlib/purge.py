@@ -50,6 +50,7 @@ from .models import BasicBlock, Bottleneck, WideBasicBlock, gated_layers
 
 _CONVS = (nn.Conv2d, L0Conv2d)
 _LINEARS = (nn.Linear, L0Linear)
+_WEIGHTED = (*_CONVS, ConvBN, *_LINEARS)
 
 #: Residual branch (in forward order) and the activation applied after the addition.
 _RESNET_BLOCKS = {
@@ -193,7 +194,7 @@ class _Purger:
             if isinstance(module, (*_CONVS, ConvBN)):
                 purged[name], alive = self.conv(module, alive)
             elif isinstance(module, _LINEARS):
-                successor = next((m for _, m in children[i + 1:] if isinstance(m, (*_CONVS, ConvBN, *_LINEARS))), None)
+                successor = next((m for _, m in children[i + 1:] if isinstance(m, _WEIGHTED)), None)
                 read = self.scale(successor) != 0 if isinstance(successor, _LINEARS) else None
                 select, linear, alive = self.linear(module, alive, read)
                 if select is not None:
@@ -268,7 +269,8 @@ class _Purger:
         if block.shortcut is None:
             return Residual(nn.Sequential(OrderedDict(pre_activation + list(branch.items()))), nn.Identity())
         shortcut, _ = self.conv(block.shortcut, None)
-        return nn.Sequential(OrderedDict(pre_activation + [("residual", Residual(nn.Sequential(branch), shortcut))]))
+        residual = Residual(nn.Sequential(branch), shortcut)
+        return nn.Sequential(OrderedDict(pre_activation + [("residual", residual)]))
 
 
 def _scales_by_layer(model: nn.Module, scales: dict[str, torch.Tensor]) -> dict[nn.Module, torch.Tensor]:
@@ -292,7 +294,7 @@ def _scales_by_layer(model: nn.Module, scales: dict[str, torch.Tensor]) -> dict[
 
 
 def _kept(alive: torch.Tensor | None, size: int | None = None) -> torch.Tensor:
-    """Indices of the alive units: all ``size`` of them when ``alive`` is None, the placeholder [0] when none is."""
+    """Indices of the alive units: all ``size`` units when ``alive`` is None, the placeholder [0] if none is."""
     if alive is None:
         return torch.arange(size)
     kept = alive.nonzero().flatten()

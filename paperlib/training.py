@@ -15,7 +15,6 @@ ends with the same numbers as an uninterrupted run: the checkpoint holds the
 model, optimisers, scheduler, multipliers, data-loader position and RNG states.
 """
 
-import copy
 import os
 import platform
 import time
@@ -69,6 +68,7 @@ class _State:
     history: list = field(default_factory=list)
     steps: list = field(default_factory=list)
     gate_medians: dict = field(default_factory=dict)
+    weight_masks: dict = field(default_factory=dict)  # unstructured magnitude pruning: zeros stay zero
     wall_time: float = 0.0
 
 
@@ -157,6 +157,8 @@ class Experiment:
                     layer.clamp_log_alpha_()
             if self.objective is not None:
                 self.objective.dual_step(density)  # same iterate as the primal step (eq. 5)
+            if self.state.weight_masks:
+                pruning.apply_weight_masks_(model, self.state.weight_masks)
             total_loss += loss.item() * len(y)
             total_objective += objective.item() * len(y)
             correct += (logits.argmax(1) == y).sum().item()
@@ -179,11 +181,7 @@ class Experiment:
     # ----- evaluation ----------------------------------------------------------
     def test_time_model(self) -> nn.Module:
         """The deterministic model that is evaluated and counted (App. D)."""
-        if self.gated:
-            return purge(self.model)
-        if any(hasattr(m, "weight_mask") for m in self.model.modules()):  # unstructured magnitude pruning
-            return pruning.remove_pruning_reparametrization(copy.deepcopy(self.model))
-        return self.model
+        return purge(self.model) if self.gated else self.model
 
     @torch.no_grad()
     def evaluate(self) -> dict:
@@ -365,6 +363,7 @@ class Experiment:
             self.model = pruning.l1_filter_prune(self.model, c.target, c.model).to(self.device)
         else:
             self.model = pruning.magnitude_prune_unstructured(self.model, c.target, c.model).to(self.device)
+            self.state.weight_masks = pruning.weight_masks(self.model, c.model)
         self.state.phase = "finetune"
         self._build_optimizers(finetune=True)
         self._finish_epoch("pruned", {}, started)

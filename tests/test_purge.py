@@ -1,0 +1,257 @@
+"""Purging (App. D, App. L): the purged model computes what the gated model computes with median gates.
+
+Gates are set through ``log_alpha``: the median of eq. 8 is exactly 0 for
+log_alpha <= -beta ln 11 (about -1.60), exactly 1 for log_alpha >= beta ln 11
+and fractional in between, so every layer below gets the three kinds of groups.
+Batch-norm statistics and affine parameters are randomised too, so that a
+removed channel whose batch-norm shift leaked through would show.
+"""
+
+import copy
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+
+from paperlib.counting import count_macs, count_params
+from paperlib.gates import BETA, median_gates
+from paperlib.layers import L0Conv2d, L0Layer, L0Linear
+from paperlib.models import LeNet5, build_model, gated_layers
+from paperlib.purge import (Residual, ScatterChannels, SelectFeatures, median_scales, pruned_architecture, purge,
+                            purge_groups)
+
+OFF, ON = -5.0, 5.0  # log_alpha values whose median gate is exactly 0 and exactly 1
+BOUND = BETA * math.log(11.0)  # |log_alpha| below this: fractional median
+PLAIN_MODULES = (nn.Linear, nn.Conv2d, nn.BatchNorm2d, nn.ReLU, nn.MaxPool2d, nn.AdaptiveAvgPool2d, nn.Flatten,
+                 nn.Identity, nn.Sequential, SelectFeatures, ScatterChannels, Residual)
+
+# name, input shape used in the test, layers switched entirely off in the "collapsed" case
+ARCHITECTURES = [
+    ("mlp", (1, 28, 28), ["fc1"]),
+    ("mlp", (1, 28, 28), ["fc2"]),
+    ("lenet5", (1, 28, 28), ["conv1"]),
+    ("lenet5", (1, 28, 28), ["fc1"]),
+    ("wrn-28-10", (3, 32, 32), ["stage2.0.conv1.conv"]),
+    # conv1 off: conv2 sees zeros but bn2 still adds its shift; conv2 off: the branch is exactly zero.
+    ("resnet18", (3, 32, 32), ["layer2.0.conv1.conv", "layer3.1.conv2.conv"]),
+    ("resnet50", (3, 64, 64), ["layer1.1.conv2.conv", "layer3.0.conv3.conv"]),
+]
+
+
+def set_random_gates_(model: nn.Module, off_layers=(), seed: int = 0) -> None:
+    """A third of each layer's gates at median 0, a third at 1, a third fractional; ``off_layers`` all 0."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, layer in model.named_modules():
+            if not isinstance(layer, L0Layer):
+                continue
+            for log_alpha in layer.gate_parameters():
+                kind = (torch.randperm(log_alpha.numel(), generator=generator) % 3).view(log_alpha.shape)
+                fractional = torch.empty(log_alpha.shape).uniform_(-0.9 * BOUND, 0.9 * BOUND, generator=generator)
+                values = torch.where(kind == 0, OFF, torch.where(kind == 1, ON, fractional))
+                log_alpha.copy_(torch.full_like(values, OFF) if name in off_layers else values)
+
+
+def set_random_batchnorm_(model: nn.Module, seed: int = 0) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for bn in model.modules():
+            if isinstance(bn, nn.BatchNorm2d):
+                size = bn.num_features
+                bn.running_mean.copy_(0.2 * torch.randn(size, generator=generator))
+                bn.running_var.copy_(torch.empty(size).uniform_(0.5, 2.0, generator=generator))
+                bn.weight.copy_(torch.empty(size).uniform_(0.5, 1.5, generator=generator))
+                bn.bias.copy_(0.2 * torch.randn(size, generator=generator))
+
+
+def assert_same_outputs(model_a: nn.Module, model_b: nn.Module, input_shape, batch: int = 3) -> torch.Tensor:
+    x = torch.randn(batch, *input_shape, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        a, b = model_a.eval()(x), model_b.eval()(x)
+    scale = a.abs().max()
+    assert scale > 0
+    assert (a - b).abs().max() <= 1e-5 * scale
+    return a
+
+
+def dense_params(model: nn.Module) -> int:
+    """Parameters of the model without its gates."""
+    return sum(p.numel() for name, p in model.named_parameters() if "log_alpha" not in name)
+
+
+@pytest.fixture(scope="module")
+def gated_models():
+    torch.manual_seed(0)
+    models = {name: build_model(name, gated=True) for name in dict.fromkeys(a[0] for a in ARCHITECTURES)}
+    for model in models.values():
+        set_random_batchnorm_(model)
+    return models
+
+
+@pytest.mark.parametrize("collapse", [False, True], ids=["mixed", "collapsed"])
+@pytest.mark.parametrize("name, input_shape, off_layers", ARCHITECTURES,
+                         ids=[f"{name}-{'+'.join(off)}" for name, _, off in ARCHITECTURES])
+def test_purged_model_matches_gated_model(gated_models, name, input_shape, off_layers, collapse):
+    model = gated_models[name]
+    set_random_gates_(model, off_layers if collapse else ())
+    purged = purge(model)
+
+    assert all(type(m) in PLAIN_MODULES for m in purged.modules())
+    assert (purged.input_shape, purged.num_classes) == (model.input_shape, model.num_classes)
+    output = assert_same_outputs(model, purged, input_shape)
+    if collapse and name in ("mlp", "lenet5"):  # a layer outputs its bias only: the model is constant
+        assert torch.allclose(output, output[0].expand_as(output))
+
+    # Every gated layer keeps its non-zero groups (a collapsed one keeps a single zero placeholder).
+    kept = [max(1, int(layer.group_gate_values().count_nonzero())) for layer in gated_layers(model)]
+    widths = _purged_widths(model, purged)
+    if name != "lenet5":  # LeNet5's fc1 also loses the features of removed channels: checked below
+        assert widths == kept
+    assert count_params(purged) < dense_params(model)
+
+
+def _purged_widths(model: nn.Module, purged: nn.Module) -> list[int]:
+    """Width of each gated layer's counterpart along its gated dimension.
+
+    Purging keeps every linear and convolutional layer, in the same order.
+    """
+    sources = [m for m in model.modules() if isinstance(m, (nn.Linear, nn.Conv2d, L0Linear, L0Conv2d))]
+    targets = [m for m in purged.modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
+    assert len(sources) == len(targets)
+    return [target.out_channels if isinstance(source, L0Conv2d) else target.in_features
+            for source, target in zip(sources, targets) if isinstance(source, L0Layer)]
+
+
+def test_mlp_and_lenet5_purged_shapes_and_parameter_counts(gated_models):
+    # MLP 784-300-100-10: fc_i keeps k_i inputs, so fc1 is k1 x k2, fc2 is k2 x k3, fc3 is k3 x 10.
+    mlp = gated_models["mlp"]
+    set_random_gates_(mlp, seed=3)
+    k1, k2, k3 = [int(layer.group_gate_values().count_nonzero()) for layer in gated_layers(mlp)]
+    purged = purge(mlp)
+    assert pruned_architecture(mlp) == [k1, k2, k3]
+    assert purged.fc1_select.index.tolist() == mlp.fc1.group_gate_values().nonzero().flatten().tolist()
+    assert count_params(purged) == (k1 * k2 + k2) + (k2 * k3 + k3) + (k3 * 10 + 10)
+
+    # LeNet5: conv1 keeps c1 maps, conv2 c2; fc1 reads f1 features of the kept maps (4 x 4 each); fc2 k4 inputs.
+    lenet = gated_models["lenet5"]
+    set_random_gates_(lenet, seed=3)
+    conv1, conv2, fc1, fc2 = [layer.group_gate_values() != 0 for layer in gated_layers(lenet)]
+    c1, c2, k4 = int(conv1.sum()), int(conv2.sum()), int(fc2.sum())
+    f1 = int((fc1 & conv2.repeat_interleave(16)).sum())
+    assert f1 < int(fc1.sum())  # some features with an open gate belong to removed maps
+    purged = purge(lenet)
+    assert pruned_architecture(lenet) == [c1, c2, f1, k4]
+    assert (purged.conv2.in_channels, purged.conv2.out_channels, purged.fc1.in_features) == (c1, c2, f1)
+    assert count_params(purged) == (c1 * 25 + c1) + (c2 * c1 * 25 + c2) + (f1 * k4 + k4) + (k4 * 10 + 10)
+
+
+def test_fractional_gates_are_absorbed_into_weights_and_conv_bias():
+    model = LeNet5(gated=True)
+    with torch.no_grad():
+        for layer in gated_layers(model):
+            layer.weight_log_alpha.fill_(ON)
+        model.conv1.weight_log_alpha[3] = 0.0  # median 0.5
+        model.fc2.weight_log_alpha[7] = 0.0
+    purged = purge(model)
+    assert torch.equal(purged.conv1.weight[3], 0.5 * model.conv1.weight[3])
+    assert torch.equal(purged.conv1.bias[3], 0.5 * model.conv1.bias[3])
+    assert torch.equal(purged.fc2.weight[:, 7], 0.5 * model.fc2.weight[:, 7])
+    assert torch.equal(purged.fc2.bias, model.fc2.bias)  # the bias of a structured linear layer has no gate
+    assert torch.equal(purged.conv2.weight, model.conv2.weight)
+
+
+def test_pruned_architecture_on_hand_made_gates():
+    mlp = build_model("mlp", gated=True)
+    lenet = build_model("lenet5", gated=True)
+    with torch.no_grad():
+        for layer, kept in zip(gated_layers(mlp), (198, 233, 100)):
+            layer.weight_log_alpha.fill_(OFF)[:kept] = 0.5  # fractional, non-zero gates count as kept
+        conv1, conv2, fc1, fc2 = (layer.weight_log_alpha for layer in gated_layers(lenet))
+        conv1.fill_(OFF)[:7] = ON
+        conv2.fill_(OFF)[[0, 3, 10]] = ON
+        # fc1 reads 50 maps of 4 x 4: map c owns features 16c .. 16c + 15.
+        fc1.fill_(OFF)[0:5] = ON  # map 0 (kept): 5 features
+        fc1[16:32] = ON  # map 1 (removed): none
+        fc1[48:64] = ON  # map 3 (kept): 16 features
+        fc2.fill_(OFF)[:407] = ON
+    assert pruned_architecture(mlp) == [198, 233, 100]
+    assert pruned_architecture(lenet) == [7, 3, 21, 407]
+    purged = purge(lenet)
+    assert purged.fc1_select.index.tolist() == [0, 1, 2, 3, 4] + list(range(16, 32))  # map 3 is the 2nd kept map
+    with torch.no_grad():
+        fc2.fill_(OFF)
+    assert pruned_architecture(lenet) == [7, 3, 21, 0]
+
+
+def test_dense_shortcut_stem_and_classifier_are_copied(gated_models):
+    model = gated_models["resnet18"]
+    set_random_gates_(model)
+    purged = purge(model)
+    assert torch.equal(purged.stem.conv.weight, model.stem.conv.weight)
+    assert torch.equal(purged.layer2[0].residual.shortcut.conv.weight, model.layer2[0].shortcut.conv.weight)
+    assert torch.equal(purged.fc.weight, model.fc.weight)
+    # conv2 of the block is scattered back to its full width of 128 channels.
+    scatter = purged.layer2[0].residual.branch.scatter
+    assert scatter.width == 128
+    assert scatter.index.tolist() == model.layer2[0].conv2.conv.group_gate_values().nonzero().flatten().tolist()
+
+
+def test_purge_groups_on_a_dense_model_with_explicit_scales():
+    torch.manual_seed(0)
+    dense = build_model("mlp", gated=False)
+    scale = torch.zeros(300)
+    scale[[4, 7]] = torch.tensor([2.0, 0.5])
+    purged = purge_groups(dense, {"fc2": scale})
+    assert (purged.fc1.out_features, purged.fc2.in_features) == (2, 2)
+    assert torch.equal(purged.fc1.weight, dense.fc1.weight[[4, 7]])
+    assert torch.equal(purged.fc2.weight, dense.fc2.weight[:, [4, 7]] * torch.tensor([2.0, 0.5]))
+    masked = copy.deepcopy(dense)
+    with torch.no_grad():
+        masked.fc2.weight.mul_(scale)
+    assert_same_outputs(masked, purged, dense.input_shape)
+
+
+def test_purge_groups_rejects_bad_scales():
+    gated = build_model("mlp", gated=True)
+    scales = median_scales(gated)
+    with pytest.raises(ValueError, match="fc9"):
+        purge_groups(gated, {**scales, "fc9": torch.ones(3)})
+    with pytest.raises(ValueError, match=r"shape \(300,\)"):
+        purge_groups(gated, {**scales, "fc2": torch.ones(299)})
+    with pytest.raises(ValueError, match="'fc3'"):
+        purge_groups(gated, {"fc1": scales["fc1"], "fc2": scales["fc2"]})
+
+
+@pytest.mark.parametrize("name, input_shape", [("mlp", (1, 28, 28)), ("lenet5", (1, 28, 28)),
+                                               ("resnet18", (3, 32, 32))])
+def test_unstructured_purge_masks_weights(name, input_shape):
+    torch.manual_seed(0)
+    model = build_model(name, gated=True, sparsity="unstructured")
+    set_random_gates_(model)
+    set_random_batchnorm_(model)
+    purged = purge(model)
+
+    assert not any(isinstance(m, L0Layer) for m in purged.modules())
+    assert_same_outputs(model, purged, input_shape)
+    non_zero = 0
+    for layer in gated_layers(model):
+        weight, bias = layer.gated_weight_and_bias(median=True)
+        non_zero += int(weight.count_nonzero()) + (0 if bias is None else int(bias.count_nonzero()))
+        assert 0 < int(weight.count_nonzero()) < weight.numel()
+    ungated = sum(p.numel() for m in model.modules() if not isinstance(m, L0Layer)
+                  for p in m.parameters(recurse=False))
+    assert count_params(purged, sparse_weights=True) == non_zero + ungated
+    assert count_params(purged) == dense_params(model)
+    if name == "mlp":  # plain MACs of a one-example MLP are its non-zero weights
+        weights = sum(int(m.weight.count_nonzero()) for m in purged.modules() if isinstance(m, nn.Linear))
+        assert count_macs(purged, convention="plain", sparse_weights=True) == weights
+
+
+def test_median_gates_used_by_purge_are_those_of_eq_8(gated_models):
+    model = gated_models["mlp"]
+    set_random_gates_(model)
+    scales = median_scales(model)
+    assert set(scales) == {"fc1", "fc2", "fc3"}
+    assert torch.equal(scales["fc2"], median_gates(model.fc2.weight_log_alpha))
+    assert {0.0, 1.0} < set(scales["fc2"].tolist())  # and fractional values
