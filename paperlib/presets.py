@@ -133,6 +133,10 @@ DEFAULT_MODEL = {
 }
 
 
+#: Parameter values that mean "the preset's value" (the notebooks' defaults).
+PRESET_DEFAULT_MARKERS = {"model": "", "epochs": 0, "finetune_epochs": 0}
+
+
 def concrete_preset(preset: str) -> str:
     """Resolve ``auto`` to ``paper`` on CUDA machines and ``cpu`` elsewhere."""
     if preset not in PRESETS:
@@ -284,13 +288,16 @@ def resolve_config(**overrides) -> ExperimentConfig:
     """Preset values for (dataset, model), then the user's overrides, converted and validated.
 
     ``preset='auto'`` resolves to ``paper`` on CUDA and ``cpu`` otherwise; the
-    resolved name is stored in the config. ``model=None`` picks the preset's
-    default model for the dataset.
+    resolved name is stored in the config. None, and the markers of
+    :data:`PRESET_DEFAULT_MARKERS` (``model=""``, ``epochs=0``), keep the
+    preset's value.
     """
     hints = typing.get_type_hints(ExperimentConfig)
     unknown = set(overrides) - set(hints)
     if unknown:
         raise ValueError(f"unknown parameter(s) {sorted(unknown)}; known: {sorted(hints)}")
+    # "Use the preset's value" markers, as the notebooks' parameter cells spell them.
+    overrides = {k: v for k, v in overrides.items() if not (k in PRESET_DEFAULT_MARKERS and v == PRESET_DEFAULT_MARKERS[k])}
     preset = concrete_preset(str(overrides.get("preset", "auto")))
     dataset = str(overrides.get("dataset", ExperimentConfig.dataset))
     _check_choice("dataset", dataset, DATASETS)

@@ -21,6 +21,7 @@ complete, so a failed run never overwrites anything in ``runs/``. With
 """
 
 import argparse
+import ast
 import dataclasses
 import itertools
 import os
@@ -31,6 +32,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import papermill
 import yaml
 
 from . import records
@@ -56,10 +58,16 @@ def expand_grid(spec: dict) -> list[dict]:
     return unique
 
 
-def run_folder(params: dict, dataset: str) -> Path:
-    """The record folder these notebook parameters will write to."""
+def notebook_defaults(notebook: str) -> dict:
+    """The default values of a notebook's parameters cell."""
+    return {name: ast.literal_eval(info["default"]) for name, info in papermill.inspect_notebook(notebook).items()}
+
+
+def run_folder(params: dict, dataset: str, defaults: dict | None = None) -> Path:
+    """The record folder a notebook run with these parameters (over its ``defaults``) writes to."""
     fields = {f.name for f in dataclasses.fields(ExperimentConfig)}
-    config = resolve_config(dataset=dataset, **{k: v for k, v in params.items() if k in fields})
+    merged = {**(defaults or {}), **params}
+    config = resolve_config(dataset=dataset, **{k: v for k, v in merged.items() if k in fields})
     return records.runs_dir() / config.experiment / config.run_name
 
 
@@ -84,7 +92,7 @@ def _commit(run_dir: Path) -> None:
 
 def execute(notebook: str, dataset: str, params: dict, threads: int, commit: bool) -> str:
     """Run one parameter set unless its record is complete; return a one-line status."""
-    run_dir = run_folder(params, dataset)
+    run_dir = run_folder(params, dataset, notebook_defaults(notebook))
     if records.record_status(run_dir) == "complete":
         return f"skip (complete)  {run_dir}"
     scratch = records.checkpoints_dir() / "notebooks" / run_dir.relative_to(records.runs_dir())
@@ -121,8 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     threads = args.threads or spec.get("threads", 1)
     sets = expand_grid(spec)
     if args.dry_run:
+        defaults = notebook_defaults(spec["notebook"])
         for params in sets:
-            run_dir = run_folder(params, spec["dataset"])
+            run_dir = run_folder(params, spec["dataset"], defaults)
             print(f"{records.record_status(run_dir) or 'missing':9s} {run_dir}")
         return 0
     print(f"{len(sets)} runs of {spec['notebook']} with {workers} workers x {threads} threads", flush=True)

@@ -159,3 +159,16 @@ def test_sweep_grid_expansion_and_record_folders(workspace):
     folders = {sweeps.run_folder(params, "mnist") for params in sets}
     assert len(folders) == 5
     assert workspace / "runs" / "grid" / "mlp-constrained-model-t0.2-s1-cpu" in folders
+
+
+def test_sweep_uses_the_notebooks_defaults(workspace):
+    defaults = sweeps.notebook_defaults(str(records.project_root() / "book" / "mnist.ipynb"))
+    assert defaults["target"] == 0.33 and defaults["epochs"] == 0
+    folder = sweeps.run_folder({}, "mnist", defaults)
+    assert folder.parent == workspace / "runs" / "mnist"
+    assert folder.name.startswith("mlp-constrained-model-t0.33-s0-")
+
+
+def test_zero_epochs_and_empty_model_mean_the_presets_values():
+    config = resolve_config(dataset="cifar10", preset="cpu", model="", epochs=0, target=0.7)
+    assert (config.model, config.epochs) == ("wrn-16-1", 4)
