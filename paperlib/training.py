@@ -54,7 +54,7 @@ def resolve_device(name: str) -> torch.device:
 
 
 def _optimizer(kind: str, params, lr: float, momentum: float, weight_decay: float = 0.0) -> torch.optim.Optimizer:
-    if kind == "adam":  # PyTorch's default betas (0.9, 0.999), as in App. J.2
+    if kind == "adam":  # PyTorch's default betas (0.9, 0.999); App. J.2 prints (0.9, 0.99) "as by default"
         return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
     return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
 
