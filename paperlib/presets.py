@@ -57,6 +57,7 @@ class ExperimentConfig:
     momentum: float = 0.9
     lr_milestones: list[int] = field(default_factory=list)
     lr_gamma: float = 0.1
+    schedule_gates: bool = False         # also decay the gates' learning rate at the milestones
     epochs: int = 200
     batch_size: int = 128
     finetune_epochs: int = 0             # magnitude pruning only
@@ -306,20 +307,34 @@ def resolve_config(**overrides) -> ExperimentConfig:
         raise ValueError(f"parameter 'model' must be one of {MODEL_NAMES} (or wrn-DEPTH-WIDTH); got {model!r}")
     values = preset_values(preset, dataset, model, overrides.get("sparsity", "structured"),
                            overrides.get("grouping", "model"), overrides.get("target"))
+    preset_config = ExperimentConfig(**values)
     values.update({k: v for k, v in overrides.items() if v is not None or k in ("target", "lmbda")})
     values.update(preset=preset, dataset=dataset, model=model)
     converted = {name: _convert(name, value, hints[name]) for name, value in values.items()}
     config = ExperimentConfig(**converted)
     validate(config)
     if not config.run_name:
-        config.run_name = default_run_name(config)
+        config.run_name = default_run_name(config, preset_config)
     return config
 
 
-def default_run_name(config: ExperimentConfig) -> str:
-    """A readable, unique-per-setting name, e.g. ``wrn-16-1-constrained-model-t0.7-s0-cpu``."""
+#: Hyper-parameters named in a run's name when they differ from the preset's value.
+NAMED_IF_CHANGED = ("epochs", "batch_size", "optimizer", "lr", "lr_milestones", "lr_gamma", "momentum",
+                    "weight_decay", "gates_optimizer", "gates_lr", "schedule_gates", "dual_lr", "rho_init",
+                    "finetune_epochs", "finetune_lr")
+
+
+def default_run_name(config: ExperimentConfig, preset_config: ExperimentConfig | None = None) -> str:
+    """A readable name, unique per setting, e.g. ``wrn-16-1-constrained-model-t0.7-s0-cpu``.
+
+    Hyper-parameters that differ from the preset's (``preset_config``) are
+    appended, e.g. ``...-gates_lr0.1-s0-cpu``, so two runs that differ only
+    there never share a record.
+    """
     def fmt(value):
-        return "_".join(f"{v:g}" for v in value) if isinstance(value, list) else f"{value:g}"
+        if isinstance(value, list):
+            return "_".join(fmt(v) for v in value)
+        return f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
 
     parts = [config.model, config.method]
     if config.sparsity == "unstructured":
@@ -334,5 +349,8 @@ def default_run_name(config: ExperimentConfig) -> str:
         parts.append("no-restarts")
     if not config.detach_gates:
         parts.append("no-detach")
+    if preset_config is not None:
+        parts += [f"{name}{fmt(getattr(config, name))}" for name in NAMED_IF_CHANGED
+                  if getattr(config, name) != getattr(preset_config, name)]
     parts += [f"s{config.seed}", config.preset + ("-smoke" if config.smoke else "")]
     return "-".join(parts)

@@ -117,15 +117,19 @@ class Experiment:
         if finetune:  # App. J.6: constant learning rate
             self.optimizer = _optimizer(c.optimizer, self.model.parameters(), c.finetune_lr, c.momentum,
                                         c.weight_decay)
-            self.scheduler = None
+            self.scheduler = self.gates_scheduler = None
             self.gates_optimizer = None
             return
         groups = [{"params": other_weights, "weight_decay": c.weight_decay}]
         if gated_weights:  # decayed through the expected L2 term of eq. 9 instead
             groups.append({"params": gated_weights, "weight_decay": 0.0})
         self.optimizer = _optimizer(c.optimizer, groups, c.lr, c.momentum)
-        self.scheduler = torch.optim.lr_scheduler.MultiStepLR(self.optimizer, c.lr_milestones, c.lr_gamma)
         self.gates_optimizer = _optimizer(c.gates_optimizer, gate_params, c.gates_lr, c.momentum) if gate_params else None
+        self.scheduler = torch.optim.lr_scheduler.MultiStepLR(self.optimizer, c.lr_milestones, c.lr_gamma)
+        self.gates_scheduler = None  # the gates' learning rate is constant unless asked otherwise (App. J)
+        if self.gates_optimizer is not None and c.schedule_gates:
+            self.gates_scheduler = torch.optim.lr_scheduler.MultiStepLR(self.gates_optimizer, c.lr_milestones,
+                                                                        c.lr_gamma)
 
     def train_epoch(self) -> dict:
         """One pass over the training data; returns mean loss, error and (gated) Lagrangian."""
@@ -240,6 +244,7 @@ class Experiment:
             "optimizer": self.optimizer.state_dict(),
             "gates_optimizer": None if self.gates_optimizer is None else self.gates_optimizer.state_dict(),
             "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
+            "gates_scheduler": None if self.gates_scheduler is None else self.gates_scheduler.state_dict(),
             "objective": None if self.objective is None else self.objective.state_dict(),
             "loader": self.train_loader.state_dict(), "rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
@@ -263,6 +268,8 @@ class Experiment:
             self.gates_optimizer.load_state_dict(payload["gates_optimizer"])
         if self.scheduler is not None:
             self.scheduler.load_state_dict(payload["scheduler"])
+        if self.gates_scheduler is not None:
+            self.gates_scheduler.load_state_dict(payload["gates_scheduler"])
         if self.objective is not None:
             self.objective.load_state_dict(payload["objective"])
         self.train_loader.load_state_dict(payload["loader"])
@@ -345,8 +352,9 @@ class Experiment:
                 if self.state.epoch == self.epochs_total and self.state.phase == "train":
                     self._prune_for_finetuning()
                 train = self.train_epoch()
-                if self.scheduler is not None:
-                    self.scheduler.step()
+                for scheduler in (self.scheduler, self.gates_scheduler):
+                    if scheduler is not None:
+                        scheduler.step()
                 self.state.epoch += 1
                 self._finish_epoch(self.state.phase, train, started)
         except NonFiniteLossError:

@@ -172,3 +172,20 @@ def test_sweep_uses_the_notebooks_defaults(workspace):
 def test_zero_epochs_and_empty_model_mean_the_presets_values():
     config = resolve_config(dataset="cifar10", preset="cpu", model="", epochs=0, target=0.7)
     assert (config.model, config.epochs) == ("wrn-16-1", 4)
+
+
+@pytest.mark.parametrize("schedule_gates, final_gates_lr", [(False, 0.05), (True, 0.05 * 0.1 ** 2)])
+def test_gates_learning_rate_is_scheduled_only_on_request(workspace, schedule_gates, final_gates_lr):
+    params = {**RUN, "lr_milestones": [1, 2], "lr_gamma": 0.1, "schedule_gates": schedule_gates}
+    record = training.run_experiment(progress=False, **params)
+    last = record["history"][-1]
+    assert float(last["lr"]) == pytest.approx(RUN.get("lr", 7e-4) * 0.1 ** 2)
+    assert float(last["gates_lr"]) == pytest.approx(final_gates_lr)
+
+
+def test_run_names_differ_when_any_hyper_parameter_differs_from_the_preset():
+    base = dict(dataset="cifar10", preset="cpu", target=0.7, grouping="layer")
+    names = {resolve_config(**base, **extra).run_name for extra in
+             ({}, {"gates_lr": 0.1}, {"gates_lr": 1.0}, {"detach_gates": False}, {"dual_lr": 1e-3}, {"seed": 1})}
+    assert len(names) == 6
+    assert resolve_config(**base).run_name == resolve_config(**base, gates_lr=6.0).run_name  # the preset's value
