@@ -97,6 +97,26 @@ def execute(notebook: str, dataset: str, params: dict, threads: int, commit: boo
         return f"skip (complete)  {run_dir}"
     scratch = records.checkpoints_dir() / "notebooks" / run_dir.relative_to(records.runs_dir())
     scratch.mkdir(parents=True, exist_ok=True)
+    if not _claim(scratch / "running.pid"):
+        return f"skip (running in another process)  {run_dir}"
+    try:
+        return _execute(notebook, params, threads, commit, run_dir, scratch)
+    finally:
+        (scratch / "running.pid").unlink(missing_ok=True)
+
+
+def _claim(lock: Path) -> bool:
+    """Take the run for this process unless a live process holds it (two sweeps may share runs)."""
+    try:
+        holder = int(lock.read_text())
+        os.kill(holder, 0)
+        return False
+    except (FileNotFoundError, ValueError, ProcessLookupError):
+        lock.write_text(str(os.getpid()))
+        return True
+
+
+def _execute(notebook: str, params: dict, threads: int, commit: bool, run_dir: Path, scratch: Path) -> str:
     output = scratch / "notebook.ipynb"
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     started = time.time()

@@ -189,3 +189,16 @@ def test_run_names_differ_when_any_hyper_parameter_differs_from_the_preset():
              ({}, {"gates_lr": 0.1}, {"gates_lr": 1.0}, {"detach_gates": False}, {"dual_lr": 1e-3}, {"seed": 1})}
     assert len(names) == 6
     assert resolve_config(**base).run_name == resolve_config(**base, gates_lr=6.0).run_name  # the preset's value
+
+
+def test_a_run_is_claimed_by_one_live_process_only(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    lock = tmp_path / "running.pid"
+    lock.write_text(str(os.getpid()))  # held by a live process (this one)
+    assert not sweeps._claim(lock)
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    lock.write_text(finished.stdout.strip())  # held by a process that has exited
+    assert sweeps._claim(lock) and lock.read_text() == str(os.getpid())
