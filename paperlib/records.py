@@ -39,8 +39,14 @@ def runs_dir() -> Path:
 
 
 def checkpoints_dir() -> Path:
-    """Where checkpoints go (git-ignored, never under runs/): ``$PAPERLIB_CHECKPOINTS`` or ``<root>/checkpoints``."""
-    return Path(os.environ.get("PAPERLIB_CHECKPOINTS", project_root() / "checkpoints"))
+    """Where checkpoints go: ``$PAPERLIB_CHECKPOINTS``, else ``~/.cache/paperlib/checkpoints/<project path>``.
+
+    Outside the work tree (never under runs/), so that a run interrupted by the
+    end of a session resumes in the next one when the machine is kept but the
+    work tree is laid anew.
+    """
+    default = Path.home() / ".cache" / "paperlib" / "checkpoints" / str(project_root()).strip("/").replace("/", "-")
+    return Path(os.environ.get("PAPERLIB_CHECKPOINTS", default))
 
 
 def git_commit() -> str:

@@ -9,7 +9,7 @@
 4. after every epoch, purge the model (App. D), evaluate the purged test-time
    model, count its parameters and MACs, checkpoint, and rewrite the record.
 
-Checkpoints live in ``checkpoints/`` (git-ignored). A killed run started again
+Checkpoints live outside the work tree (:func:`paperlib.records.checkpoints_dir`). A killed run started again
 with the same parameters resumes after its last finished epoch and, on the CPU,
 ends with the same numbers as an uninterrupted run: the checkpoint holds the
 model, optimisers, scheduler, multipliers, data-loader position and RNG states.
