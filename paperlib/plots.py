@@ -34,7 +34,8 @@ def _targets(record: dict) -> list[float]:
 def plot_dynamics(record: dict, title: str | None = None) -> plt.Figure:
     """Training dynamics of one run: L0-density, multipliers, training loss and validation error."""
     history, steps = history_frame(record), steps_frame(record)
-    fig, axes = plt.subplots(1, 4, figsize=(16, 3.4))
+    fig, axes = plt.subplots(2, 2, figsize=(10, 6.4))
+    axes = axes.ravel()
     ax = axes[0]
     if "l0_density" in history:
         layer_columns = [c for c in history.columns if c.startswith("density[")]

@@ -63,11 +63,16 @@ def notebook_defaults(notebook: str) -> dict:
     return {name: ast.literal_eval(info["default"]) for name, info in papermill.inspect_notebook(notebook).items()}
 
 
-def run_folder(params: dict, dataset: str, defaults: dict | None = None) -> Path:
-    """The record folder a notebook run with these parameters (over its ``defaults``) writes to."""
+def run_config(params: dict, dataset: str, defaults: dict | None = None) -> ExperimentConfig:
+    """The resolved configuration of a notebook run with these parameters over its ``defaults``."""
     fields = {f.name for f in dataclasses.fields(ExperimentConfig)}
     merged = {**(defaults or {}), **params}
-    config = resolve_config(dataset=dataset, **{k: v for k, v in merged.items() if k in fields})
+    return resolve_config(dataset=dataset, **{k: v for k, v in merged.items() if k in fields})
+
+
+def run_folder(params: dict, dataset: str, defaults: dict | None = None) -> Path:
+    """The record folder a notebook run with these parameters (over its ``defaults``) writes to."""
+    config = run_config(params, dataset, defaults)
     return records.runs_dir() / config.experiment / config.run_name
 
 

@@ -69,6 +69,7 @@ class _State:
     steps: list = field(default_factory=list)
     gate_medians: dict = field(default_factory=dict)
     weight_masks: dict = field(default_factory=dict)  # unstructured magnitude pruning: zeros stay zero
+    git_commits: list = field(default_factory=list)  # HEAD at the start and at every resumption
     wall_time: float = 0.0
 
 
@@ -308,13 +309,15 @@ class Experiment:
             "wall_time_s": round(self.state.wall_time, 1), "device": str(self.device),
             "device_name": torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else platform.processor() or platform.machine(),
             "threads": torch.get_num_threads(), "data_source": self.data.source, "data": self.data.describe(),
-            "seed": c.seed, "git_commit": records.git_commit(), "paperlib_version": __version__,
+            "seed": c.seed, "git_commit": self.state.git_commits[0], "paperlib_version": __version__,
             "torch_version": torch.__version__,
         }
         if self.gated and c.sparsity == "structured":
             metrics["pruned_architecture"] = pruned_architecture(self.model)
         if isinstance(self.objective, ConstrainedObjective):
             metrics["multipliers_final"] = self.objective.multipliers.value.tolist()
+        if len(self.state.git_commits) > 1:
+            metrics["git_commits_resumed_at"] = self.state.git_commits[1:]
         return metrics
 
     def write(self, status: str) -> None:
@@ -343,6 +346,9 @@ class Experiment:
     def run(self) -> dict:
         """Train (or resume) to the end and return the loaded record."""
         resumed = self.load_checkpoint()
+        commit = records.git_commit()  # the code that runs from here on
+        if commit not in self.state.git_commits[-1:]:
+            self.state.git_commits.append(commit)
         if not resumed:
             started = time.time()
             self._finish_epoch("init", {}, started)  # epoch 0: the initial model

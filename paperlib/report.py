@@ -1,0 +1,136 @@
+"""Tables and figures of the book's report pages, built from the records in ``runs/``.
+
+A report page names a grid file (``grids/<table>.yaml``): :func:`grid_table`
+lists every run that grid asks for, with our numbers where the record is
+complete and, where it is not, the status and the command that would produce
+it. Nothing here invents a number: every cell comes from a ``metrics.json``.
+"""
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import yaml
+
+from . import records, sweeps
+
+
+def _fmt(value) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(f"{v:g}" for v in value) + "]"
+    return f"{value:g}"
+
+
+def _grid_runs(grid_file: str | Path) -> list[tuple[object, Path]]:
+    """(resolved configuration, record folder) of every run a grid file asks for, in grid order."""
+    root = records.project_root()
+    spec = yaml.safe_load((root / grid_file).read_text())
+    defaults = sweeps.notebook_defaults(str(root / spec["notebook"]))
+    runs = []
+    for params in sweeps.expand_grid(spec):
+        config = sweeps.run_config(params, spec["dataset"], defaults)
+        runs.append((config, records.runs_dir() / config.experiment / config.run_name))
+    return runs
+
+
+def grid_table(grid_file: str | Path) -> pd.DataFrame:
+    """One row per run of ``grid_file``: our numbers if its record is complete, else its status.
+
+    The table's ``attrs["command"]`` is the sweep command that produces the missing rows.
+    """
+    rows = []
+    for config, run_dir in _grid_runs(grid_file):
+        hyper = config.lmbda if config.method == "penalized" else config.target
+        row = {"model": config.model, "method": config.method, "grouping": config.grouping,
+               "λ_pen" if config.method == "penalized" else "target": _fmt(hyper),
+               "status": records.record_status(run_dir) or "not run"}
+        if row["status"] == "complete":
+            m = records.load_record(run_dir)["metrics"]
+            row.update({
+                "L0-density (%)": None if m["l0_density"] is None else 100 * m["l0_density"],
+                "params (%)": m["params_pct"], "MACs (%)": m["macs_pct"],
+                "pruned architecture": "-".join(map(str, m.get("pruned_architecture") or [])) or None,
+                "val. error best (%)": m["val_error_best"], "val. error final (%)": m["val_error_final"],
+                "epochs": m["epochs_completed"], "commit": m["git_commit"][:8],
+            })
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    if "target" in table and "λ_pen" in table:  # one hyper-parameter column
+        table.insert(3, "hyper-parameter", table.pop("target").fillna(table.pop("λ_pen")))
+    if (table["status"] != "complete").any():
+        table.attrs["command"] = f"python -m paperlib.sweeps {grid_file}"
+    return table
+
+
+def complete_records(grid_file: str | Path) -> list[dict]:
+    """The complete records of a grid's runs, in grid order."""
+    return [records.load_record(run_dir) for _, run_dir in _grid_runs(grid_file)
+            if records.record_status(run_dir) == "complete"]
+
+
+def show(table: pd.DataFrame, digits: int = 2):
+    """A table for the page: numbers rounded, empty cells as dashes.
+
+    Descriptive columns with one value in every row move to the caption, and
+    so does the command that produces the rows not complete yet.
+    """
+    table = table.dropna(axis=1, how="all")
+    constant = [c for c in ("model", "method", "grouping") if c in table and table[c].nunique() == 1 and len(table) > 1]
+    caption = [", ".join(f"{c}: {table[c].iloc[0]}" for c in constant)] if constant else []
+    if "command" in table.attrs:
+        caption.append(f"rows not complete yet: run <code>{table.attrs['command']}</code>")
+    styled = table.drop(columns=constant).style.format(precision=digits, na_rep="—").hide(axis="index")
+    return styled.set_caption("; ".join(caption)) if caption else styled
+
+
+def plot_control(runs: list[dict], title: str = "") -> plt.Figure:
+    """Target versus achieved L0-density (constrained) and lambda versus density (penalized).
+
+    The left panel is the paper's "controllability" figure (Figs. 1, 4, 11, 12):
+    constrained runs should sit on the diagonal.
+    """
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for grouping, marker in (("model", "o"), ("layer", "s")):
+        chosen = [r["metrics"] for r in runs if r["metrics"]["grouping"] == grouping]
+        constrained = [m for m in chosen if m["method"] == "constrained" and not isinstance(m["target_density"], list)]
+        penalized = [m for m in chosen if m["method"] == "penalized" and not isinstance(m["lmbda"], list)]
+        if constrained:
+            axes[0].scatter([100 * m["target_density"] for m in constrained],
+                            [100 * m["l0_density"] for m in constrained], marker=marker, color="C0",
+                            label=f"constrained, {grouping}-wise")
+        if penalized:
+            axes[1].scatter([m["lmbda"] for m in penalized], [100 * m["l0_density"] for m in penalized],
+                            marker=marker, color="C3", label=f"penalized, {grouping}-wise")
+    axes[0].plot([0, 100], [0, 100], ls="--", color="k", lw=1)
+    axes[0].set(xlabel="target density (%)", ylabel="achieved L0-density (%)", xlim=(0, 100), ylim=(0, 100))
+    axes[1].set(xlabel="lambda_pen", ylabel="achieved L0-density (%)", xscale="log", ylim=(0, 100))
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_density_traces(runs: list[dict], label_key: str = "run_name") -> plt.Figure:
+    """Model L0-density and multiplier against epochs for several runs on shared axes (Figs. 2, 5)."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    for i, run in enumerate(runs):
+        steps = pd.DataFrame(run["steps"] or []).apply(pd.to_numeric, errors="coerce")
+        if steps.empty:
+            continue
+        label = str(run["metrics"].get(label_key, run["metrics"]["run_name"]))
+        axes[0].plot(steps["epoch"], 100 * steps["l0_density"], color=f"C{i}", label=label)
+        target = run["metrics"]["target_density"]
+        if isinstance(target, (int, float)):
+            axes[0].axhline(100 * target, color=f"C{i}", ls="--", lw=0.8)
+        if "lambda_0" in steps:
+            axes[1].plot(steps["epoch"], steps["lambda_0"], color=f"C{i}", label=label)
+    axes[0].set(xlabel="epoch", ylabel="model L0-density (%)")
+    axes[1].set(xlabel="epoch", ylabel="Lagrange multiplier")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,37 @@
+"""Report tables list every run a grid asks for, with numbers only from complete records."""
+
+import pytest
+import yaml
+from fake_data import make_mnist
+
+from paperlib import records, report, training
+
+
+@pytest.fixture
+def workspace(tmp_path, monkeypatch):
+    make_mnist(tmp_path / "data", n_train=32, n_test=16)
+    monkeypatch.setenv("PAPERLIB_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("PAPERLIB_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("PAPERLIB_CHECKPOINTS", str(tmp_path / "checkpoints"))
+    monkeypatch.delenv("PAPERLIB_SMOKE", raising=False)
+    return tmp_path
+
+
+def test_grid_table_shows_complete_runs_and_names_missing_ones(workspace):
+    grid = workspace / "grid.yaml"
+    common = {"experiment": "report", "model": "mlp", "preset": "cpu", "epochs": 1, "batch_size": 16}
+    grid.write_text(yaml.safe_dump({
+        "notebook": str(records.project_root() / "book" / "mnist.ipynb"), "dataset": "mnist",
+        "base": common, "grid": {"target": [0.4, 0.6]},
+        "runs": [{"method": "penalized", "lmbda": 0.1}]}))
+    done = training.run_experiment(progress=False, dataset="mnist", target=0.4, **common)
+
+    table = report.grid_table(grid)
+    assert list(table["hyper-parameter"]) == ["0.4", "0.6", "0.1"]
+    assert list(table["status"]) == ["complete", "not run", "not run"]
+    assert table.loc[0, "L0-density (%)"] == pytest.approx(100 * done["metrics"]["l0_density"])
+    assert table.loc[0, "val. error best (%)"] == done["metrics"]["val_error_best"]
+    assert table.loc[1:, "L0-density (%)"].isna().all()
+    assert table.attrs["command"] == f"python -m paperlib.sweeps {grid}"
+    assert [r["metrics"]["run_name"] for r in report.complete_records(grid)] == [done["metrics"]["run_name"]]
+    assert "python -m paperlib.sweeps" in report.show(table).to_html()
