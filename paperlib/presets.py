@@ -16,6 +16,7 @@ value before any training starts.
 import dataclasses
 import json
 import re
+import types
 import typing
 from dataclasses import dataclass, field
 
@@ -203,7 +204,7 @@ def _convert(name: str, value, annotation):
             return value
         if origin is list:
             return [_convert(name, v, args[0]) for v in value]
-        if origin in (typing.Union, getattr(__import__("types"), "UnionType")):
+        if origin in (typing.Union, types.UnionType):
             for option in args:
                 if option is type(None):
                     continue
