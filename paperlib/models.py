@@ -237,6 +237,26 @@ def resnet50(num_classes: int = 1000, **kwargs) -> ResNet:
     return ResNet(Bottleneck, [3, 4, 6, 3], num_classes, small_input=False, **kwargs)
 
 
+def from_torchvision_resnet(state_dict: dict) -> dict:
+    """Rename a torchvision ResNet's ``state_dict`` to this module's names.
+
+    torchvision's ``conv1``/``bn1`` stem becomes ``stem.conv``/``stem.bn``, a
+    block's ``convK``/``bnK`` become the ``convK`` :class:`ConvBN` unit and
+    ``downsample`` the ``shortcut`` unit; the classifier keeps its name. With it,
+    :func:`resnet50` starts from torchvision's ImageNet weights, as the paper's
+    magnitude-pruning baseline does (App. J.6).
+    """
+    renamed = {}
+    for name, tensor in state_dict.items():
+        name = re.sub(r"^conv1\.", "stem.conv.", name)
+        name = re.sub(r"^bn1\.", "stem.bn.", name)
+        name = re.sub(r"\.conv(\d)\.", r".conv\1.conv.", name)
+        name = re.sub(r"\.bn(\d)\.", r".conv\1.bn.", name)
+        name = name.replace(".downsample.0.", ".shortcut.conv.").replace(".downsample.1.", ".shortcut.bn.")
+        renamed[name] = tensor
+    return renamed
+
+
 def build_model(name: str, num_classes: int | None = None, gated: bool = True,
                 sparsity: str = "structured", rho_init: float = 0.5) -> nn.Module:
     """Build one of the paper's models by name.

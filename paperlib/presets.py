@@ -63,6 +63,7 @@ class ExperimentConfig:
     batch_size: int = 128
     finetune_epochs: int = 0             # magnitude pruning only
     finetune_lr: float = 0.0
+    pretrained: bool = False             # start from torchvision's ImageNet ResNet50 instead of training it (App. J.6)
     histogram_epochs: list[int] = field(default_factory=list)  # save gate medians after these epochs (0 = init)
     seed: int = 0
     device: str = "auto"                 # auto picks CUDA when present
@@ -264,6 +265,9 @@ def validate(config: ExperimentConfig) -> None:
             _check_per_layer_length(name, value, config)
     for name in ("dual_lr", "lr", "gates_lr", "weight_decay", "momentum", "finetune_lr", "lr_gamma"):
         _check_range(name, getattr(config, name), 0.0)
+    if config.pretrained and (config.model != "resnet50" or config.method not in ("dense", "magnitude_pruning")):
+        raise ValueError(f"parameter 'pretrained' needs model='resnet50' and method 'dense' or 'magnitude_pruning'; "
+                         f"got model={config.model!r}, method={config.method!r}")
     _check_range("rho_init", config.rho_init, 0.0, 1.0, low_open=True)
     if config.rho_init == 1.0:
         raise ValueError(f"parameter 'rho_init' must be in (0, 1); got {config.rho_init!r}")
@@ -350,6 +354,8 @@ def default_run_name(config: ExperimentConfig, preset_config: ExperimentConfig |
         parts.append("no-restarts")
     if not config.detach_gates:
         parts.append("no-detach")
+    if config.pretrained:
+        parts.append("pretrained")
     if preset_config is not None:
         parts += [f"{name}{fmt(getattr(config, name))}" for name in NAMED_IF_CHANGED
                   if getattr(config, name) != getattr(preset_config, name)]

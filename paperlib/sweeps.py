@@ -66,8 +66,8 @@ def notebook_defaults(notebook: str) -> dict:
 def run_config(params: dict, dataset: str, defaults: dict | None = None) -> ExperimentConfig:
     """The resolved configuration of a notebook run with these parameters over its ``defaults``."""
     fields = {f.name for f in dataclasses.fields(ExperimentConfig)}
-    merged = {**(defaults or {}), **params}
-    return resolve_config(dataset=dataset, **{k: v for k, v in merged.items() if k in fields})
+    merged = {"dataset": dataset, **(defaults or {}), **params}
+    return resolve_config(**{k: v for k, v in merged.items() if k in fields})
 
 
 def run_folder(params: dict, dataset: str, defaults: dict | None = None) -> Path:
@@ -153,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     workers = args.workers or spec.get("workers", 1)
     threads = args.threads or spec.get("threads", 1)
     sets = expand_grid(spec)
+    if "dataset" in notebook_defaults(spec["notebook"]):  # a notebook that can train on several datasets
+        sets = [{"dataset": spec["dataset"], **params} for params in sets]
     if args.dry_run:
         defaults = notebook_defaults(spec["notebook"])
         for params in sets:

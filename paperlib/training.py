@@ -30,7 +30,7 @@ from . import __version__, counting, pruning, records
 from .data import load_dataset
 from .gates import median_gates
 from .layers import L0Layer
-from .models import build_model, gated_layers, layer_densities, model_density
+from .models import build_model, from_torchvision_resnet, gated_layers, layer_densities, model_density
 from .objective import ConstrainedObjective, PenalizedObjective, expected_l2_penalty, parameter_groups
 from .presets import ExperimentConfig, resolve_config
 from .purge import pruned_architecture, purge
@@ -93,7 +93,10 @@ class Experiment:
                                            max_batches=max_batches)
         self.gated = config.method in ("constrained", "penalized")
         self.model = build_model(config.model, self.data.num_classes, gated=self.gated, sparsity=config.sparsity,
-                                 rho_init=config.rho_init).to(self.device)
+                                 rho_init=config.rho_init)
+        if config.pretrained:  # the paper prunes torchvision's trained ResNet50 (App. J.6)
+            self.model.load_state_dict(from_torchvision_resnet(torchvision_resnet50_weights()))
+        self.model.to(self.device)
         dense = build_model(config.model, self.data.num_classes, gated=False)
         self.dense_params = counting.count_params(dense)
         self.dense_macs = {c: counting.count_macs(dense, self.data.input_shape, c) for c in counting.CONVENTIONS}
@@ -107,6 +110,8 @@ class Experiment:
         self._build_optimizers(finetune=False)
         self.state = _State()
         self.epochs_total = min(config.epochs, SMOKE_EPOCHS) if config.smoke else config.epochs
+        if config.pretrained:
+            self.epochs_total = 0  # already trained
         self.finetune_total = 0
         if config.method == "magnitude_pruning":
             self.finetune_total = min(config.finetune_epochs, 1) if config.smoke else config.finetune_epochs
@@ -292,6 +297,7 @@ class Experiment:
         # Best error of the sparse model: after pruning for magnitude pruning, over training otherwise.
         sparse_phases = ("pruned", "finetune") if c.method == "magnitude_pruning" else ("train",)
         errors = [row["val_error"] for row in history if row["phase"] in sparse_phases]
+        errors = errors or [row["val_error"] for row in history]  # e.g. a pretrained model, evaluated only
         metrics = {
             "status": status, "experiment": c.experiment, "run_name": c.run_name, "preset": c.preset,
             "method": c.method, "model": c.model, "dataset": c.dataset, "sparsity": c.sparsity,
@@ -381,6 +387,13 @@ class Experiment:
         self.state.phase = "finetune"
         self._build_optimizers(finetune=True)
         self._finish_epoch("pruned", {}, started)
+
+
+def torchvision_resnet50_weights() -> dict:
+    """torchvision's ImageNet ResNet50 weights (IMAGENET1K_V1, 76.1% top-1); downloaded on first use."""
+    import torchvision
+
+    return torchvision.models.ResNet50_Weights.IMAGENET1K_V1.get_state_dict(progress=False)
 
 
 def run_experiment(progress: bool = True, **params) -> dict:

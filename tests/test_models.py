@@ -165,3 +165,22 @@ def test_tiny_mlp():
     assert [(lay.in_features, lay.out_features) for lay in layers] == [(16, 8), (8, 4), (4, 10)]
     assert m(torch.randn(2, 1, 4, 4)).shape == (2, 10)
     assert isinstance(m, nn.Module)
+
+
+def test_resnet50_is_torchvisions_resnet50():
+    """Our dense ResNet50 computes exactly what torchvision's does with the same (renamed) weights."""
+    import torchvision
+
+    from paperlib.models import build_model, from_torchvision_resnet
+
+    torch.manual_seed(0)
+    reference = torchvision.models.resnet50(weights=None).eval()
+    for module in reference.modules():  # non-trivial batch-norm statistics
+        if isinstance(module, torch.nn.BatchNorm2d):
+            module.running_mean.uniform_(-0.1, 0.1)
+            module.running_var.uniform_(0.5, 1.5)
+    ours = build_model("resnet50", gated=False).eval()
+    ours.load_state_dict(from_torchvision_resnet(reference.state_dict()))
+    x = torch.randn(2, 3, 224, 224)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), reference(x), rtol=1e-5, atol=1e-5)

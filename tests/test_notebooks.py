@@ -95,3 +95,17 @@ def test_notebook_documents_its_parameters(name):
     for parameter, info in inspected.items():
         assert info["inferred_type_name"] != "None", f"{name}: {parameter} has no type"
         assert info["help"], f"{name}: {parameter} has no comment"
+
+
+@pytest.mark.parametrize("name", sorted(set(NOTEBOOKS) - {"bisection.ipynb"}))
+def test_notebook_call_is_described_by_its_parameters(name):
+    """Sweeps locate a run's record from the notebook's parameters, so the call may hard-code only the dataset."""
+    import ast
+
+    notebook = json.loads((BOOK / name).read_text())
+    calls = [node for cell in notebook["cells"] if cell["cell_type"] == "code"
+             for node in ast.walk(ast.parse("".join(cell["source"])))
+             if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "run_experiment"]
+    assert len(calls) == 1
+    literals = {kw.arg for kw in calls[0].keywords if isinstance(kw.value, ast.Constant)}
+    assert literals <= {"dataset"}, f"{name} hard-codes {literals - {'dataset'}}"

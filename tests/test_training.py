@@ -202,3 +202,26 @@ def test_a_run_is_claimed_by_one_live_process_only(tmp_path):
     finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     lock.write_text(finished.stdout.strip())  # held by a process that has exited
     assert sweeps._claim(lock) and lock.read_text() == str(os.getpid())
+
+
+def test_pretrained_resnet50_is_pruned_without_dense_training(tmp_path, monkeypatch):
+    """Table 2's baseline: torchvision's trained ResNet50, L1-filter pruned, then fine-tuned."""
+    import torchvision
+    from fake_data import make_imagenet
+
+    make_imagenet(tmp_path / "data")
+    for key, value in {"PAPERLIB_DATA": tmp_path / "data", "PAPERLIB_RUNS": tmp_path / "runs",
+                       "PAPERLIB_CHECKPOINTS": tmp_path / "checkpoints", "PAPERLIB_SMOKE": "1"}.items():
+        monkeypatch.setenv(key, str(value))
+    weights = torchvision.models.resnet50(weights=None, num_classes=2).state_dict()  # no download here
+    monkeypatch.setattr(training, "torchvision_resnet50_weights", lambda: weights)
+    record = training.run_experiment(progress=False, experiment="mp", dataset="imagenet", model="resnet50",
+                                     method="magnitude_pruning", target=0.5, pretrained=True, preset="paper")
+    assert [row["phase"] for row in record["history"]] == ["init", "pruned", "finetune"]
+    assert record["metrics"]["run_name"].startswith("resnet50-magnitude_pruning-t0.5-pretrained")
+    assert 30 < record["metrics"]["params_pct"] < 70
+
+
+def test_pretrained_needs_resnet50_and_a_dense_method():
+    with pytest.raises(ValueError, match="pretrained"):
+        resolve_config(dataset="mnist", target=0.5, pretrained=True)
