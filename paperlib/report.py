@@ -83,6 +83,31 @@ def show(table: pd.DataFrame, digits: int = 2):
     return styled.set_caption("; ".join(caption)) if caption else styled
 
 
+def layer_densities(record: dict) -> pd.DataFrame:
+    """Per gated layer: target, expected L0-density (eq. 3) and the test-time fraction of groups kept.
+
+    The test-time fraction counts the gates whose median (eq. 8) is non-zero at
+    the last saved epoch. The two differ when gates are undecided: a gate whose
+    median is exactly 0 can still be active in up to half of the training
+    samples (P(z != 0) = 1/2 at the median's threshold log_alpha = -beta ln 11).
+    """
+    metrics, medians = record["metrics"], record["gate_medians"]
+    last = medians[max(medians, key=int)]
+    targets = metrics["target_density"]
+    rows = []
+    for i, (layer, expected) in enumerate(metrics["l0_density_per_layer"].items()):
+        values = last[layer]
+        if isinstance(values, dict):  # unstructured layers store counts
+            total = sum(values["histogram_20_bins"])
+            kept = total - values["zero"]
+        else:
+            total, kept = len(values), sum(v > 0 for v in values)
+        rows.append({"layer": layer, "target (%)": 100 * (targets[i] if isinstance(targets, list) else targets),
+                     "expected L0-density (%)": 100 * expected, "groups kept at test time (%)": 100 * kept / total,
+                     "groups kept": f"{kept} of {total}"})
+    return pd.DataFrame(rows)
+
+
 def plot_control(runs: list[dict], title: str = "") -> plt.Figure:
     """Target versus achieved L0-density (constrained) and lambda versus density (penalized).
 
