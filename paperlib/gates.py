@@ -28,9 +28,14 @@ BETA = 2.0 / 3.0
 #: as in the authors' code.
 EPS = 1e-6
 
-#: Bounds used to clamp ``log_alpha`` after each optimiser step. The paper is
-#: silent on this; the authors' code clamps to [ln 0.01, ln 100] for numerical
-#: stability, and so do we by default.
+#: Bounds for the optional clamp of ``log_alpha`` after each optimiser step
+#: (``clamp_log_alpha`` in the experiment configuration, off by default). The
+#: paper is silent on it. The authors' code asks for [ln 0.01, ln 100], but its
+#: clamp runs only when the model is not wrapped in DistributedDataParallel
+#: (``utils/exp_utils.py``), and every published run was launched with
+#: ``torchrun``, so the paper's numbers come from unclamped gates. The bounds
+#: also put a floor of P(z != 0) = 0.047 under every gate (eq. 7), which makes
+#: the App. L targets of 1% unreachable.
 LOG_ALPHA_MIN = math.log(1e-2)
 LOG_ALPHA_MAX = math.log(1e2)
 
@@ -99,6 +104,6 @@ def initial_density(rho_init: float) -> float:
 
 
 def clamp_log_alpha_(log_alpha: torch.Tensor) -> None:
-    """Clamp ``log_alpha`` in place to [ln 0.01, ln 100] (authors' code)."""
+    """Clamp ``log_alpha`` in place to [ln 0.01, ln 100] (the authors' code, when it runs on one process)."""
     with torch.no_grad():
         log_alpha.clamp_(LOG_ALPHA_MIN, LOG_ALPHA_MAX)

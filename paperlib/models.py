@@ -20,8 +20,9 @@ visits gated layers in the order of their constraints and the counters of
 """
 
 import math
-from collections import OrderedDict
 import re
+from collections import OrderedDict
+from collections.abc import Sequence
 
 import torch
 import torch.nn as nn
@@ -31,15 +32,36 @@ from .layers import ConvBN, L0Layer, conv2d, linear
 MODEL_NAMES = ("mlp", "lenet5", "wrn-28-10", "resnet18", "resnet50")
 
 
+def per_layer_rho_init(rho_init: float | Sequence[float], num_layers: int, model: str) -> list[float]:
+    """One ``rho_init`` per gated layer: a scalar is repeated, a list must have ``num_layers`` entries.
+
+    Louizos et al.'s MLP, and the authors' (``sparse/models.py``), start the
+    input layer's gates at 0.2 and the others at the configured value; the
+    MNIST presets spell this as a list (App. A.2, book/errata.md).
+    """
+    values = [float(rho_init)] * num_layers if isinstance(rho_init, (int, float)) else [float(r) for r in rho_init]
+    if len(values) != num_layers:
+        raise ValueError(f"rho_init for {model} must be a number or a list of {num_layers} values, one per gated "
+                         f"layer; got {list(rho_init)}")
+    for value in values:
+        if not 0.0 < value < 1.0:
+            raise ValueError(f"rho_init must be in the open interval (0, 1); got {value!r}")
+    return values
+
+
 class MLP(nn.Sequential):
-    """784-300-100-10 perceptron with ReLU (App. J.2), every linear layer gated."""
+    """784-300-100-10 perceptron with ReLU (App. J.2), every linear layer gated.
+
+    ``rho_init`` is one value for every layer or a list with one per layer.
+    """
 
     def __init__(self, num_classes: int = 10, input_shape=(1, 28, 28), hidden=(300, 100),
-                 gated: bool = True, sparsity: str = "structured", rho_init: float = 0.5):
+                 gated: bool = True, sparsity: str = "structured", rho_init: float | Sequence[float] = 0.5):
         dims = [math.prod(input_shape), *hidden, num_classes]
+        rhos = per_layer_rho_init(rho_init, len(dims) - 1, "mlp")
         layers = [("flatten", nn.Flatten())]
         for i in range(len(dims) - 1):
-            layers.append((f"fc{i + 1}", linear(dims[i], dims[i + 1], gated, sparsity, rho_init)))
+            layers.append((f"fc{i + 1}", linear(dims[i], dims[i + 1], gated, sparsity, rhos[i])))
             if i < len(dims) - 2:
                 layers.append((f"relu{i + 1}", nn.ReLU()))
         super().__init__(OrderedDict(layers))
@@ -51,25 +73,27 @@ class LeNet5(nn.Sequential):
 
     Pooling comes before the ReLU. The two orders compute the same function;
     this one is the order in which the authors' MAC count (2,327,130, App. J.1)
-    is reproduced.
+    is reproduced. ``rho_init`` is one value for every layer or a list with
+    one per layer (conv1, conv2, fc1, fc2).
     """
 
     def __init__(self, num_classes: int = 10, input_shape=(1, 28, 28), gated: bool = True,
-                 sparsity: str = "structured", rho_init: float = 0.5):
+                 sparsity: str = "structured", rho_init: float | Sequence[float] = 0.5):
+        rho1, rho2, rho3, rho4 = per_layer_rho_init(rho_init, 4, "lenet5")
         channels, height, _ = input_shape
         side = ((height - 4) // 2 - 4) // 2  # two 5x5 valid convs, each followed by a 2x2 pool
         flat = 50 * side * side
         super().__init__(OrderedDict([
-            ("conv1", conv2d(channels, 20, 5, gated, sparsity, rho_init)),
+            ("conv1", conv2d(channels, 20, 5, gated, sparsity, rho1)),
             ("pool1", nn.MaxPool2d(2)),
             ("relu1", nn.ReLU()),
-            ("conv2", conv2d(20, 50, 5, gated, sparsity, rho_init)),
+            ("conv2", conv2d(20, 50, 5, gated, sparsity, rho2)),
             ("pool2", nn.MaxPool2d(2)),
             ("relu2", nn.ReLU()),
             ("flatten", nn.Flatten()),
-            ("fc1", linear(flat, 500, gated, sparsity, rho_init)),
+            ("fc1", linear(flat, 500, gated, sparsity, rho3)),
             ("relu3", nn.ReLU()),
-            ("fc2", linear(500, num_classes, gated, sparsity, rho_init)),
+            ("fc2", linear(500, num_classes, gated, sparsity, rho4)),
         ]))
         self.input_shape, self.num_classes = tuple(input_shape), num_classes
 
@@ -258,14 +282,17 @@ def from_torchvision_resnet(state_dict: dict) -> dict:
 
 
 def build_model(name: str, num_classes: int | None = None, gated: bool = True,
-                sparsity: str = "structured", rho_init: float = 0.5) -> nn.Module:
+                sparsity: str = "structured", rho_init: float | Sequence[float] = 0.5) -> nn.Module:
     """Build one of the paper's models by name.
 
     ``name`` is ``mlp``, ``lenet5``, ``resnet18``, ``resnet50`` or ``wrn-D-W``
     (``wrn-28-10`` in the paper). ``num_classes`` defaults to the dataset the
-    paper pairs the model with.
+    paper pairs the model with. ``rho_init`` may be a list with one value per
+    gated layer for the MLP and LeNet5.
     """
-    if not 0.0 < rho_init < 1.0:
+    if not isinstance(rho_init, (int, float)) and name not in ("mlp", "lenet5"):
+        raise ValueError(f"a per-layer rho_init list is supported for mlp and lenet5; got {rho_init!r} for {name}")
+    if isinstance(rho_init, (int, float)) and not 0.0 < rho_init < 1.0:
         raise ValueError(f"rho_init must be in the open interval (0, 1); got {rho_init!r}")
     common = dict(gated=gated, sparsity=sparsity, rho_init=rho_init)
     wrn = re.fullmatch(r"wrn-(\d+)-(\d+)", name)

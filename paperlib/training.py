@@ -163,8 +163,9 @@ class Experiment:
             self.optimizer.step()
             if self.gates_optimizer is not None:
                 self.gates_optimizer.step()
-                for layer in gated_layers(model):
-                    layer.clamp_log_alpha_()
+                if c.clamp_log_alpha:
+                    for layer in gated_layers(model):
+                        layer.clamp_log_alpha_()
             if self.objective is not None:
                 self.objective.dual_step(density)  # same iterate as the primal step (eq. 5)
             if self.state.weight_masks:
@@ -396,6 +397,28 @@ def torchvision_resnet50_weights() -> dict:
     return torchvision.models.ResNet50_Weights.IMAGENET1K_V1.get_state_dict(progress=False)
 
 
+#: Parameters that do not change what a run computes (up to float rounding).
+NOT_COMPARED = ("device", "threads")
+
+
+def check_record_matches(recorded: dict, config: ExperimentConfig) -> None:
+    """Raise if a record under this run name was made with other parameters.
+
+    A run name spells only what differs from the preset, so a preset that
+    changed since a record was made gives an old record the new name.
+    Parameters a record predates take their defaults.
+    """
+    defaults = ExperimentConfig().to_dict()
+    wanted = config.to_dict()
+    differences = [f"{name}: recorded {recorded.get(name, defaults[name])!r}, now {value!r}"
+                   for name, value in wanted.items()
+                   if name not in NOT_COMPARED and recorded.get(name, defaults[name]) != value]
+    if differences:
+        raise RuntimeError(f"the record of run {config.experiment}/{config.run_name} was made with other parameters "
+                           f"({'; '.join(differences)}), probably by an earlier version of the preset; pass "
+                           f"run_name='...' to run these parameters under another name, or rerun=True to replace it")
+
+
 def run_experiment(progress: bool = True, **params) -> dict:
     """Resolve ``params`` (see :class:`~paperlib.presets.ExperimentConfig`), run, return the record.
 
@@ -413,9 +436,11 @@ def run_experiment(progress: bool = True, **params) -> dict:
               f"run={config.experiment}/{config.run_name} data={experiment.data.source}", flush=True)
     run_dir = experiment.run_dir()
     if not rerun and records.record_status(run_dir) == "complete":
+        record = records.load_record(run_dir)
+        check_record_matches(record["params"], config)
         if progress:
             print(f"complete record found in {run_dir}; not training (pass rerun=True to train again)")
-        return records.load_record(run_dir)
+        return record
     if rerun and records.record_status(run_dir) == "complete":
         experiment.checkpoint_path().unlink(missing_ok=True)
     return experiment.run()

@@ -1,12 +1,13 @@
 """The experiment runner: resumption, failure handling, records, bad input, sweeps."""
 
 import json
+import math
 
 import pytest
 import torch
 from fake_data import make_mnist
 
-from paperlib import records, sweeps, training
+from paperlib import gates, records, sweeps, training
 from paperlib.presets import resolve_config
 
 RUN = dict(experiment="unit", dataset="mnist", model="mlp", target=0.5, epochs=3, batch_size=16, preset="cpu",
@@ -225,3 +226,27 @@ def test_pretrained_resnet50_is_pruned_without_dense_training(tmp_path, monkeypa
 def test_pretrained_needs_resnet50_and_a_dense_method():
     with pytest.raises(ValueError, match="pretrained"):
         resolve_config(dataset="mnist", target=0.5, pretrained=True)
+
+
+@pytest.mark.parametrize("clamp", [True, False])
+def test_a_one_percent_unstructured_target_is_reachable_only_without_the_clamp(workspace, clamp):
+    """The clamp [ln 0.01, ln 100] puts a floor of P(z != 0) = 0.047 under every gate (eq. 7)."""
+    params = {**RUN, "sparsity": "unstructured", "target": 0.01, "epochs": 6, "gates_lr": 1.0, "dual_lr": 1e5,
+              "clamp_log_alpha": clamp}
+    density = training.run_experiment(progress=False, **params)["metrics"]["l0_density"]
+    floor = 1 / (1 + math.exp(-(math.log(1e-2) - gates.BETA * math.log(-gates.GAMMA / gates.ZETA))))
+    assert floor == pytest.approx(0.0471, abs=1e-4)
+    if clamp:
+        assert density == pytest.approx(floor, abs=1e-4)
+    else:
+        assert density < 0.025
+
+
+def test_a_record_made_with_other_parameters_is_not_taken_for_this_runs(workspace):
+    training.run_experiment(progress=False, **RUN)
+    params = json.loads(next((workspace / "runs").glob("*/*/params.json")).read_text())
+    params["dual_lr"] = 0.01  # as if the preset had changed since
+    path = next((workspace / "runs").glob("*/*/params.json"))
+    path.write_text(json.dumps(params))
+    with pytest.raises(RuntimeError, match=r"dual_lr: recorded 0.01, now 0.05"):
+        training.run_experiment(progress=False, **RUN)

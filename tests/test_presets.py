@@ -1,0 +1,82 @@
+"""The presets: the paper's configurations (App. J, L) and the fixes an audit of them found."""
+
+import math
+
+import pytest
+import torch
+
+from paperlib import gates
+from paperlib.models import build_model, model_density
+from paperlib.presets import CPU, PAPER, resolve_config
+
+
+@pytest.mark.parametrize("preset", ["paper", "cpu"])
+@pytest.mark.parametrize("model", ["mlp", "lenet5"])
+def test_unstructured_magnitude_pruning_fine_tunes_with_adam_at_7e_4(preset, model):
+    """App. L: prune the trained dense model, then retrain it with Adam at 7e-4 (tab:optim_mnist_unstructured)."""
+    config = resolve_config(dataset="mnist", model=model, method="magnitude_pruning", sparsity="unstructured",
+                            target=0.1, preset=preset)
+    assert config.finetune_lr == 7e-4 and config.optimizer == "adam"
+    assert config.finetune_epochs == (200 if preset == "paper" else CPU[("mnist", model)]["finetune_epochs"])
+    assert config.finetune_epochs > 0
+
+
+@pytest.mark.parametrize("model, rho", [("mlp", [0.2, 0.05, 0.05]), ("lenet5", 0.05)])
+def test_unstructured_mnist_gates(model, rho):
+    """App. L.1: rho_init 0.05 (the MLP's input layer keeps 0.2, as in the authors' MLP), gates at 1e-3."""
+    config = resolve_config(dataset="mnist", model=model, sparsity="unstructured", target=0.1, preset="paper")
+    assert (config.rho_init, config.gates_lr, config.dual_lr) == (rho, 1e-3, 1e-3)
+
+
+def test_mnist_mlp_starts_its_input_layer_at_rho_0_2():
+    """Louizos et al.'s and the authors' MLP: rho_init 0.2 on the input layer, 0.5 elsewhere (App. A.2).
+
+    The initial expected density is then the parameter-weighted mean of eq. 11
+    per layer: 93.8%, where the paper's penalized runs at small lambda plateau.
+    """
+    config = resolve_config(dataset="mnist", model="mlp", target=0.3, preset="paper")
+    assert config.rho_init == [0.2, 0.5, 0.5]
+    torch.manual_seed(0)
+    model = build_model("mlp", gated=True, rho_init=config.rho_init)
+    sizes = [784 * 300, 300 * 100, 100 * 10]  # input-neuron groups times their fan-out
+    expected = sum(n * gates.initial_density(r) for n, r in zip(sizes, config.rho_init)) / sum(sizes)
+    assert expected == pytest.approx(0.938, abs=5e-4)
+    assert float(model_density(model).detach()) == pytest.approx(expected, abs=1e-3)
+    assert float(gates.median_gates(model.fc1.weight_log_alpha).mean()) == pytest.approx(
+        (1 / (1 + math.exp(-math.log(4) / gates.BETA))) * 1.2 - 0.1, abs=1e-3)
+
+
+def test_mnist_dual_learning_rate_is_the_one_the_authors_ran():
+    """mnist_defaults.yml's 1e-4 is applied after the command line by core_exp.py, so it is what ran."""
+    for model in ("mlp", "lenet5"):
+        for preset in ("paper", "cpu"):
+            assert resolve_config(dataset="mnist", model=model, target=0.3, preset=preset).dual_lr == 1e-4
+
+
+def test_every_paper_configuration_leaves_log_alpha_unclamped():
+    """The authors' clamp is skipped under DistributedDataParallel, and every run used torchrun."""
+    assert all(values["clamp_log_alpha"] is False for values in PAPER.values())
+    assert resolve_config(dataset="cifar10", preset="cpu", target=0.7).clamp_log_alpha is True  # as its records ran
+
+
+def test_tinyimagenet_unstructured_dual_lr_follows_the_target_also_for_per_layer_lists():
+    base = dict(dataset="tinyimagenet", model="resnet18", sparsity="unstructured", preset="paper")
+    assert resolve_config(**base, target=0.05).dual_lr == 7e-4
+    assert resolve_config(**base, grouping="layer", target=[0.05] * 16).dual_lr == 7e-4
+    with pytest.raises(ValueError, match="pass dual_lr explicitly"):
+        resolve_config(**base, grouping="layer", target=[0.05] * 15 + [0.1])
+    assert resolve_config(**base, grouping="layer", target=[0.05] * 15 + [0.1], dual_lr=1e-3).dual_lr == 1e-3
+
+
+@pytest.mark.parametrize("rho_init, message", [
+    ([0.2, 0.5], "one value per gated layer"),
+    ([0.2, 0.5, 1.0], "rho_init"),
+])
+def test_per_layer_rho_init_is_validated(rho_init, message):
+    with pytest.raises(ValueError, match=message):
+        resolve_config(dataset="mnist", model="mlp", target=0.3, rho_init=rho_init)
+
+
+def test_per_layer_rho_init_only_where_supported():
+    with pytest.raises(ValueError, match="only for mlp and lenet5"):
+        resolve_config(dataset="cifar10", model="wrn-16-1", target=0.3, rho_init=[0.3] * 6)
