@@ -173,9 +173,11 @@ class DatasetPair:
         device: torch.device | str = "cpu",
         max_batches: int | None = None,
         num_workers: int = 2,
+        memory_format: torch.memory_format = torch.contiguous_format,
     ) -> TensorLoader | DeviceLoader:
         """A loader over ``split`` ("train": shuffled and augmented; "val":
-        in order, not augmented).  ``num_workers`` is only used for ImageNet."""
+        in order, not augmented).  ``num_workers`` is only used for ImageNet.
+        Batches come in ``memory_format`` (``channels_last`` for conv models)."""
         if split not in ("train", "val"):
             raise ValueError(f"split must be 'train' or 'val', got {split!r}")
         data = self.train if split == "train" else self.val
@@ -192,10 +194,11 @@ class DatasetPair:
                 std=self.std,
                 device=device,
                 max_batches=max_batches,
+                memory_format=memory_format,
             )
         return DeviceLoader(
             data, batch_size, shuffle=is_train, seed=seed, device=device,
-            max_batches=max_batches, num_workers=num_workers,
+            max_batches=max_batches, num_workers=num_workers, memory_format=memory_format,
         )
 
     def describe(self) -> dict:
@@ -338,6 +341,7 @@ class TensorLoader(_EpochLoader):
         std: Sequence[float],
         device: torch.device | str = "cpu",
         max_batches: int | None = None,
+        memory_format: torch.memory_format = torch.contiguous_format,
     ) -> None:
         data = ImageTensors(images, labels)  # validates dtypes and shapes
         super().__init__(len(data), batch_size, seed, max_batches)
@@ -348,6 +352,7 @@ class TensorLoader(_EpochLoader):
         self.augment = augment
         self.mean, self.std = tuple(mean), tuple(std)
         self.device = torch.device(device)
+        self.memory_format = memory_format
 
     def _epoch_randomness(self) -> tuple[Tensor, Tensor | None, Tensor | None]:
         n, gen = self.num_examples, self._epoch_generator()
@@ -369,7 +374,7 @@ class TensorLoader(_EpochLoader):
             if flips is not None:
                 x = hflip(x, flips[pos].to(self.device))
             self._advance(b)
-            yield normalize(x, self.mean, self.std), y
+            yield normalize(x, self.mean, self.std).contiguous(memory_format=self.memory_format), y
 
 
 class DeviceLoader(_EpochLoader):
@@ -392,10 +397,12 @@ class DeviceLoader(_EpochLoader):
         device: torch.device | str = "cpu",
         max_batches: int | None = None,
         num_workers: int = 2,
+        memory_format: torch.memory_format = torch.contiguous_format,
     ) -> None:
         super().__init__(len(dataset), batch_size, seed, max_batches)
         self.dataset, self.shuffle, self.num_workers = dataset, shuffle, num_workers
         self.device = torch.device(device)
+        self.memory_format = memory_format
 
     def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
         gen = self._epoch_generator()
@@ -411,7 +418,7 @@ class DeviceLoader(_EpochLoader):
         )
         for b, (x, y) in enumerate(loader, start):
             self._advance(b)
-            yield x.to(self.device), y.to(self.device)
+            yield x.to(self.device).contiguous(memory_format=self.memory_format), y.to(self.device)
 
 
 # --------------------------------------------------------------------------- #

@@ -143,10 +143,10 @@ def expected_l2_penalty(model: nn.Module, weight_decay: float, detach_gates: boo
     """
     if weight_decay < 0:
         raise ValueError(f"weight_decay must be >= 0; got {weight_decay!r}")
-    terms = [layer.expected_l2(detach_gates) for layer in gated_layers(model)]
-    if not terms or weight_decay == 0:
+    layers = gated_layers(model)
+    if not layers or weight_decay == 0:
         return torch.zeros((), device=next(model.parameters()).device)
-    return 0.5 * weight_decay * torch.stack(terms).sum()
+    return 0.5 * weight_decay * torch.stack([layer.expected_l2(detach_gates) for layer in layers]).sum()
 
 
 def parameter_groups(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter], list[nn.Parameter]]:

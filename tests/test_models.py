@@ -1,11 +1,15 @@
 """The paper's architectures (App. J): builders, gated-layer counts, densities."""
 
+import copy
+
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from paperlib.layers import L0Conv2d, L0Layer, L0Linear
-from paperlib.models import MLP, MODEL_NAMES, build_model, gated_layers, layer_densities, model_density
+from paperlib.models import (MLP, MODEL_NAMES, build_model, gated_layers, layer_densities, memory_format,
+                             model_density)
 
 # Number of sparsifiable layers (App. J.2-J.5) and output classes of the paired dataset.
 EXPECTED = {
@@ -184,3 +188,29 @@ def test_resnet50_is_torchvisions_resnet50():
     x = torch.randn(2, 3, 224, 224)
     with torch.no_grad():
         torch.testing.assert_close(ours(x), reference(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name, layout", [("mlp", torch.contiguous_format), ("lenet5", torch.channels_last),
+                                          ("wrn-16-1", torch.channels_last)])
+def test_memory_format_is_channels_last_for_conv_models(name, layout):
+    assert memory_format(build_model(name, gated=True)) == layout
+
+
+def test_a_channels_last_training_step_matches_nchw_up_to_rounding():
+    """Same weights, same gate noise, same batch: the two layouts agree to float rounding."""
+    torch.manual_seed(0)
+    nchw = build_model("lenet5", gated=True)
+    last = copy.deepcopy(nchw).to(memory_format=torch.channels_last)
+    assert last.conv2.weight.is_contiguous(memory_format=torch.channels_last)
+    x = torch.randn(32, 1, 28, 28)
+    y = torch.randint(0, 10, (32,))
+    grads = []
+    for model, batch in ((nchw, x), (last, x.contiguous(memory_format=torch.channels_last))):
+        torch.manual_seed(1)  # the same gate samples
+        loss = F.cross_entropy(model(batch), y)
+        loss.backward()
+        grads.append((loss.detach(), [p.grad.contiguous() for p in model.parameters()]))
+    (loss_a, grads_a), (loss_b, grads_b) = grads
+    torch.testing.assert_close(loss_a, loss_b, rtol=1e-5, atol=1e-6)
+    for a, b in zip(grads_a, grads_b):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)

@@ -250,3 +250,17 @@ def test_a_record_made_with_other_parameters_is_not_taken_for_this_runs(workspac
     path.write_text(json.dumps(params))
     with pytest.raises(RuntimeError, match=r"dual_lr: recorded 0.01, now 0.05"):
         training.run_experiment(progress=False, **RUN)
+
+
+def test_conv_models_train_in_channels_last(workspace, monkeypatch):
+    seen = []
+    original = training.Experiment.train_epoch
+
+    def spy(self):
+        seen.append((self.model.conv1.weight.is_contiguous(memory_format=torch.channels_last),
+                     next(iter(self.train_loader))[0].is_contiguous(memory_format=torch.channels_last)))
+        return original(self)
+
+    monkeypatch.setattr(training.Experiment, "train_epoch", spy)
+    training.run_experiment(progress=False, **{**RUN, "model": "lenet5", "epochs": 1})
+    assert seen == [(True, True)]
