@@ -14,6 +14,8 @@ import papermill
 import pytest
 from fake_data import make_cifar10_jpeg, make_cifar100, make_imagenet, make_mnist, make_tinyimagenet
 
+from paperlib.sweeps import kernel_config
+
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
 
@@ -40,7 +42,9 @@ def smoke_env(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("notebooks")
     data = tmp / "data"
     data.mkdir()
-    real = Path(os.environ.get("PAPERLIB_DATA", "/nonexistent"))
+    # Resolved here: a relative PAPERLIB_DATA (the README's ../shared/data) is relative to the
+    # working directory, and a relative symlink target inside the temporary folder points nowhere.
+    real = Path(os.environ.get("PAPERLIB_DATA", "/nonexistent")).expanduser().resolve()
     if (real / "MNIST" / "raw").is_dir():
         (data / "MNIST").symlink_to(real / "MNIST")
     else:
@@ -65,7 +69,7 @@ def test_notebook_runs_in_smoke_mode(name, smoke_env, tmp_path, monkeypatch):
     experiment = f"smoke-{Path(name).stem}"
     output = tmp_path / name
     papermill.execute_notebook(str(BOOK / name), str(output), parameters={**parameters, "experiment": experiment},
-                               cwd=str(ROOT), kernel_name="python3", progress_bar=False)
+                               cwd=str(ROOT), kernel_name="python3", progress_bar=False, config=kernel_config())
     executed = json.loads(output.read_text())
     errors = [o for c in executed["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors
