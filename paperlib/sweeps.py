@@ -18,12 +18,15 @@ record is complete are skipped; partial ones resume from their checkpoint. The
 executed notebook is moved into the run folder only when the record is
 complete, so a failed run never overwrites anything in ``runs/``. With
 ``--commit`` each finished record is committed to git as soon as it finishes.
+While a run goes on, its notebook's output (epochs, progress bars) is written
+to the ``papermill.log`` named when it starts.
 """
 
 import argparse
 import ast
 import dataclasses
 import itertools
+import logging
 import os
 import shutil
 import subprocess
@@ -34,6 +37,8 @@ from pathlib import Path
 
 import papermill
 import yaml
+import zmq
+from traitlets.config import Config
 
 from . import records
 from .presets import ExperimentConfig, resolve_config
@@ -76,9 +81,34 @@ def run_folder(params: dict, dataset: str, defaults: dict | None = None) -> Path
     return records.runs_dir() / config.experiment / config.run_name
 
 
+def kernel_config() -> Config:
+    """Configuration of the kernel manager that runs a notebook: CurveZMQ keys for its connection.
+
+    ipykernel (>= 7.4) warns "Kernel is running over TCP without encryption ..."
+    when its connection file holds no CurveZMQ keys; jupyter_client (>= 8.9)
+    writes them only when ``KernelManager.transport_encryption`` asks for it
+    ("disabled" by default). "auto" provisions them for kernels whose kernelspec
+    declares curve support (ipykernel's does) and changes nothing for others.
+    """
+    return Config({"KernelManager": {"transport_encryption": "auto" if zmq.has("curve") else "disabled"}})
+
+
+def execute_notebook(notebook: str, output: str | Path, params: dict, log_output: bool = True) -> None:
+    """Execute ``notebook`` into ``output`` with papermill; ``log_output`` prints its outputs as they come."""
+    papermill.execute_notebook(notebook, str(output), parameters=params, progress_bar=False, log_output=log_output,
+                               config=kernel_config())
+
+
+def _execute_from_argv(argv: list[str]) -> None:
+    """``python -c`` entry of one run: NOTEBOOK OUTPUT PARAMETERS_YAML."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    notebook, output, params = argv
+    execute_notebook(notebook, output, yaml.safe_load(params))
+
+
 def _papermill_command(notebook: str, output: Path, params: dict) -> list[str]:
-    return [sys.executable, "-m", "papermill", notebook, str(output), "--no-progress-bar",
-            "-y", yaml.safe_dump(params, default_flow_style=True)]
+    return [sys.executable, "-c", "import sys; from paperlib.sweeps import _execute_from_argv; "
+            "_execute_from_argv(sys.argv[1:])", notebook, str(output), yaml.safe_dump(params, default_flow_style=True)]
 
 
 def _commit(run_dir: Path) -> None:
@@ -123,14 +153,15 @@ def _claim(lock: Path) -> bool:
 
 def _execute(notebook: str, params: dict, threads: int, commit: bool, run_dir: Path, scratch: Path) -> str:
     output = scratch / "notebook.ipynb"
+    log = scratch / "papermill.log"
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     started = time.time()
-    result = subprocess.run(_papermill_command(notebook, output, {**params, "threads": threads}), env=env,
-                            cwd=records.project_root(), capture_output=True, text=True)
+    print(f"start  {run_dir}  (progress: {log})", flush=True)
+    with open(log, "w") as stream:
+        result = subprocess.run(_papermill_command(notebook, output, {**params, "threads": threads}), env=env,
+                                cwd=records.project_root(), stdout=stream, stderr=subprocess.STDOUT)
     minutes = (time.time() - started) / 60
     if result.returncode != 0 or records.record_status(run_dir) != "complete":
-        log = scratch / "papermill.log"
-        log.write_text(result.stdout + result.stderr)
         return f"FAILED after {minutes:.1f} min ({log})  {run_dir}"
     shutil.move(str(output), run_dir / "notebook.ipynb")
     if commit:
