@@ -6,6 +6,7 @@ complete and, where it is not, the status and the command that would produce
 it. Nothing here invents a number: every cell comes from a ``metrics.json``.
 """
 
+import os
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -16,6 +17,8 @@ from . import records, sweeps
 
 
 def _fmt(value) -> str:
+    if isinstance(value, bool) or value is None:
+        return str(value)
     if isinstance(value, list):
         return "[" + ", ".join(f"{v:g}" for v in value) + "]"
     return f"{value:g}"
@@ -33,16 +36,43 @@ def _grid_runs(grid_file: str | Path) -> list[tuple[object, Path]]:
     return runs
 
 
+#: Parameters that grid tables always show (or that only name the run's place).
+SHOWN_PARAMETERS = ("model", "method", "grouping", "target", "lmbda", "experiment", "dataset")
+
+
+def _other_grid_parameters(grid_file: str | Path) -> list[str]:
+    """The other parameters a grid varies (``dual_restarts``, ``gates_lr`` ...): each gets a column."""
+    spec = yaml.safe_load((records.project_root() / grid_file).read_text())
+    names = [*(spec.get("grid") or {}), *(name for run in spec.get("runs") or [] for name in run)]
+    return [name for name in dict.fromkeys(names) if name not in SHOWN_PARAMETERS]
+
+
+def notebook_link(run_dir: str | Path, text: str = "notebook") -> str | None:
+    """An HTML link to the book page of the run's executed notebook, or None if it has none.
+
+    Relative to the working directory, which is the folder of the page being
+    executed (jupyter-book runs a page in its own folder).
+    """
+    notebook = Path(run_dir) / "notebook.ipynb"
+    if not notebook.exists():
+        return None
+    href = Path(os.path.relpath(notebook.with_suffix(".html"), Path.cwd())).as_posix()
+    return f'<a href="{href}">{text}</a>'
+
+
 def grid_table(grid_file: str | Path) -> pd.DataFrame:
     """One row per run of ``grid_file``: our numbers if its record is complete, else its status.
 
-    The table's ``attrs["command"]`` is the sweep command that produces the missing rows.
+    The ``run`` column links to the page of the run's executed notebook (where
+    there is one). The table's ``attrs["command"]`` is the sweep command that
+    produces the missing rows.
     """
     rows = []
     for config, run_dir in _grid_runs(grid_file):
         hyper = config.lmbda if config.method == "penalized" else config.target
         row = {"model": config.model, "method": config.method, "grouping": config.grouping,
                "λ_pen" if config.method == "penalized" else "target": _fmt(hyper),
+               **{name: _fmt(getattr(config, name)) for name in _other_grid_parameters(grid_file)},
                "status": records.record_status(run_dir) or "not run"}
         if row["status"] == "complete":
             m = records.load_record(run_dir)["metrics"]
@@ -52,6 +82,7 @@ def grid_table(grid_file: str | Path) -> pd.DataFrame:
                 "pruned architecture": "-".join(map(str, m.get("pruned_architecture") or [])) or None,
                 "val. error best (%)": m["val_error_best"], "val. error final (%)": m["val_error_final"],
                 "epochs": m["epochs_completed"], "commit": m["git_commit"][:8],
+                "run": notebook_link(run_dir),
             })
         rows.append(row)
     table = pd.DataFrame(rows)
@@ -68,18 +99,46 @@ def complete_records(grid_file: str | Path) -> list[dict]:
             if records.record_status(run_dir) == "complete"]
 
 
+#: Columns with one value in every row that move to the caption (``epochs``: in every complete row).
+CAPTION_COLUMNS = ("model", "method", "grouping", "epochs")
+#: Columns kept out of the page's tables (the run's notebook, linked from the ``run`` column, shows them).
+HIDDEN_COLUMNS = ("commit",)
+#: Compact cells, so that a table of ten or so columns fits the book's text column at 1280 px.
+TABLE_STYLES = [
+    {"selector": "", "props": "font-size: 0.78em; border-collapse: collapse;"},
+    {"selector": "th, td", "props": "padding: 0.15em 0.3em; vertical-align: top;"},
+    {"selector": "th", "props": "white-space: normal; text-align: left;"},
+    {"selector": "caption", "props": "caption-side: top; text-align: left;"},
+]
+
+
 def show(table: pd.DataFrame, digits: int = 2):
-    """A table for the page: numbers rounded, empty cells as dashes.
+    """A table for the page: numbers rounded, empty cells as dashes, compact enough for the page's width.
 
     Descriptive columns with one value in every row move to the caption, and
-    so does the command that produces the rows not complete yet.
+    so does the command that produces the rows not complete yet. The first
+    column, ``run``, links to each run's notebook or, for a run without one,
+    gives its status (``not run``, ``partial``, ...).
     """
-    table = table.dropna(axis=1, how="all")
-    constant = [c for c in ("model", "method", "grouping") if c in table and table[c].nunique() == 1 and len(table) > 1]
-    caption = [", ".join(f"{c}: {table[c].iloc[0]}" for c in constant)] if constant else []
+    attrs = dict(table.attrs)
+    table = table.dropna(axis=1, how="all").drop(columns=[c for c in HIDDEN_COLUMNS if c in table])
+    if "status" in table:
+        link = table.pop("run") if "run" in table else pd.Series(None, index=table.index, dtype=object)
+        table.insert(0, "run", link.where(link.notna(), table.pop("status")))
+    table.attrs = attrs
+    constant = [c for c in CAPTION_COLUMNS
+                if c in table and table[c].nunique() == 1
+                and (c == "epochs" or table[c].notna().all())]
+    values = {c: table[c].dropna().iloc[0] for c in constant}
+    caption = [", ".join(f"{c}: {v if isinstance(v, str) else _fmt(v)}" for c, v in values.items())] if constant else []
     if "command" in table.attrs:
         caption.append(f"rows not complete yet: run <code>{table.attrs['command']}</code>")
-    styled = table.drop(columns=constant).style.format(precision=digits, na_rep="—").hide(axis="index")
+    table = table.drop(columns=constant)
+    styled = table.style.format(precision=digits, na_rep="—")
+    if "epochs" in table:
+        styled = styled.format("{:.0f}", subset=["epochs"], na_rep="—")
+    styled = (styled.hide(axis="index")
+              .set_table_styles(TABLE_STYLES, overwrite=False))
     return styled.set_caption("; ".join(caption)) if caption else styled
 
 
@@ -159,3 +218,50 @@ def plot_density_traces(runs: list[dict], label_key: str = "run_name") -> plt.Fi
     axes[0].legend(fontsize=7)
     fig.tight_layout()
     return fig
+
+
+# --------------------------------------------------------------------------- #
+# Sphinx extension (``_config.yml``, ``sphinx: extra_extensions``)
+# --------------------------------------------------------------------------- #
+
+RUN_PAGE_PARTS = 4  # runs/<experiment>/<run name>/notebook
+
+
+def _is_run_page(docname: str) -> bool:
+    parts = docname.split("/")
+    return len(parts) == RUN_PAGE_PARTS and parts[0] == "runs" and parts[-1] == "notebook"
+
+
+def _title_run_page(app, doctree) -> None:
+    """Name a run notebook's page after its run, in the navigation and at its top.
+
+    Every run notebook opens with its template's heading, the same for all the
+    runs of a grid; the navigation lists it as ``<experiment>/<run name>``, and
+    a line under the heading says which run and record the page is.
+    """
+    from docutils import nodes
+
+    docname = app.env.docname
+    if not _is_run_page(docname):
+        return
+    _, experiment, run, _ = docname.split("/")
+    name = f"{experiment}/{run}"
+    app.env.titles[docname] = nodes.title("", name)
+    toc = app.env.tocs.get(docname)  # the navigation shows a page by its toc's first entry
+    first = next(iter(toc.findall(nodes.reference)), None) if toc is not None else None
+    if first is not None:
+        first.children = [nodes.Text(name)]
+    section = next(iter(doctree.findall(nodes.section)), None)
+    if section is not None:
+        note = nodes.paragraph()
+        note += nodes.emphasis("", "The executed notebook of run ")
+        note += nodes.literal("", f"{experiment}/{run}")
+        note += nodes.emphasis("", f", shown as it ran (the book does not re-execute it); its record is in "
+                                   f"runs/{experiment}/{run}/.")
+        section.insert(1, note)
+
+
+def setup(app):
+    """Sphinx extension: titles for the pages of run notebooks (see :func:`_title_run_page`)."""
+    app.connect("doctree-read", _title_run_page, priority=600)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
