@@ -1,0 +1,67 @@
+"""paperlib.benchmark: its step is the runner's step, and its timing interleaves and takes medians."""
+
+import copy
+
+import pytest
+import torch
+from fake_data import make_mnist
+
+from paperlib import benchmark, training
+from paperlib.presets import resolve_config
+
+
+@pytest.mark.parametrize("model, method, extra", [
+    ("mlp", "constrained", dict(target=[0.3, 0.3, 0.3])),
+    ("lenet5", "constrained", dict(target=[0.5, 0.3, 0.7, 0.1])),
+    ("mlp", "penalized", dict(lmbda=0.5)),
+])
+def test_step_is_the_runners_step(tmp_path, monkeypatch, model, method, extra):
+    """From the same model, batch and RNG state, one benchmark step and one runner epoch of one batch agree bit for bit."""
+    make_mnist(tmp_path / "data", n_train=16, n_test=8)
+    monkeypatch.setenv("PAPERLIB_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("PAPERLIB_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("PAPERLIB_CHECKPOINTS", str(tmp_path / "checkpoints"))
+    config = resolve_config(experiment="unit", dataset="mnist", model=model, method=method, grouping="layer",
+                            preset="cpu", batch_size=16, epochs=1, dual_lr=0.05, gates_lr=0.05, **extra)
+    experiment = training.Experiment(config, progress=False)
+    start_model = copy.deepcopy(experiment.model)
+    initial = copy.deepcopy(experiment.model.state_dict())
+    x, y = next(iter(experiment.data.loader("train", 16, seed=config.seed, memory_format=experiment.memory_format)))
+    rng = torch.get_rng_state()
+    experiment.train_epoch()  # 16 examples: exactly one step
+
+    torch.set_rng_state(rng)
+    step = benchmark.TrainStep(config, model=start_model)
+    step(x, y)
+    ours, runners = step.model.state_dict(), experiment.model.state_dict()
+    assert ours.keys() == runners.keys()
+    changed = [name for name in ours if not torch.equal(ours[name], initial[name])]
+    assert changed  # the step trained something
+    for name in ours:
+        assert torch.equal(ours[name], runners[name]), name
+    if method == "constrained":
+        assert torch.equal(step.objective.multipliers.value, experiment.objective.multipliers.value)
+        assert (step.objective.multipliers.value > 0).any()  # dense start violates the targets: lambda moved
+
+
+def test_time_interleaved_rotates_and_reports_per_repetition():
+    """On a fake clock each call costs a known time per repetition; warm-up is untimed, the order rotates."""
+    now, calls = [0.0], []
+    costs = {"a": [1.0, 5.0, 1.0], "b": [2.0, 2.0, 9.0], "c": [3.0, 3.0, 3.0]}  # seconds per call, per repetition
+    counts = dict.fromkeys(costs, 0)
+
+    def make(name):
+        def run():
+            calls.append(name)
+            n = counts[name]
+            counts[name] += 1
+            now[0] += 100.0 if n < 2 else costs[name][(n - 2) // 4]  # 2 warm-up calls, then blocks of 4 steps
+        return run
+
+    samples = benchmark.time_interleaved({name: make(name) for name in costs}, repeats=3, steps=4, warmup=2,
+                                         clock=lambda: now[0])
+    assert calls[:6] == ["a", "a", "b", "b", "c", "c"]
+    timed = calls[6:]
+    assert [timed[i:i + 4] for i in range(0, len(timed), 4)] == [[n] * 4 for n in "abcbcacab"]
+    assert samples == costs  # per repetition, per step; warm-up excluded
+    assert benchmark.medians_ms(samples) == {"a": 1000.0, "b": 2000.0, "c": 3000.0}  # medians resist the outliers
