@@ -1,0 +1,298 @@
+"""The paper's numbers beside ours, cell by cell.
+
+:func:`compare` takes one of the paper's result tables (its LaTeX label, as in
+:mod:`paperlib.paper_results`) and the grid files whose runs reproduce it, and
+returns one row per row of the paper's table: for each metric the paper's value
+(with its printed 95% CI), ours (mean ± 95% CI over the seeds with a complete
+record), and the difference. The ``protocol`` column says which records were
+used: the ``paper`` preset's where any exist, otherwise the ``cpu`` ones, with
+their epochs and number of seeds. Nothing here invents a number: the paper's
+come from ``paper_results.csv``, ours from ``metrics.json`` and ``history.csv``.
+
+The CI is the authors' convention, 1.96 · std / sqrt(n) (sample std), so the two
+columns are comparable; with one seed there is no CI.
+
+"Best" validation errors are only comparable when they are taken at epochs where
+the constraint holds: early in training a constrained model is still dense and
+often has its lowest error. For constrained runs, ours is therefore the best
+error among the epochs where every constrained expected density is within
+:data:`FEASIBILITY_TOLERANCE` of its target (at most that much above it); for
+penalized and dense runs it is the best error over training. The paper does not
+say how its "best" column was taken.
+"""
+
+import math
+import statistics
+from pathlib import Path
+
+import pandas as pd
+
+from . import records
+from .paper_results import paper_results
+from .report import _grid_runs, notebook_link
+
+#: A constraint "holds" at an epoch when the expected density exceeds its target by at most this much.
+FEASIBILITY_TOLERANCE = 0.01
+
+#: The paper's model names (``paper_results.csv``) and the model names of our records.
+MODEL_FAMILIES = {"MLP": ("mlp",), "LeNet5": ("lenet5",), "WideResNet-28-10": ("wrn-28-10", "wrn-16-1"),
+                  "ResNet18": ("resnet18",), "ResNet50": ("resnet50",)}
+
+#: Paper metric -> column label on the page.
+METRIC_LABELS = {"l0_density": "L0-density (%)", "params_pct": "params (%)", "macs_pct": "MACs (%)",
+                 "pruned_architecture": "pruned architecture", "val_error_best": "error best (%)",
+                 "val_error_last": "error final (%)"}
+
+#: Columns of the paper's table that tell its rows apart (besides the metric).
+ROW_KEYS = ("model", "method", "grouping", "target", "lmbda", "gates_lr", "finetune_epochs")
+
+
+def constrained_densities(record: dict, row: dict) -> list[tuple[float, float]]:
+    """(expected density, target) of every constraint of a history row of a constrained record.
+
+    Model-wise: the model's L0-density against the one target. Layer-wise: each
+    gated layer's expected density against its own target (one target for all
+    layers when a single value is given).
+    """
+    metrics = record["metrics"]
+    target = metrics["target_density"]
+    if metrics["grouping"] == "model":
+        return [(float(row["l0_density"]), target)]
+    layers = list(metrics["l0_density_per_layer"])
+    targets = target if isinstance(target, list) else [target] * len(layers)
+    return [(float(row[f"density[{layer}]"]), t) for layer, t in zip(layers, targets)]
+
+
+def best_feasible_error(record: dict) -> float | None:
+    """The lowest validation error over the training epochs at which the constraints hold (see module doc).
+
+    None when no training epoch satisfies them. For runs that are not
+    constrained, the record's best error over training.
+    """
+    metrics = record["metrics"]
+    if metrics["method"] != "constrained":
+        return metrics["val_error_best"]
+    errors = [float(row["val_error"]) for row in record["history"]
+              if row["phase"] == "train"
+              and all(density <= target + FEASIBILITY_TOLERANCE
+                      for density, target in constrained_densities(record, row))]
+    return min(errors) if errors else None
+
+
+def our_value(record: dict, metric: str):
+    """A record's value of one of the paper's metrics (percentages in percent)."""
+    m = record["metrics"]
+    if metric == "l0_density":
+        return None if m["l0_density"] is None else 100.0 * m["l0_density"]
+    if metric == "pruned_architecture":
+        return "-".join(map(str, m.get("pruned_architecture") or [])) or None
+    if metric == "val_error_best":
+        return best_feasible_error(record)
+    if metric == "val_error_last":
+        return m["val_error_final"]
+    return m[metric]
+
+
+def mean_ci(values: list[float]) -> tuple[float, float | None]:
+    """Mean and the half-width of its 95% CI, 1.96 · std / sqrt(n) (the authors' convention); no CI for n = 1."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, None
+    return mean, 1.96 * statistics.stdev(values) / math.sqrt(len(values))
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _paper_key(cells: pd.DataFrame) -> dict:
+    first = cells.iloc[0]
+    target = [float(t) for t in first["target"].split()] if first["target"] else None
+    return {"model": first["model"], "method": first["method"], "grouping": first["grouping"],
+            "target": None if target is None else (target[0] if len(target) == 1 else target),
+            "lmbda": _number(first["lmbda"]) if first["lmbda"] else None, "lmbda_printed": first["lmbda"],
+            "gates_lr": _number(first["gates_lr"]) if first["gates_lr"] else None}
+
+
+def _matches(config, key: dict) -> bool:
+    """Whether one of our run configurations is the paper row ``key``."""
+    if config.model not in MODEL_FAMILIES.get(key["model"], ()) or config.method != key["method"]:
+        return False
+    if key["method"] == "dense":
+        return True
+    if config.grouping != key["grouping"]:
+        return False
+    if key["gates_lr"] is not None and not math.isclose(config.gates_lr, key["gates_lr"]):
+        return False
+    if key["method"] == "penalized":
+        return key["lmbda"] is not None and not isinstance(config.lmbda, list) \
+            and math.isclose(config.lmbda, key["lmbda"])
+    target = config.target
+    if key["grouping"] == "layer" and isinstance(key["target"], float) and isinstance(target, list):
+        target = target[0] if len(set(target)) == 1 else target  # one printed value for all layers
+    if isinstance(target, list) or isinstance(key["target"], list):
+        return isinstance(target, list) and isinstance(key["target"], list) and \
+            len(target) == len(key["target"]) and all(map(math.isclose, target, key["target"]))
+    return key["target"] is not None and math.isclose(target, key["target"])
+
+
+def _describe(key: dict) -> str:
+    if key["lmbda_printed"]:
+        hyper = f"λ_pen {key['lmbda']:g}" if key["lmbda"] is not None else f"λ_pen {key['lmbda_printed']}"
+    elif key["target"] is None:
+        hyper = ""
+    elif isinstance(key["target"], list):
+        hyper = "[" + ", ".join(f"{100 * t:g}" for t in key["target"]) + "]%"
+    else:
+        hyper = f"{100 * key['target']:g}%"
+    if key["gates_lr"] is not None:
+        hyper += f"{', ' if hyper else ''}gates lr {key['gates_lr']:g}"
+    return hyper
+
+
+def _format(mean: float, ci: float | None, digits: int = 2) -> str:
+    return f"{mean:.{digits}f}" + ("" if ci is None else f" ± {ci:.{digits}f}")
+
+
+def _chosen_runs(runs: list[tuple[object, Path]]) -> tuple[str | None, list[tuple[object, Path]]]:
+    """The complete runs of the protocol shown: the paper preset's if any is complete, else the cpu preset's."""
+    complete = [(c, d) for c, d in runs if records.record_status(d) == "complete"]
+    for preset in ("paper", "cpu"):
+        chosen = [(c, d) for c, d in complete if c.preset == preset]
+        if chosen:
+            return preset, chosen
+    return None, []
+
+
+def _protocol(preset: str, chosen: list[tuple[object, Path]], metrics: list[dict], paper_model: str) -> str:
+    epochs = sorted({m["epochs_completed"] for m in metrics})
+    seeds = len(chosen)
+    models = sorted({c.model for c, _ in chosen})
+    text = f"{preset}, {'/'.join(map(str, epochs))} ep, {seeds} seed{'s' if seeds > 1 else ''}"
+    if models != [MODEL_FAMILIES[paper_model][0]]:
+        text += f", {'/'.join(models)}"
+    if any(not _same_parameters(c, m) for (c, _), m in zip(chosen, metrics)):
+        text += " (earlier preset)"
+    return text
+
+
+def _same_parameters(config, metrics: dict) -> bool:
+    """Whether a record was made with the parameters the preset gives today (see check_record_matches)."""
+    from .training import check_record_matches
+
+    run_dir = records.runs_dir() / config.experiment / config.run_name
+    try:
+        check_record_matches(records.load_record(run_dir)["params"], config)
+    except RuntimeError:
+        return False
+    return True
+
+
+def _command(key: dict, matching: list[tuple[object, Path]], grid_files: list[str | Path]) -> str:
+    """The commands that produce a missing row: the sweep of its grid (if one runs it), and one papermill
+    run at the paper's protocol where no grid runs it at the ``paper`` preset."""
+    import yaml
+
+    commands = [f"python -m paperlib.sweeps {g}" for g in sorted({str(g) for g in grid_files})
+                if any(run in matching for run in _grid_runs(g))]
+    if any(config.preset == "paper" for config, _ in matching):
+        return " ; ".join(commands)
+    spec = yaml.safe_load((records.project_root() / grid_files[0]).read_text())
+    params = {"experiment": (spec.get("base") or {}).get("experiment"), "model": MODEL_FAMILIES[key["model"]][0],
+              "method": key["method"], "grouping": key["grouping"], "preset": "paper"}
+    if key["method"] == "penalized":
+        params["lmbda"] = key["lmbda"]
+    elif key["target"] is not None:
+        params["target"] = key["target"]
+    if key["gates_lr"] is not None:
+        params["gates_lr"] = key["gates_lr"]
+    options = " ".join(f"-p {name} {value if not isinstance(value, list) else repr(str(value))}"
+                       for name, value in params.items() if value)
+    paper = f"papermill {spec['notebook']} out.ipynb {options}"
+    return " ; ".join([*commands, f"at the paper's protocol: {paper}" if commands else paper])
+
+
+def compare(table: str, grid_files: list[str | Path], metrics: list[str] | None = None,
+            digits: int = 2, where: dict | None = None) -> pd.DataFrame:
+    """The paper's ``table`` beside our records from ``grid_files``, one row per row of the paper's table.
+
+    Columns: the row's method, grouping and target or λ_pen; for each metric
+    ``<metric> paper``, ``<metric> ours`` and ``<metric> Δ`` (ours minus the
+    paper's, for numeric metrics); ``protocol``; ``runs`` (links to the runs'
+    notebooks). Rows the paper reports but our grids do not run, or whose
+    records are not complete yet, show the paper's value and "not run"; the
+    commands that would produce them are in ``attrs["missing"]``
+    (``{row description: command}``). ``where`` keeps only the runs whose
+    configuration has these values (e.g. ``{"detach_gates": True}`` where a
+    grid also varies what the paper's table holds fixed).
+    """
+    paper = paper_results()
+    cells = paper[(paper["table"] == table) & (paper["source_kind"] == "table")]
+    if cells.empty:
+        raise ValueError(f"the paper has no table labelled {table!r}; "
+                         f"labels: {sorted(paper['table'].unique())}")
+    metrics = metrics or [m for m in METRIC_LABELS if m in set(cells["metric"])]
+    ours = [(config, folder) for grid in grid_files for config, folder in _grid_runs(grid)
+            if all(getattr(config, name) == value for name, value in (where or {}).items())]
+    rows, missing = [], {}
+    for _, row_cells in cells.groupby(list(ROW_KEYS), sort=False):
+        key = _paper_key(row_cells)
+        row = {"model": key["model"], "method": key["method"], "grouping": key["grouping"] or "—",
+               "target / λ_pen": _describe(key)}
+        if (row_cells["finetune_epochs"] != "").any():
+            row["fine-tuned (epochs)"] = row_cells["finetune_epochs"].iloc[0]
+        matching = [(c, d) for c, d in ours if _matches(c, key)]
+        preset, chosen = _chosen_runs(matching)
+        loaded = [records.load_record(d) for _, d in chosen]
+        for metric in metrics:
+            label = METRIC_LABELS[metric]
+            printed = row_cells[row_cells["metric"] == metric]
+            paper_value = None
+            if not printed.empty:
+                cell = printed.iloc[0]
+                paper_value = cell["value_num"] if pd.notna(cell["value_num"]) else cell["value"]
+                row[f"{label} paper"] = cell["value"] + (f" ± {cell['ci']}" if cell["ci"] else "")
+            else:
+                row[f"{label} paper"] = None
+            values = [v for v in (our_value(r, metric) for r in loaded) if v is not None]
+            if metric == "pruned_architecture":
+                row[f"{label} ours"] = " / ".join(values) or None
+                continue
+            if values:
+                mean, ci = mean_ci(values)
+                row[f"{label} ours"] = _format(mean, ci, digits)
+                if isinstance(paper_value, float):
+                    row[f"{label} Δ"] = f"{mean - paper_value:+.{digits}f}"
+        if chosen:
+            row["protocol"] = _protocol(preset, chosen, [r["metrics"] for r in loaded], key["model"])
+            row["runs"] = " ".join(notebook_link(d, f"s{c.seed}") or f"s{c.seed}" for c, d in chosen)
+        elif key["method"] == "louizos":
+            row["protocol"] = "Louizos et al.'s result, quoted by the paper"
+        else:
+            started = any(records.record_status(d) == "partial" for _, d in matching)
+            row["protocol"] = "partial record (training)" if started else "not run"
+            missing[f"{key['model']} {key['method']} {key['grouping']} {_describe(key)}".strip()] = \
+                _command(key, matching, grid_files)
+        rows.append(row)
+    result = pd.DataFrame(rows)
+    last = [c for c in ("protocol", "runs") if c in result]
+    result = result[[c for c in result if c not in last] + last]
+    result.attrs["missing"] = missing
+    return result
+
+
+def misses(table: pd.DataFrame, threshold: float = 2.0) -> pd.DataFrame:
+    """The cells of a :func:`compare` table where ours differs from the paper's by more than ``threshold`` points."""
+    rows = []
+    for _, row in table.iterrows():
+        for column in [c for c in table if c.endswith(" Δ")]:
+            delta = row[column]
+            if isinstance(delta, str) and abs(float(delta)) > threshold:
+                metric = column[:-2]
+                rows.append({"row": f"{row['method']} {row['grouping']} {row['target / λ_pen']}", "metric": metric,
+                             "paper": row[f"{metric} paper"], "ours": row[f"{metric} ours"], "Δ": delta,
+                             "protocol": row["protocol"]})
+    return pd.DataFrame(rows, columns=["row", "metric", "paper", "ours", "Δ", "protocol"])

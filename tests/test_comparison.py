@@ -1,0 +1,102 @@
+"""Paper-vs-ours tables: the right records, the authors' CI, best errors only where the constraint holds."""
+
+import math
+import statistics
+
+import pytest
+import yaml
+
+from paperlib import comparison, records
+from paperlib.paper_results import paper_cell
+from paperlib.report import _grid_runs
+
+
+@pytest.fixture
+def runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("PAPERLIB_RUNS", str(tmp_path / "runs"))
+    return tmp_path
+
+
+def _history(errors, densities):
+    return [{"epoch": i, "phase": "train" if i else "init", "val_error": e, "l0_density": d,
+             "density[fc1]": d, "density[fc2]": d, "density[fc3]": d}
+            for i, (e, d) in enumerate(zip(errors, densities))]
+
+
+def _write(grid, index: int, final_error: float, epochs: int, history=None) -> None:
+    """A complete record of the grid's run ``index``, made with exactly the parameters the preset gives today."""
+    config, folder = _grid_runs(grid)[index]
+    metrics = {"status": "complete", "run_name": config.run_name, "method": config.method,
+               "grouping": config.grouping, "target_density": config.target, "l0_density": 0.33,
+               "l0_density_per_layer": {"fc1": 0.3, "fc2": 0.4, "fc3": 0.9}, "params_pct": 30.0, "macs_pct": 30.0,
+               "pruned_architecture": [200, 230, 100], "val_error_best": final_error - 0.5,
+               "val_error_final": final_error, "epochs_completed": epochs}
+    history = history or _history([90.0, final_error], [0.9, 0.33])
+    records.write_record(folder, config.to_dict(), metrics, history, [], {})
+
+
+def test_mean_ci_is_the_authors_convention():
+    mean, ci = comparison.mean_ci([1.0, 2.0, 4.0])
+    assert mean == pytest.approx(7 / 3)
+    assert ci == pytest.approx(1.96 * statistics.stdev([1.0, 2.0, 4.0]) / math.sqrt(3))
+    assert comparison.mean_ci([1.5]) == (1.5, None)
+
+
+def test_best_error_is_taken_only_where_every_constraint_holds():
+    # The lowest error (0.5) is at epoch 1, while the model is still far too dense.
+    record = {"metrics": {"method": "constrained", "grouping": "model", "target_density": 0.3,
+                          "val_error_best": 0.5, "l0_density_per_layer": {"fc1": 0, "fc2": 0, "fc3": 0}},
+              "history": _history([90.0, 0.5, 1.2, 0.9, 1.0], [0.9, 0.8, 0.305, 0.311, 0.309])}
+    # 0.311 is more than 1 point above 0.3, so epoch 3 does not count; epochs 2 and 4 do.
+    assert comparison.best_feasible_error(record) == 1.0
+    record["metrics"]["grouping"] = "layer"
+    record["metrics"]["target_density"] = [0.3, 0.3, 0.2]  # fc3 never gets within a point of 20%
+    assert comparison.best_feasible_error(record) is None
+    record["metrics"].update(method="penalized")  # no constraint: the best error over training
+    assert comparison.best_feasible_error(record) == 0.5
+
+
+def test_compare_prefers_paper_protocol_records_and_names_missing_rows(runs):
+    grid = runs / "grid.yaml"
+    base = {"experiment": "cmp", "method": "constrained", "model": "mlp", "grouping": "model", "target": 0.33}
+    grid.write_text(yaml.safe_dump({
+        "notebook": str(records.project_root() / "book" / "mnist.ipynb"), "dataset": "mnist",
+        "base": base, "runs": [{"preset": "paper", "seed": 0}, {"preset": "paper", "seed": 1},
+                               {"preset": "paper", "seed": 2}, {"preset": "cpu", "seed": 0},
+                               {"preset": "paper", "model": "lenet5", "target": 0.1}]}))
+    _write(grid, 0, 1.6, 200)
+    _write(grid, 1, 1.9, 200)
+    _write(grid, 3, 5.0, 100)  # the cpu record is not shown: paper-protocol records exist
+
+    table = comparison.compare("tab:mnist", [grid]).set_index(["model", "method", "grouping"])
+    row = table.loc[("MLP", "constrained", "model")]
+    mean, ci = comparison.mean_ci([1.6, 1.9])
+    assert row["error final (%) ours"] == f"{mean:.2f} ± {ci:.2f}"
+    paper = paper_cell("tab:mnist", model="MLP", method="constrained", grouping="model", metric="val_error_last")
+    assert row["error final (%) paper"] == f"{paper.value} ± {paper.ci}"
+    assert row["error final (%) Δ"] == f"{mean - float(paper.value):+.2f}"
+    assert row["error best (%) ours"] == row["error final (%) ours"]  # the final epochs meet the 33% target
+    assert row["pruned architecture ours"] == "200-230-100 / 200-230-100"
+    assert row["protocol"] == "paper, 200 ep, 2 seeds"
+    # LeNet5 model-wise is in the grid but not run; the layer-wise rows are in no grid.
+    assert table.loc[("LeNet5", "constrained", "model"), "protocol"] == "not run"
+    missing = table.attrs["missing"]
+    assert missing["LeNet5 constrained model 10%"] == f"python -m paperlib.sweeps {grid}"
+    assert missing["LeNet5 constrained layer [50, 30, 70, 10]%"].startswith(
+        f"papermill {records.project_root() / 'book' / 'mnist.ipynb'} out.ipynb -p experiment cmp -p model lenet5 "
+        "-p method constrained -p grouping layer -p preset paper -p target '[0.5, 0.3, 0.7, 0.1]'")
+    assert table.loc[("MLP", "louizos", "model"), "protocol"].startswith("Louizos et al.")
+
+
+def test_a_record_made_with_an_earlier_preset_is_labelled(runs):
+    grid = runs / "grid.yaml"
+    base = {"experiment": "cmp", "method": "constrained", "model": "mlp", "grouping": "model", "target": 0.33,
+            "preset": "cpu"}
+    grid.write_text(yaml.safe_dump({"notebook": str(records.project_root() / "book" / "mnist.ipynb"),
+                                    "dataset": "mnist", "base": base}))
+    _write(grid, 0, 1.7, 100)
+    folder = _grid_runs(grid)[0][1]
+    params = records.load_record(folder)["params"]
+    assert comparison.compare("tab:mnist", [grid]).loc[1, "protocol"] == "cpu, 100 ep, 1 seed"
+    records.write_json(folder / "params.json", {**params, "dual_lr": 3e-3})  # what the old cpu preset used
+    assert comparison.compare("tab:mnist", [grid]).loc[1, "protocol"] == "cpu, 100 ep, 1 seed (earlier preset)"
