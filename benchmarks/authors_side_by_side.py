@@ -1,6 +1,6 @@
 """Our constrained training step against the authors' one, timed side by side in one process (issue 6).
 
-    python benchmarks/authors_side_by_side.py [AUTHORS_DIR] [--repeats 3] [--steps 20] [--threads 1]
+    python benchmarks/authors_side_by_side.py [AUTHORS_DIR] [--repeats 3] [--steps 50] [--threads 1]
 
 AUTHORS_DIR (default /tmp/authors) is an unpacked copy of the authors' public
 code; nothing of it is part of this repository. Their package cannot be
@@ -140,7 +140,7 @@ def main() -> None:
     parser.add_argument("authors", nargs="?", default="/tmp/authors", type=Path)
     parser.add_argument("--models", nargs="+", default=["mlp", "lenet5"])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
