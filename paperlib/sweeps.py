@@ -171,31 +171,36 @@ def _execute(notebook: str, params: dict, threads: int, commit: bool, run_dir: P
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("grid", help="grid file (YAML)")
-    parser.add_argument("--workers", type=int, help="parallel processes (default: the grid file's, else 1)")
-    parser.add_argument("--threads", type=int, help="torch threads per process (default: the grid file's, else 1)")
+    parser.add_argument("grids", nargs="+", metavar="grid",
+                        help="grid file(s) (YAML); several run in the given order through one pool of workers")
+    parser.add_argument("--workers", type=int, help="parallel processes (default: the first grid file's, else 1)")
+    parser.add_argument("--threads", type=int, help="torch threads per process (default: each grid file's, else 1)")
     parser.add_argument("--commit", action="store_true", help="git-commit each record as soon as it is complete")
     parser.add_argument("--dry-run", action="store_true", help="list the runs and their status, run nothing")
     args = parser.parse_args(argv)
-    spec = yaml.safe_load(Path(args.grid).read_text())
-    for key in ("notebook", "dataset"):
-        if key not in spec:
-            raise ValueError(f"grid file {args.grid} must name a {key!r}")
-    workers = args.workers or spec.get("workers", 1)
-    threads = args.threads or spec.get("threads", 1)
-    sets = expand_grid(spec)
-    if "dataset" in notebook_defaults(spec["notebook"]):  # a notebook that can train on several datasets
-        sets = [{"dataset": spec["dataset"], **params} for params in sets]
+    runs = []  # (notebook, dataset, params, threads) in the order they start
+    for grid in args.grids:
+        spec = yaml.safe_load(Path(grid).read_text())
+        for key in ("notebook", "dataset"):
+            if key not in spec:
+                raise ValueError(f"grid file {grid} must name a {key!r}")
+        sets = expand_grid(spec)
+        if "dataset" in notebook_defaults(spec["notebook"]):  # a notebook that can train on several datasets
+            sets = [{"dataset": spec["dataset"], **params} for params in sets]
+        threads = args.threads or spec.get("threads", 1)
+        runs += [(spec["notebook"], spec["dataset"], params, threads) for params in sets]
+        if args.dry_run:
+            defaults = notebook_defaults(spec["notebook"])
+            for params in sets:
+                run_dir = run_folder(params, spec["dataset"], defaults)
+                print(f"{records.record_status(run_dir) or 'missing':9s} {run_dir}")
     if args.dry_run:
-        defaults = notebook_defaults(spec["notebook"])
-        for params in sets:
-            run_dir = run_folder(params, spec["dataset"], defaults)
-            print(f"{records.record_status(run_dir) or 'missing':9s} {run_dir}")
         return 0
-    print(f"{len(sets)} runs of {spec['notebook']} with {workers} workers x {threads} threads", flush=True)
+    workers = args.workers or yaml.safe_load(Path(args.grids[0]).read_text()).get("workers", 1)
+    print(f"{len(runs)} runs of {len(args.grids)} grid file(s) with {workers} workers", flush=True)
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        jobs = [pool.submit(execute, spec["notebook"], spec["dataset"], params, threads, args.commit)
-                for params in sets]
+        jobs = [pool.submit(execute, notebook, dataset, params, threads, args.commit)
+                for notebook, dataset, params, threads in runs]
         failures = 0
         for job in jobs:
             line = job.result()
