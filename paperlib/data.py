@@ -28,6 +28,7 @@ evaluation.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import math
@@ -201,12 +202,32 @@ class DatasetPair:
             max_batches=max_batches, num_workers=num_workers, memory_format=memory_format,
         )
 
+    @functools.cached_property
+    def content_sha256(self) -> str:
+        """SHA-256 of the data read, independent of where it lies on disk.
+
+        In-memory splits: the uint8 images and int64 labels of the training split,
+        then the validation split, as stored (C, H, W order). ImageNet (read lazily):
+        every file's path relative to the dataset folder and its size in bytes, in
+        the order the split reads them. Two runs report the same value exactly when they read the same
+        examples.
+        """
+        digest = hashlib.sha256()
+        for split in (self.train, self.val):
+            if isinstance(split, ImageTensors):
+                digest.update(split.images.contiguous().numpy().tobytes())
+                digest.update(split.labels.contiguous().numpy().tobytes())
+            else:
+                for path in _image_files(split):
+                    digest.update(f"{Path(path).relative_to(self.location)} {os.path.getsize(path)}\n".encode())
+        return digest.hexdigest()
+
     def describe(self) -> dict:
-        """A JSON-serialisable summary for run records."""
+        """A JSON-serialisable, machine-independent summary for run records (no paths)."""
         return {
             "dataset": self.name,
             "source": self.source,
-            "location": str(self.location),
+            "content_sha256": self.content_sha256,
             "num_train": len(self.train),
             "num_val": len(self.val),
             "val_split": self.val_split,
@@ -216,6 +237,13 @@ class DatasetPair:
             "std": list(self.std),
             "train_augment": None if self.train_augment is None else vars(self.train_augment).copy(),
         }
+
+
+def _image_files(split: Dataset) -> list[str]:
+    """The image files of an ``ImageFolder`` split (or of a ``Subset`` of one), in reading order."""
+    if isinstance(split, Subset):
+        return [split.dataset.samples[i][0] for i in split.indices]
+    return [path for path, _ in split.samples]
 
 
 # --------------------------------------------------------------------------- #

@@ -152,3 +152,30 @@ def find_records(experiment: str | None = None, root: Path | None = None) -> lis
     base = Path(root or runs_dir())
     base = base / experiment if experiment else base
     return sorted(p.parent for p in base.glob("**/metrics.json"))
+
+
+def make_portable(run_dir: Path) -> None:
+    """Remove machine paths from a record: the data folder of records made before data was named by
+    checksum (``metrics.json``), and papermill's input and output paths (``notebook.ipynb``), which
+    become relative to the project root. Numbers are left as they are."""
+    run_dir = Path(run_dir)
+    metrics_path = run_dir / "metrics.json"
+    metrics = json.loads(metrics_path.read_text())
+    if isinstance(metrics.get("data"), dict) and "location" in metrics["data"]:
+        del metrics["data"]["location"]
+        write_json(metrics_path, metrics)
+    notebook = run_dir / "notebook.ipynb"
+    if not notebook.exists():
+        return
+    content = json.loads(notebook.read_text())
+    papermill = content.get("metadata", {}).get("papermill")
+    if not papermill:
+        return
+    root = project_root()
+    portable = {"output_path": (run_dir / "notebook.ipynb").resolve().relative_to(root).as_posix()}
+    source = papermill.get("input_path")
+    if source and Path(source).is_absolute():
+        portable["input_path"] = Path(os.path.relpath(source, root)).as_posix()
+    if any(papermill.get(key) != value for key, value in portable.items()):
+        papermill.update(portable)
+        _write_atomic(notebook, json.dumps(content, indent=1, ensure_ascii=False, sort_keys=True))  # as nbformat writes

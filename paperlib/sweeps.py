@@ -164,6 +164,7 @@ def _execute(notebook: str, params: dict, threads: int, commit: bool, run_dir: P
     if result.returncode != 0 or records.record_status(run_dir) != "complete":
         return f"FAILED after {minutes:.1f} min ({log})  {run_dir}"
     shutil.move(str(output), run_dir / "notebook.ipynb")
+    records.make_portable(run_dir)
     if commit:
         _commit(run_dir)
     return f"done in {minutes:.1f} min  {run_dir}"

@@ -410,3 +410,20 @@ def test_real_mnist():
     assert x.shape == (128, 1, 28, 28)
     # Normalised MNIST has roughly zero mean and unit std.
     assert abs(x.mean().item()) < 0.2 and abs(x.std().item() - 1) < 0.2
+
+
+def test_records_name_the_data_by_content_not_by_path(tmp_path):
+    """describe() holds no machine path; its checksum follows the examples read, wherever they lie."""
+    import shutil
+
+    make_mnist(tmp_path / "a", n_train=32, n_test=16)
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    a, b = load_dataset("mnist", root=tmp_path / "a"), load_dataset("mnist", root=tmp_path / "b")
+    assert a.describe() == b.describe()
+    assert str(tmp_path) not in json.dumps(a.describe())
+    assert load_dataset("mnist", root=tmp_path / "a", subset=8).content_sha256 != a.content_sha256
+    images = tmp_path / "b" / "MNIST" / "raw" / "t10k-images-idx3-ubyte"
+    raw = bytearray(images.read_bytes())
+    raw[-1] ^= 1  # one pixel of the last test image
+    images.write_bytes(bytes(raw))
+    assert load_dataset("mnist", root=tmp_path / "b").content_sha256 != a.content_sha256

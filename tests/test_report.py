@@ -1,5 +1,7 @@
 """Report tables list every run a grid asks for, with numbers only from complete records."""
 
+import json
+
 import pytest
 import yaml
 from fake_data import make_mnist
@@ -48,3 +50,21 @@ def test_layer_densities_compare_expected_and_test_time_density():
     unstructured = {"metrics": {"target_density": 0.2, "l0_density_per_layer": {"w": 0.21}},
                     "gate_medians": {"3": {"w": {"zero": 80, "one": 15, "histogram_20_bins": [80] + [0] * 18 + [20]}}}}
     assert report.layer_densities(unstructured)["groups kept"][0] == "20 of 100"
+
+
+def test_make_portable_removes_machine_paths_and_nothing_else(tmp_path, monkeypatch):
+    run = tmp_path / "runs" / "x" / "run"
+    metrics = {"status": "complete", "val_error_final": 1.23456789,
+               "data": {"dataset": "mnist", "location": "/somewhere/MNIST/raw", "num_train": 60000}}
+    records.write_json(run / "metrics.json", metrics)
+    notebook = {"cells": [], "metadata": {"papermill": {"input_path": "book/mnist.ipynb",
+                                                        "output_path": "/root/.cache/x/notebook.ipynb"}},
+                "nbformat": 4, "nbformat_minor": 5}
+    (run / "notebook.ipynb").write_text(json.dumps(notebook))
+    monkeypatch.setattr(records, "project_root", lambda: tmp_path)
+
+    records.make_portable(run)
+    after = json.loads((run / "metrics.json").read_text())
+    assert after == {**metrics, "data": {"dataset": "mnist", "num_train": 60000}}
+    papermill = json.loads((run / "notebook.ipynb").read_text())["metadata"]["papermill"]
+    assert papermill == {"input_path": "book/mnist.ipynb", "output_path": "runs/x/run/notebook.ipynb"}
