@@ -172,7 +172,8 @@ def make_portable(run_dir: Path) -> None:
     if not papermill:
         return
     root = project_root()
-    portable = {"output_path": (run_dir / "notebook.ipynb").resolve().relative_to(root).as_posix()}
+    # runs/<experiment>/<run name>/notebook.ipynb, wherever PAPERLIB_RUNS put this record
+    portable = {"output_path": f"runs/{run_dir.parent.name}/{run_dir.name}/notebook.ipynb"}
     source = papermill.get("input_path")
     if source and Path(source).is_absolute():
         portable["input_path"] = Path(os.path.relpath(source, root)).as_posix()

@@ -20,6 +20,13 @@ complete, so a failed run never overwrites anything in ``runs/``. With
 ``--commit`` each finished record is committed to git as soon as it finishes.
 While a run goes on, its notebook's output (epochs, progress bars) is written
 to the ``papermill.log`` named when it starts.
+
+On a cluster, ``--executor slurm`` submits one job per run whose record is not
+complete through `submitit <https://github.com/facebookincubator/submitit>`_
+(one job array per command), with ``--gpus``, ``--cpus``, ``--timeout-min`` and
+``--partition`` as the jobs' resources. A job that reaches its time limit or is
+preempted is requeued by submitit and resumes from its last checkpoint.
+``--executor local`` runs the same jobs as local processes (what the tests use).
 """
 
 import argparse
@@ -170,6 +177,44 @@ def _execute(notebook: str, params: dict, threads: int, commit: bool, run_dir: P
     return f"done in {minutes:.1f} min  {run_dir}"
 
 
+class ClusterRun:
+    """One run of a grid as a submitit job (:func:`execute` in the job's process).
+
+    A job stopped at its time limit or by preemption is requeued with the same
+    arguments (submitit's checkpointing protocol); the run resumes from its last
+    finished epoch (:mod:`paperlib.training`). The ``running.pid`` lock of a
+    stopped job names a process that no longer exists, so the requeued job takes
+    the run (on a shared file system, a live process with the same number on the
+    requeued job's node would make it skip the run: run the sweep again).
+    """
+
+    def __call__(self, notebook: str, dataset: str, params: dict, threads: int, commit: bool) -> str:
+        return execute(notebook, dataset, params, threads, commit)
+
+    def checkpoint(self, *args, **kwargs):
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
+
+
+def submit(runs: list[tuple], executor: str, folder: Path, gpus: int, cpus: int, timeout_min: int,
+           partition: str | None) -> list:
+    """Submit the runs whose record is not complete as one submitit job array; return the jobs."""
+    import submitit
+
+    missing = [run for run in runs
+               if records.record_status(run_folder(run[2], run[1], notebook_defaults(run[0]))) != "complete"]
+    pool = submitit.AutoExecutor(folder=folder, cluster=executor)
+    pool.update_parameters(name="paperlib-sweep", timeout_min=timeout_min, gpus_per_node=gpus,
+                           cpus_per_task=cpus, tasks_per_node=1, nodes=1,
+                           **({"slurm_partition": partition} if partition else {}))
+    jobs = []
+    with pool.batch():
+        for notebook, dataset, params, threads, commit in missing:
+            jobs.append(pool.submit(ClusterRun(), notebook, dataset, params, threads, commit))
+    return jobs
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("grids", nargs="+", metavar="grid",
@@ -178,6 +223,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, help="torch threads per process (default: each grid file's, else 1)")
     parser.add_argument("--commit", action="store_true", help="git-commit each record as soon as it is complete")
     parser.add_argument("--dry-run", action="store_true", help="list the runs and their status, run nothing")
+    cluster = parser.add_argument_group("cluster (submitit)")
+    cluster.add_argument("--executor", choices=("slurm", "local"),
+                         help="submit one job per missing run instead of running them here")
+    cluster.add_argument("--gpus", type=int, default=1, help="GPUs per job (default 1)")
+    cluster.add_argument("--cpus", type=int, default=8, help="CPU cores per job (default 8)")
+    cluster.add_argument("--timeout-min", type=int, default=24 * 60,
+                         help="time limit per job in minutes; a job that reaches it is requeued and resumes")
+    cluster.add_argument("--partition", help="SLURM partition")
+    cluster.add_argument("--log-folder", type=Path, default=Path("~/.cache/paperlib/submitit").expanduser(),
+                         help="where submitit writes the jobs' logs")
+    cluster.add_argument("--wait", action="store_true", help="wait for the jobs and print how each ended")
     args = parser.parse_args(argv)
     runs = []  # (notebook, dataset, params, threads) in the order they start
     for grid in args.grids:
@@ -197,6 +253,16 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{records.record_status(run_dir) or 'missing':9s} {run_dir}")
     if args.dry_run:
         return 0
+    if args.executor:
+        jobs = submit([(*run, args.commit) for run in runs], args.executor, args.log_folder, args.gpus, args.cpus,
+                      args.timeout_min, args.partition)
+        print(f"submitted {len(jobs)} job(s) for the {len(runs)} runs (the others are complete); "
+              f"logs in {args.log_folder}: {' '.join(job.job_id for job in jobs)}", flush=True)
+        if not args.wait:
+            return 0
+        lines = [job.result() for job in jobs]
+        print("\n".join(lines), flush=True)
+        return 1 if any(line.startswith("FAILED") for line in lines) else 0
     workers = args.workers or yaml.safe_load(Path(args.grids[0]).read_text()).get("workers", 1)
     print(f"{len(runs)} runs of {len(args.grids)} grid file(s) with {workers} workers", flush=True)
     with ThreadPoolExecutor(max_workers=workers) as pool:

@@ -1,6 +1,9 @@
 """The sweep command: several grid files run in the order given, through one pool of workers."""
 
+import json
+
 import yaml
+from fake_data import make_mnist
 
 from paperlib import records, sweeps
 
@@ -24,3 +27,37 @@ def test_several_grids_are_listed_in_order_with_their_record_status(tmp_path, mo
     assert [line.split()[0] for line in lines] == ["missing", "complete", "missing"]
     assert [line.split()[1].split("/runs/")[1].split("-")[0] for line in lines] == ["a/mlp", "a/mlp", "b/mlp"]
     assert "t0.2" in lines[0] and "t0.4" in lines[1] and "t0.6" in lines[2]
+
+
+def test_submitit_local_executor_runs_each_missing_run_once_and_skips_complete_ones(tmp_path, monkeypatch):
+    """``--executor local --wait``: one job per missing run (a job array), a complete record is not resubmitted."""
+    make_mnist(tmp_path / "data", n_train=32, n_test=16)
+    for name, value in {"PAPERLIB_DATA": tmp_path / "data", "PAPERLIB_RUNS": tmp_path / "runs",
+                        "PAPERLIB_CHECKPOINTS": tmp_path / "checkpoints", "OMP_NUM_THREADS": "1"}.items():
+        monkeypatch.setenv(name, str(value))
+    monkeypatch.delenv("PAPERLIB_SMOKE", raising=False)  # smoke records take another name than the grid's
+    notebook = str(records.project_root() / "book" / "mnist.ipynb")
+    grid = tmp_path / "grid.yaml"
+    base = {"experiment": "cluster", "model": "mlp", "preset": "cpu", "epochs": 1}
+    grid.write_text(yaml.safe_dump({"notebook": notebook, "dataset": "mnist", "base": base,
+                                    "grid": {"target": [0.3, 0.6]}}))
+    folders = [sweeps.run_folder({**base, "target": t}, "mnist", sweeps.notebook_defaults(notebook))
+               for t in (0.3, 0.6)]
+    records.write_json(folders[1] / "metrics.json", {"status": "complete", "marker": "not rerun"})
+    logs = tmp_path / "submitit"
+
+    assert sweeps.main([str(grid), "--executor", "local", "--wait", "--log-folder", str(logs), "--gpus", "0",
+                        "--cpus", "1", "--timeout-min", "10"]) == 0
+    assert records.record_status(folders[0]) == "complete"
+    assert (folders[0] / "notebook.ipynb").exists()
+    assert json.loads((folders[1] / "metrics.json").read_text())["marker"] == "not rerun"
+    assert len(list(logs.glob("*_submitted.pkl"))) == 1  # one job: the complete run was not submitted
+
+
+def test_a_requeued_cluster_job_runs_the_same_run_again():
+    """At a time limit or preemption submitit calls ``checkpoint``; the resubmission has the same arguments,
+    so the run resumes from its last checkpoint (resumption itself: tests/test_training.py)."""
+    args = ("book/mnist.ipynb", "mnist", {"target": 0.3}, 1, False)
+    again = sweeps.ClusterRun().checkpoint(*args)
+    assert isinstance(again.function, sweeps.ClusterRun)
+    assert again.args == args and again.kwargs == {}
