@@ -296,3 +296,22 @@ def misses(table: pd.DataFrame, threshold: float = 2.0) -> pd.DataFrame:
                              "paper": row[f"{metric} paper"], "ours": row[f"{metric} ours"], "Δ": delta,
                              "protocol": row["protocol"]})
     return pd.DataFrame(rows, columns=["row", "metric", "paper", "ours", "Δ", "protocol"])
+
+
+def distance_to_target(grid_files: list[str | Path]) -> pd.DataFrame:
+    """For every complete constrained record of the grids: how far its final expected densities are from
+    their targets (the largest gap over its constraints, in points; positive: above the target)."""
+    rows = []
+    for grid in grid_files:
+        for config, folder in _grid_runs(grid):
+            if config.method != "constrained" or records.record_status(folder) != "complete":
+                continue
+            record = records.load_record(folder)
+            gaps = [100 * (density - target)
+                    for density, target in constrained_densities(record, record["history"][-1])]
+            worst = max(gaps, key=abs)
+            rows.append({"run": notebook_link(folder, config.run_name) or config.run_name,
+                         "protocol": f"{config.preset}, {record['metrics']['epochs_completed']} ep",
+                         "sparsity": config.sparsity, "largest gap (points)": worst,
+                         "within 1 point": abs(worst) <= 100 * FEASIBILITY_TOLERANCE})
+    return pd.DataFrame(rows, columns=["run", "protocol", "sparsity", "largest gap (points)", "within 1 point"])
