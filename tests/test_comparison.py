@@ -100,3 +100,18 @@ def test_a_record_made_with_an_earlier_preset_is_labelled(runs):
     assert comparison.compare("tab:mnist", [grid]).loc[1, "protocol"] == "cpu, 100 ep, 1 seed"
     records.write_json(folder / "params.json", {**params, "dual_lr": 3e-3})  # what the old cpu preset used
     assert comparison.compare("tab:mnist", [grid]).loc[1, "protocol"] == "cpu, 100 ep, 1 seed (earlier preset)"
+
+
+def test_distance_to_target_takes_the_largest_gap_over_the_constraints(runs):
+    grid = runs / "grid.yaml"
+    base = {"experiment": "cmp", "method": "constrained", "model": "mlp", "grouping": "layer",
+            "target": [0.3, 0.3, 0.3], "preset": "cpu"}
+    grid.write_text(yaml.safe_dump({"notebook": str(records.project_root() / "book" / "mnist.ipynb"),
+                                    "dataset": "mnist", "base": base}))
+    history = _history([90.0, 2.0], [0.9, 0.3])
+    history[-1].update({"density[fc1]": 0.305, "density[fc2]": 0.288, "density[fc3]": 0.3})
+    _write(grid, 0, 2.0, 100, history)
+    row = comparison.distance_to_target([grid]).iloc[0]
+    assert row["largest gap (points)"] == pytest.approx(-1.2)  # fc2, 1.2 points below its target
+    assert not row["within 1 point"]
+    assert row["protocol"] == "cpu, 100 ep"
