@@ -55,7 +55,7 @@ def constrained_densities(record: dict, row: dict) -> list[tuple[float, float]]:
     layers when a single value is given).
     """
     metrics = record["metrics"]
-    target = metrics["target_density"]
+    target = metrics.get("target", metrics.get("target_density"))
     if metrics["grouping"] == "model":
         return [(float(row["l0_density"]), target)]
     layers = list(metrics["l0_density_per_layer"])
@@ -79,9 +79,24 @@ def best_feasible_error(record: dict) -> float | None:
     return min(errors) if errors else None
 
 
-def our_value(record: dict, metric: str):
-    """A record's value of one of the paper's metrics (percentages in percent)."""
+def finetuning_row(record: dict, finetune_epochs: int) -> dict | None:
+    """The history row of a magnitude-pruning record after ``finetune_epochs`` epochs of fine-tuning
+    (0: the pruned model before fine-tuning), or None if the run did not get that far (App. L)."""
+    pruned = [i for i, row in enumerate(record["history"]) if row["phase"] == "pruned"]
+    if not pruned or pruned[0] + finetune_epochs >= len(record["history"]):
+        return None
+    return record["history"][pruned[0] + finetune_epochs]
+
+
+def our_value(record: dict, metric: str, finetune_epochs: int | None = None):
+    """A record's value of one of the paper's metrics (percentages in percent); for magnitude pruning at
+    ``finetune_epochs`` the error of that checkpoint of fine-tuning (the paper's App. L columns)."""
     m = record["metrics"]
+    if finetune_epochs is not None and m["method"] == "magnitude_pruning":
+        row = finetuning_row(record, finetune_epochs)
+        if row is None or metric not in ("val_error_best", "val_error_last", "l0_density"):
+            return None
+        return 100.0 * m.get("target", m.get("target_density")) if metric == "l0_density" else float(row["val_error"])
     if metric == "l0_density":
         return None if m["l0_density"] is None else 100.0 * m["l0_density"]
     if metric == "pruned_architecture":
@@ -112,6 +127,8 @@ def _paper_key(cells: pd.DataFrame) -> dict:
     first = cells.iloc[0]
     target = [float(t) for t in first["target"].split()] if first["target"] else None
     return {"model": first["model"], "method": first["method"], "grouping": first["grouping"],
+            "sparsity": first["sparsity"] or "structured",
+            "finetune_epochs": int(first["finetune_epochs"]) if first["finetune_epochs"] else None,
             "target": None if target is None else (target[0] if len(target) == 1 else target),
             "lmbda": _number(first["lmbda"]) if first["lmbda"] else None, "lmbda_printed": first["lmbda"],
             "gates_lr": _number(first["gates_lr"]) if first["gates_lr"] else None}
@@ -119,11 +136,12 @@ def _paper_key(cells: pd.DataFrame) -> dict:
 
 def _matches(config, key: dict) -> bool:
     """Whether one of our run configurations is the paper row ``key``."""
-    if config.model not in MODEL_FAMILIES.get(key["model"], ()) or config.method != key["method"]:
+    if config.model not in MODEL_FAMILIES.get(key["model"], ()) or config.method != key["method"] \
+            or config.sparsity != key["sparsity"]:
         return False
     if key["method"] == "dense":
         return True
-    if config.grouping != key["grouping"]:
+    if config.grouping != key["grouping"] and key["method"] != "magnitude_pruning":  # pruning is per layer
         return False
     if key["gates_lr"] is not None and not math.isclose(config.gates_lr, key["gates_lr"]):
         return False
@@ -191,18 +209,29 @@ def _same_parameters(config, metrics: dict) -> bool:
     return True
 
 
-def _command(key: dict, matching: list[tuple[object, Path]], grid_files: list[str | Path]) -> str:
+#: The notebook that runs a method, where it is not the grids' own (App. L's magnitude-pruning rows).
+METHOD_NOTEBOOKS = {"magnitude_pruning": "book/magnitude_pruning.ipynb"}
+
+
+def _command(key: dict, matching: list[tuple[object, Path]], by_grid: dict) -> str:
     """The commands that produce a missing row: the sweep of its grid (if one runs it), and one papermill
     run at the paper's protocol where no grid runs it at the ``paper`` preset."""
     import yaml
 
-    commands = [f"python -m paperlib.sweeps {g}" for g in sorted({str(g) for g in grid_files})
-                if any(run in matching for run in _grid_runs(g))]
+    commands = [f"python -m paperlib.sweeps {g}" for g in sorted(by_grid, key=str)
+                if any(run in matching for run in by_grid[g])]
     if any(config.preset == "paper" for config, _ in matching):
         return " ; ".join(commands)
-    spec = yaml.safe_load((records.project_root() / grid_files[0]).read_text())
+    specs = [yaml.safe_load((records.project_root() / g).read_text()) for g in by_grid]
+    notebook = METHOD_NOTEBOOKS.get(key["method"], specs[0]["notebook"])
+    spec = next((s for s in specs if s["notebook"] == notebook), specs[0])
     params = {"experiment": (spec.get("base") or {}).get("experiment"), "model": MODEL_FAMILIES[key["model"]][0],
-              "method": key["method"], "grouping": key["grouping"], "preset": "paper"}
+              "method": key["method"]}
+    if key["grouping"] in ("model", "layer") and key["method"] != "magnitude_pruning":
+        params["grouping"] = key["grouping"]
+    if key["sparsity"] != "structured":
+        params["sparsity"] = key["sparsity"]
+    params["preset"] = "paper"
     if key["method"] == "penalized":
         params["lmbda"] = key["lmbda"]
     elif key["target"] is not None:
@@ -211,7 +240,7 @@ def _command(key: dict, matching: list[tuple[object, Path]], grid_files: list[st
         params["gates_lr"] = key["gates_lr"]
     options = " ".join(f"-p {name} {value if not isinstance(value, list) else repr(str(value))}"
                        for name, value in params.items() if value)
-    paper = f"papermill {spec['notebook']} out.ipynb {options}"
+    paper = f"papermill {notebook} out.ipynb {options}"
     return " ; ".join([*commands, f"at the paper's protocol: {paper}" if commands else paper])
 
 
@@ -235,9 +264,14 @@ def compare(table: str, grid_files: list[str | Path], metrics: list[str] | None 
         raise ValueError(f"the paper has no table labelled {table!r}; "
                          f"labels: {sorted(paper['table'].unique())}")
     metrics = metrics or [m for m in METRIC_LABELS if m in set(cells["metric"])]
-    ours = [(config, folder) for grid in grid_files for config, folder in _grid_runs(grid)
-            if all(getattr(config, name) == value for name, value in (where or {}).items())]
+    by_grid = {grid: [(config, folder) for config, folder in _grid_runs(grid)
+                      if all(getattr(config, name) == value for name, value in (where or {}).items())]
+               for grid in grid_files}
+    ours = [run for runs in by_grid.values() for run in runs]
     rows, missing = [], {}
+    # A row's density has no fine-tuning column and its errors "0" epochs: one row of the paper's table.
+    cells = cells.assign(finetune_epochs=cells["finetune_epochs"].replace("", "0")) \
+        if (cells["finetune_epochs"] != "").any() else cells
     for _, row_cells in cells.groupby(list(ROW_KEYS), sort=False):
         key = _paper_key(row_cells)
         row = {"model": key["model"], "method": key["method"], "grouping": key["grouping"] or "—",
@@ -257,7 +291,7 @@ def compare(table: str, grid_files: list[str | Path], metrics: list[str] | None 
                 row[f"{label} paper"] = cell["value"] + (f" ± {cell['ci']}" if cell["ci"] else "")
             else:
                 row[f"{label} paper"] = None
-            values = [v for v in (our_value(r, metric) for r in loaded) if v is not None]
+            values = [v for v in (our_value(r, metric, key["finetune_epochs"]) for r in loaded) if v is not None]
             if metric == "pruned_architecture":
                 row[f"{label} ours"] = " / ".join(values) or None
                 continue
@@ -275,7 +309,7 @@ def compare(table: str, grid_files: list[str | Path], metrics: list[str] | None 
             started = any(records.record_status(d) == "partial" for _, d in matching)
             row["protocol"] = "partial record (training)" if started else "not run"
             missing[f"{key['model']} {key['method']} {key['grouping']} {_describe(key)}".strip()] = \
-                _command(key, matching, grid_files)
+                _command(key, matching, by_grid)
         rows.append(row)
     result = pd.DataFrame(rows)
     last = [c for c in ("protocol", "runs") if c in result]

@@ -31,6 +31,8 @@ def _grid_runs(grid_file: str | Path) -> list[tuple[object, Path]]:
     defaults = sweeps.notebook_defaults(str(root / spec["notebook"]))
     runs = []
     for params in sweeps.expand_grid(spec):
+        if "dataset" in defaults:  # a notebook that trains on several datasets: the grid's, as the sweep passes it
+            params = {"dataset": spec["dataset"], **params}
         config = sweeps.run_config(params, spec["dataset"], defaults)
         runs.append((config, records.runs_dir() / config.experiment / config.run_name))
     return runs
