@@ -115,3 +115,15 @@ def test_distance_to_target_takes_the_largest_gap_over_the_constraints(runs):
     assert row["largest gap (points)"] == pytest.approx(-1.2)  # fc2, 1.2 points below its target
     assert not row["within 1 point"]
     assert row["protocol"] == "cpu, 100 ep"
+
+
+def test_magnitude_pruning_is_read_at_the_papers_fine_tuning_checkpoints():
+    """App. L reports the pruned model after 0, 50, 100 and 200 epochs of fine-tuning."""
+    history = ([{"phase": "init", "val_error": 90.0}] + [{"phase": "train", "val_error": 2.0}] * 3
+               + [{"phase": "pruned", "val_error": 30.0}]
+               + [{"phase": "finetune", "val_error": 30.0 - k} for k in range(1, 6)])
+    record = {"metrics": {"method": "magnitude_pruning", "target": 0.1}, "history": history}
+    assert comparison.our_value(record, "val_error_best", 0) == 30.0
+    assert comparison.our_value(record, "val_error_best", 3) == 27.0
+    assert comparison.our_value(record, "val_error_best", 6) is None  # not fine-tuned that long
+    assert comparison.our_value(record, "l0_density", 3) == 10.0
