@@ -3,6 +3,7 @@
 import math
 import statistics
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -127,3 +128,19 @@ def test_magnitude_pruning_is_read_at_the_papers_fine_tuning_checkpoints():
     assert comparison.our_value(record, "val_error_best", 3) == 27.0
     assert comparison.our_value(record, "val_error_best", 6) is None  # not fine-tuned that long
     assert comparison.our_value(record, "l0_density", 3) == 10.0
+
+
+def test_compact_puts_each_difference_next_to_our_value():
+    table = pd.DataFrame([{"model": "MLP", "method": "constrained", "grouping": "model", "target / λ_pen": "33%",
+                           "error final (%) paper": "1.77 ± 0.08", "error final (%) ours": "1.55 ± 0.15",
+                           "error final (%) Δ": "-0.22", "protocol": "paper, 200 ep, 2 seeds"},
+                          {"model": "MLP", "method": "louizos", "grouping": "model", "target / λ_pen": "λ_pen 0.1/N",
+                           "error final (%) paper": "1.4", "error final (%) ours": None, "error final (%) Δ": None,
+                           "protocol": "Louizos et al., quoted"}])
+    table.attrs["missing"] = {"x": "y"}
+    shown = comparison.compact(table)
+    assert list(shown.columns) == ["model", "row", "error final (%) paper", "error final (%) ours", "protocol"]
+    assert list(shown["row"]) == ["constrained, model-wise 33%", "louizos, model-wise λ_pen 0.1/N"]
+    assert shown.loc[0, "error final (%) ours"] == "1.55 ± 0.15 (-0.22)"
+    assert pd.isna(shown.loc[1, "error final (%) ours"])
+    assert shown.attrs["missing"] == {"x": "y"}
