@@ -357,8 +357,8 @@ def compact(table: pd.DataFrame) -> pd.DataFrame:
     """A :func:`compare` table for the page: the row's method, grouping and target in one column, and each
     difference next to our value (``1.50 ± 0.04 (+0.14)``), so that a table fits the page's width."""
     table = table.copy()
-    label = table["method"] + ", " + table["grouping"].where(table["grouping"] == "—", table["grouping"] + "-wise")
-    label = label.str.replace(", —", "", regex=False) + " " + table["target / λ_pen"]
+    grouped = table["grouping"].isin(["model", "layer"])
+    label = table["method"] + (", " + table["grouping"] + "-wise").where(grouped, "") + " " + table["target / λ_pen"]
     keep = [c for c in ("model",) if c in table]
     compacted = pd.concat([table[keep], label.str.strip().rename("row")], axis=1)
     for column in table.columns:
