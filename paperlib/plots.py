@@ -75,7 +75,7 @@ def plot_dynamics(record: dict, title: str | None = None) -> plt.Figure:
 def summary_row(record: dict) -> dict:
     """One table row: the columns of the paper's result tables (App. K)."""
     m = record["metrics"]
-    hyper = m["target_density"] if m["method"] in ("constrained", "magnitude_pruning") else m.get("lmbda")
+    hyper = m["target"] if m["method"] in ("constrained", "magnitude_pruning") else m.get("lmbda")
     return {
         "run": m["run_name"], "method": m["method"], "grouping": m["grouping"], "hyper-parameter": hyper,
         "L0-density (%)": None if m["l0_density"] is None else round(100 * m["l0_density"], 2),

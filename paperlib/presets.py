@@ -31,6 +31,9 @@ PRESETS = ("auto", "paper", "cpu")
 DATASETS = ("mnist", "cifar10", "cifar100", "tinyimagenet", "imagenet")
 METHODS = ("constrained", "penalized", "dense", "magnitude_pruning")
 OPTIMIZERS = ("adam", "sgdm")
+#: Parameters a method does not use; :func:`resolve_config` sets them to None.
+UNUSED_BY_METHOD = {"constrained": ("lmbda",), "penalized": ("target",), "dense": ("target", "lmbda"),
+                    "magnitude_pruning": ("lmbda",)}
 
 
 @dataclass
@@ -368,6 +371,9 @@ def resolve_config(**overrides) -> ExperimentConfig:
     preset_config = ExperimentConfig(**values)
     values.update({k: v for k, v in overrides.items() if v is not None or k in ("target", "lmbda")})
     values.update(preset=preset, dataset=dataset, model=model)
+    method = values.get("method", ExperimentConfig.method)
+    _check_choice("method", method, METHODS)
+    values.update(dict.fromkeys(UNUSED_BY_METHOD[method]))
     if values["dual_lr"] is None:
         raise ValueError(f"the paper gives {dataset} {values.get('sparsity', 'structured')} dual learning rates only "
                          f"for the targets {sorted(PAPER_TINY_UNSTRUCTURED_DUAL_LR)}; got "
@@ -378,6 +384,25 @@ def resolve_config(**overrides) -> ExperimentConfig:
     if not config.run_name:
         config.run_name = default_run_name(config, preset_config)
     return config
+
+
+#: Parameters that do not change what a run computes (up to float rounding).
+NOT_COMPARED = ("device", "threads")
+
+
+def config_differences(recorded: dict, config: ExperimentConfig, ignore: tuple[str, ...] = ()) -> list[str]:
+    """``name: recorded X, now Y`` for every parameter of ``config`` that a record or checkpoint has otherwise.
+
+    Parameters the recorded configuration predates take their defaults;
+    parameters that ``config``'s method does not use (:data:`UNUSED_BY_METHOD`)
+    are not compared, so that a record made when notebooks passed, say,
+    ``lmbda=0.0`` to constrained runs is the record of the same run.
+    """
+    defaults = ExperimentConfig().to_dict()
+    skipped = set(ignore) | set(UNUSED_BY_METHOD[config.method])
+    return [f"{name}: recorded {recorded.get(name, defaults[name])!r}, now {value!r}"
+            for name, value in config.to_dict().items()
+            if name not in skipped and recorded.get(name, defaults[name]) != value]
 
 
 #: Hyper-parameters named in a run's name when they differ from the preset's value.

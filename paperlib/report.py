@@ -152,7 +152,7 @@ def layer_densities(record: dict) -> pd.DataFrame:
     """
     metrics, medians = record["metrics"], record["gate_medians"]
     last = medians[max(medians, key=int)]
-    targets = metrics["target_density"]
+    targets = metrics["target"]
     rows = []
     for i, (layer, expected) in enumerate(metrics["l0_density_per_layer"].items()):
         values = last[layer]
@@ -176,10 +176,10 @@ def plot_control(runs: list[dict], title: str = "") -> plt.Figure:
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     for grouping, marker in (("model", "o"), ("layer", "s")):
         chosen = [r["metrics"] for r in runs if r["metrics"]["grouping"] == grouping]
-        constrained = [m for m in chosen if m["method"] == "constrained" and not isinstance(m["target_density"], list)]
+        constrained = [m for m in chosen if m["method"] == "constrained" and not isinstance(m["target"], list)]
         penalized = [m for m in chosen if m["method"] == "penalized" and not isinstance(m["lmbda"], list)]
         if constrained:
-            axes[0].scatter([100 * m["target_density"] for m in constrained],
+            axes[0].scatter([100 * m["target"] for m in constrained],
                             [100 * m["l0_density"] for m in constrained], marker=marker, color="C0",
                             label=f"constrained, {grouping}-wise")
         if penalized:
@@ -206,7 +206,7 @@ def plot_density_traces(runs: list[dict], label_key: str = "run_name") -> plt.Fi
             continue
         label = str(run["metrics"].get(label_key, run["metrics"]["run_name"]))
         axes[0].plot(steps["epoch"], 100 * steps["l0_density"], color=f"C{i}", label=label)
-        target = run["metrics"]["target_density"]
+        target = run["metrics"]["target"]
         if isinstance(target, (int, float)):
             axes[0].axhline(100 * target, color=f"C{i}", ls="--", lw=0.8)
         if "lambda_0" in steps:

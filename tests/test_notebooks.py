@@ -81,7 +81,7 @@ def test_notebook_runs_in_smoke_mode(name, smoke_env, tmp_path, monkeypatch):
         assert metrics["run_name"].endswith("-smoke")
         assert 0 <= metrics["val_error_final"] <= 100
         assert metrics["params"] > 0 and metrics["macs"] > 0
-        for key in ("target_density", "l0_density", "params_pct", "macs_pct", "val_error_best", "epochs_completed",
+        for key in ("target", "l0_density", "params_pct", "macs_pct", "val_error_best", "epochs_completed",
                     "wall_time_s", "device", "data_source", "seed", "git_commit", "paperlib_version",
                     "torch_version"):
             assert key in metrics, key

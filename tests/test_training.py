@@ -7,7 +7,7 @@ import pytest
 import torch
 from fake_data import make_mnist
 
-from paperlib import gates, records, sweeps, training
+from paperlib import gates, methods, records, sweeps, training
 from paperlib.presets import resolve_config
 
 RUN = dict(experiment="unit", dataset="mnist", model="mlp", target=0.5, epochs=3, batch_size=16, preset="cpu",
@@ -31,21 +31,21 @@ def _numbers(record):
 def test_interrupted_run_resumes_to_identical_numbers(workspace, monkeypatch):
     reference = training.run_experiment(progress=False, **RUN, run_name="uninterrupted")
 
-    original = training.Experiment._finish_epoch
+    original = training.Runner._finish_epoch
 
     def killed_after_epoch_two(self, phase, train, started):
         original(self, phase, train, started)
         if self.state.epoch == 2:
             raise KeyboardInterrupt("simulated kill")
 
-    monkeypatch.setattr(training.Experiment, "_finish_epoch", killed_after_epoch_two)
+    monkeypatch.setattr(training.Runner, "_finish_epoch", killed_after_epoch_two)
     with pytest.raises(KeyboardInterrupt):
         training.run_experiment(progress=False, **RUN, run_name="resumed")
     run_dir = workspace / "runs" / "unit" / "resumed"
     assert records.record_status(run_dir) == "partial"
     assert json.loads((run_dir / "metrics.json").read_text())["epochs_completed"] == 2
 
-    monkeypatch.setattr(training.Experiment, "_finish_epoch", original)
+    monkeypatch.setattr(training.Runner, "_finish_epoch", original)
     resumed = training.run_experiment(progress=False, **RUN, run_name="resumed")
     assert resumed["metrics"]["status"] == "complete"
     assert _numbers(resumed) == _numbers(reference)
@@ -85,14 +85,14 @@ def test_complete_record_is_reused_and_never_overwritten_by_a_failure(workspace,
         loss = real_loss(logits, y)
         return loss * float("nan") if calls["n"] == 3 else loss
 
-    monkeypatch.setattr(training.F, "cross_entropy", nan_on_third_call)
+    monkeypatch.setattr(methods.F, "cross_entropy", nan_on_third_call)
     with pytest.raises(training.NonFiniteLossError, match="non-finite"):
         training.run_experiment(progress=False, rerun=True, **RUN)
     assert (run_dir / "metrics.json").read_text() == before
 
 
 def test_non_finite_loss_marks_the_record_failed(workspace, monkeypatch):
-    monkeypatch.setattr(training.F, "cross_entropy", lambda logits, y: logits.sum() * float("inf"))
+    monkeypatch.setattr(methods.F, "cross_entropy", lambda logits, y: logits.sum() * float("inf"))
     with pytest.raises(training.NonFiniteLossError):
         training.run_experiment(progress=False, **RUN)
     run_dir = workspace / "runs" / "unit" / resolve_config(**RUN).run_name
@@ -215,7 +215,7 @@ def test_pretrained_resnet50_is_pruned_without_dense_training(tmp_path, monkeypa
                        "PAPERLIB_CHECKPOINTS": tmp_path / "checkpoints", "PAPERLIB_SMOKE": "1"}.items():
         monkeypatch.setenv(key, str(value))
     weights = torchvision.models.resnet50(weights=None, num_classes=2).state_dict()  # no download here
-    monkeypatch.setattr(training, "torchvision_resnet50_weights", lambda: weights)
+    monkeypatch.setattr(methods, "torchvision_resnet50_weights", lambda: weights)
     record = training.run_experiment(progress=False, experiment="mp", dataset="imagenet", model="resnet50",
                                      method="magnitude_pruning", target=0.5, pretrained=True, preset="paper")
     assert [row["phase"] for row in record["history"]] == ["init", "pruned", "finetune"]
@@ -254,13 +254,13 @@ def test_a_record_made_with_other_parameters_is_not_taken_for_this_runs(workspac
 
 def test_conv_models_train_in_channels_last(workspace, monkeypatch):
     seen = []
-    original = training.Experiment.train_epoch
+    original = training.Runner.train_epoch
 
     def spy(self):
-        seen.append((self.model.conv1.weight.is_contiguous(memory_format=torch.channels_last),
+        seen.append((self.method.model.conv1.weight.is_contiguous(memory_format=torch.channels_last),
                      next(iter(self.train_loader))[0].is_contiguous(memory_format=torch.channels_last)))
         return original(self)
 
-    monkeypatch.setattr(training.Experiment, "train_epoch", spy)
+    monkeypatch.setattr(training.Runner, "train_epoch", spy)
     training.run_experiment(progress=False, **{**RUN, "model": "lenet5", "epochs": 1})
     assert seen == [(True, True)]
