@@ -24,8 +24,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import gates
+from .vocabulary import SPARSITY_KINDS
 
-SPARSITY_KINDS = ("structured", "unstructured")
 
 
 def _check_sparsity(sparsity: str) -> None:

@@ -28,8 +28,8 @@ import torch
 import torch.nn as nn
 
 from .layers import ConvBN, L0Layer, conv2d, linear
+from .vocabulary import MODEL_NAMES, WIDE_RESNET
 
-MODEL_NAMES = ("mlp", "lenet5", "wrn-28-10", "resnet18", "resnet50")
 
 
 def per_layer_rho_init(rho_init: float | Sequence[float], num_layers: int, model: str) -> list[float]:
@@ -43,9 +43,6 @@ def per_layer_rho_init(rho_init: float | Sequence[float], num_layers: int, model
     if len(values) != num_layers:
         raise ValueError(f"rho_init for {model} must be a number or a list of {num_layers} values, one per gated "
                          f"layer; got {list(rho_init)}")
-    for value in values:
-        if not 0.0 < value < 1.0:
-            raise ValueError(f"rho_init must be in the open interval (0, 1); got {value!r}")
     return values
 
 
@@ -290,12 +287,8 @@ def build_model(name: str, num_classes: int | None = None, gated: bool = True,
     paper pairs the model with. ``rho_init`` may be a list with one value per
     gated layer for the MLP and LeNet5.
     """
-    if not isinstance(rho_init, (int, float)) and name not in ("mlp", "lenet5"):
-        raise ValueError(f"a per-layer rho_init list is supported for mlp and lenet5; got {rho_init!r} for {name}")
-    if isinstance(rho_init, (int, float)) and not 0.0 < rho_init < 1.0:
-        raise ValueError(f"rho_init must be in the open interval (0, 1); got {rho_init!r}")
     common = dict(gated=gated, sparsity=sparsity, rho_init=rho_init)
-    wrn = re.fullmatch(r"wrn-(\d+)-(\d+)", name)
+    wrn = WIDE_RESNET.fullmatch(name)
     if name == "mlp":
         return MLP(num_classes or 10, **common)
     if name == "lenet5":
@@ -307,6 +300,20 @@ def build_model(name: str, num_classes: int | None = None, gated: bool = True,
     if name == "resnet50":
         return resnet50(num_classes or 1000, **common)
     raise ValueError(f"model name must be one of {MODEL_NAMES} (or wrn-DEPTH-WIDTH); got {name!r}")
+
+
+def gated_layer_names(model_name: str, sparsity: str = "structured") -> list[str]:
+    """Module names of the layers the gated form of ``model_name`` gates, in forward order.
+
+    The dense form uses the same names: they are the layers magnitude pruning
+    prunes (:mod:`paperlib.pruning`) and those a per-layer list has one value for. The names are those of the
+    configuration ``build_model(model_name)`` builds (e.g. the MLP's two hidden
+    layers). The gated model is built on the meta device, which allocates no
+    memory.
+    """
+    with torch.device("meta"):
+        gated = build_model(model_name, gated=True, sparsity=sparsity)
+    return [name for name, module in gated.named_modules() if isinstance(module, L0Layer)]
 
 
 def memory_format(model: nn.Module) -> torch.memory_format:

@@ -15,22 +15,15 @@ value before any training starts.
 
 import dataclasses
 import json
-import re
 import types
 import typing
 from dataclasses import dataclass, field
 
 import torch
 
-from .layers import SPARSITY_KINDS
-from .models import MODEL_NAMES
-from .objective import GROUPINGS
-from .pruning import prunable_layer_names
+from .models import gated_layer_names
+from .vocabulary import DATASETS, GROUPINGS, METHODS, MODEL_NAMES, OPTIMIZERS, PRESETS, SPARSITY_KINDS, is_model_name
 
-PRESETS = ("auto", "paper", "cpu")
-DATASETS = ("mnist", "cifar10", "cifar100", "tinyimagenet", "imagenet")
-METHODS = ("constrained", "penalized", "dense", "magnitude_pruning")
-OPTIMIZERS = ("adam", "sgdm")
 #: Parameters a method does not use; :func:`resolve_config` sets them to None.
 UNUSED_BY_METHOD = {"constrained": ("lmbda",), "penalized": ("target",), "dense": ("target", "lmbda"),
                     "magnitude_pruning": ("lmbda",)}
@@ -283,6 +276,11 @@ def _check_choice(name: str, value, allowed) -> None:
         raise ValueError(f"parameter {name!r} must be one of {tuple(allowed)}; got {value!r}")
 
 
+def _check_model(model) -> None:
+    if not is_model_name(model):
+        raise ValueError(f"parameter 'model' must be one of {MODEL_NAMES} (or wrn-DEPTH-WIDTH); got {model!r}")
+
+
 def _check_range(name: str, value, low=None, high=None, low_open=False) -> None:
     values = value if isinstance(value, list) else [value]
     for v in values:
@@ -300,8 +298,7 @@ def validate(config: ExperimentConfig) -> None:
     _check_choice("grouping", config.grouping, GROUPINGS)
     _check_choice("optimizer", config.optimizer, OPTIMIZERS)
     _check_choice("gates_optimizer", config.gates_optimizer, OPTIMIZERS)
-    if config.model not in MODEL_NAMES and not re.fullmatch(r"wrn-\d+-\d+", config.model):
-        raise ValueError(f"parameter 'model' must be one of {MODEL_NAMES} (or wrn-DEPTH-WIDTH); got {config.model!r}")
+    _check_model(config.model)
     if config.method in ("constrained", "magnitude_pruning"):
         if config.target is None:
             raise ValueError(f"parameter 'target' (a density in [0, 1]) is required for method {config.method!r}")
@@ -339,7 +336,7 @@ def _check_per_layer_length(name: str, values: list, config: ExperimentConfig, n
     if needs_layer_grouping and config.method != "magnitude_pruning" and config.grouping != "layer":
         raise ValueError(f"parameter {name!r} is a list {values}, which needs grouping='layer'; "
                          f"got grouping={config.grouping!r}")
-    layers = prunable_layer_names(config.model, config.sparsity)
+    layers = gated_layer_names(config.model, config.sparsity)
     if len(values) != len(layers):
         raise ValueError(f"parameter {name!r} must have one value per gated layer of {config.model} "
                          f"({len(layers)}: {', '.join(layers[:6])}{', ...' if len(layers) > 6 else ''}); "
@@ -364,8 +361,7 @@ def resolve_config(**overrides) -> ExperimentConfig:
     dataset = str(overrides.get("dataset", ExperimentConfig.dataset))
     _check_choice("dataset", dataset, DATASETS)
     model = overrides.get("model") or DEFAULT_MODEL[preset][dataset]
-    if model not in MODEL_NAMES and not re.fullmatch(r"wrn-\d+-\d+", str(model)):
-        raise ValueError(f"parameter 'model' must be one of {MODEL_NAMES} (or wrn-DEPTH-WIDTH); got {model!r}")
+    _check_model(model)
     values = preset_values(preset, dataset, model, overrides.get("sparsity", "structured"),
                            overrides.get("grouping", "model"), overrides.get("target"))
     preset_config = ExperimentConfig(**values)

@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import yaml
 
-from . import records, sweeps
+from . import plots, records, sweeps
 
 
 def _fmt(value) -> str:
@@ -32,7 +32,7 @@ def _grid_runs(grid_file: str | Path) -> list[tuple[object, Path]]:
     runs = []
     for params in sweeps.expand_grid(spec):
         config = sweeps.run_config(params, spec["dataset"], defaults)
-        runs.append((config, records.runs_dir() / config.experiment / config.run_name))
+        runs.append((config, records.run_folder(config)))
     return runs
 
 
@@ -75,15 +75,10 @@ def grid_table(grid_file: str | Path) -> pd.DataFrame:
                **{name: _fmt(getattr(config, name)) for name in _other_grid_parameters(grid_file)},
                "status": records.record_status(run_dir) or "not run"}
         if row["status"] == "complete":
-            m = records.load_record(run_dir)["metrics"]
-            row.update({
-                "L0-density (%)": None if m["l0_density"] is None else 100 * m["l0_density"],
-                "params (%)": m["params_pct"], "MACs (%)": m["macs_pct"],
-                "pruned architecture": "-".join(map(str, m.get("pruned_architecture") or [])) or None,
-                "val. error best (%)": m["val_error_best"], "val. error final (%)": m["val_error_final"],
-                "epochs": m["epochs_completed"], "commit": m["git_commit"][:8],
-                "run": notebook_link(run_dir),
-            })
+            record = records.load_record(run_dir)
+            row.update(plots.result_columns(record), commit=record["metrics"]["git_commit"][:8],
+                       run=notebook_link(run_dir))
+            row["pruned architecture"] = "-".join(map(str, record["metrics"].get("pruned_architecture") or [])) or None
         rows.append(row)
     table = pd.DataFrame(rows)
     if "target" in table and "λ_pen" in table:  # one hyper-parameter column

@@ -77,8 +77,7 @@ def run_config(params: dict, dataset: str, defaults: dict | None = None) -> Expe
 
 def run_folder(params: dict, dataset: str, defaults: dict | None = None) -> Path:
     """The record folder a notebook run with these parameters (over its ``defaults``) writes to."""
-    config = run_config(params, dataset, defaults)
-    return records.runs_dir() / config.experiment / config.run_name
+    return records.run_folder(run_config(params, dataset, defaults))
 
 
 def kernel_config() -> Config:
