@@ -75,10 +75,11 @@ def grid_table(grid_file: str | Path) -> pd.DataFrame:
                **{name: _fmt(getattr(config, name)) for name in _other_grid_parameters(grid_file)},
                "status": records.record_status(run_dir) or "not run"}
         if row["status"] == "complete":
-            record = records.load_record(run_dir)
-            row.update(plots.result_columns(record), commit=record["metrics"]["git_commit"][:8],
-                       run=notebook_link(run_dir))
-            row["pruned architecture"] = "-".join(map(str, record["metrics"].get("pruned_architecture") or [])) or None
+            metrics = records.load_record(run_dir)["metrics"]
+            numbers = list(plots.result_columns({"metrics": metrics}).items())  # densities and counts, then errors
+            row.update(numbers[:3])
+            row["pruned architecture"] = "-".join(map(str, metrics.get("pruned_architecture") or [])) or None
+            row.update(numbers[3:], commit=metrics["git_commit"][:8], run=notebook_link(run_dir))
         rows.append(row)
     table = pd.DataFrame(rows)
     if "target" in table and "λ_pen" in table:  # one hyper-parameter column
