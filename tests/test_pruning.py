@@ -7,6 +7,7 @@ import torch
 import torch.nn as nn
 
 from paperlib.counting import count_params
+from paperlib.layers import LayerFactory
 from paperlib.models import MLP, build_model, gated_layer_names
 from paperlib.pruning import (apply_weight_masks_, l1_filter_prune, magnitude_prune_unstructured, num_kept,
                               weight_masks)
@@ -38,7 +39,7 @@ def test_rounding_rule():
 
 
 def test_l1_filter_prune_keeps_largest_input_neurons_of_a_small_mlp():
-    model = MLP(num_classes=3, input_shape=(1, 2, 2), hidden=(5, 4), gated=False)
+    model = MLP(num_classes=3, input_shape=(1, 2, 2), hidden=(5, 4), layers=LayerFactory(gated=False))
     with torch.no_grad():
         model.fc1.weight.copy_(torch.tensor([[1.0, -2, 0.5, 3], [-1, 4, 0.5, -1], [1, 4, 0, 3], [0, 0, 0, 0],
                                              [0, 0, 0, 0]]))
@@ -64,7 +65,7 @@ def test_l1_filter_prune_keeps_largest_input_neurons_of_a_small_mlp():
 
 
 def test_l1_filter_prune_ties_keep_the_lower_index():
-    model = MLP(num_classes=2, input_shape=(1, 1, 4), hidden=(3, 3), gated=False)
+    model = MLP(num_classes=2, input_shape=(1, 1, 4), hidden=(3, 3), layers=LayerFactory(gated=False))
     with torch.no_grad():
         model.fc1.weight.copy_(torch.tensor([[1.0, 2, 2, 2]] * 3))
     assert l1_filter_prune(model, [0.5, 1.0, 1.0], "mlp").fc1_select.index.tolist() == [1, 2]
