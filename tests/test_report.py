@@ -2,19 +2,8 @@
 
 import pytest
 import yaml
-from fake_data import make_mnist
 
 from paperlib import records, report, training
-
-
-@pytest.fixture
-def workspace(tmp_path, monkeypatch):
-    make_mnist(tmp_path / "data", n_train=32, n_test=16)
-    monkeypatch.setenv("PAPERLIB_DATA", str(tmp_path / "data"))
-    monkeypatch.setenv("PAPERLIB_RUNS", str(tmp_path / "runs"))
-    monkeypatch.setenv("PAPERLIB_CHECKPOINTS", str(tmp_path / "checkpoints"))
-    monkeypatch.delenv("PAPERLIB_SMOKE", raising=False)
-    return tmp_path
 
 
 def test_grid_table_shows_complete_runs_and_names_missing_ones(workspace):
