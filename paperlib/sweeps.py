@@ -71,7 +71,7 @@ def notebook_defaults(notebook: str) -> dict:
 def run_config(params: dict, dataset: str, defaults: dict | None = None) -> ExperimentConfig:
     """The resolved configuration of a notebook run with these parameters over its ``defaults``."""
     fields = {f.name for f in dataclasses.fields(ExperimentConfig)}
-    merged = {"dataset": dataset, **(defaults or {}), **params}
+    merged = {**(defaults or {}), "dataset": dataset, **params}  # the grid's dataset over the notebook's default
     return resolve_config(**{k: v for k, v in merged.items() if k in fields})
 
 
