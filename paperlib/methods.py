@@ -246,9 +246,13 @@ class Constrained(_Gated):
     def step(self, x: torch.Tensor, y: torch.Tensor) -> Step:
         logits = self.model(x)
         loss = F.cross_entropy(logits, y)
-        lagrangian, density = self.objective(self.model, self._objective(loss))  # eq. 4 at the current lambda
-        self._descend(lagrangian)                                               # eq. 5, primal descent
-        self.objective.dual_step(density)                                       # eq. 5/6, ascent, same iterate
+        # The Lagrangian at the current multipliers (eq. 4): f_obj + sum_g lambda_g (density_g - eps_g).
+        lagrangian, density = self.objective(self.model, self._objective(loss))
+        # Simultaneous gradient descent-ascent (eq. 5): descent on the weights and gates ...
+        self._descend(lagrangian)
+        # ... and projected ascent on the multipliers (or a dual restart, eq. 6) from the same iterate:
+        # the densities measured before the primal step.
+        self.objective.dual_step(density)
         return Step(loss, lagrangian, logits, density)
 
     def _multipliers(self) -> dict:

@@ -28,7 +28,6 @@ import torch
 import torch.nn as nn
 from torch.nn.utils import prune
 
-from .layers import L0Layer
 from .models import gated_layer_names
 from .purge import purge_groups
 
