@@ -55,7 +55,7 @@ def constrained_densities(record: dict, row: dict) -> list[tuple[float, float]]:
     layers when a single value is given).
     """
     metrics = record["metrics"]
-    target = metrics.get("target", metrics.get("target_density"))
+    target = metrics["target"]
     if metrics["grouping"] == "model":
         return [(float(row["l0_density"]), target)]
     layers = list(metrics["l0_density_per_layer"])
@@ -96,7 +96,7 @@ def our_value(record: dict, metric: str, finetune_epochs: int | None = None):
         row = finetuning_row(record, finetune_epochs)
         if row is None or metric not in ("val_error_best", "val_error_last", "l0_density"):
             return None
-        return 100.0 * m.get("target", m.get("target_density")) if metric == "l0_density" else float(row["val_error"])
+        return 100.0 * m["target"] if metric == "l0_density" else float(row["val_error"])
     if metric == "l0_density":
         return None if m["l0_density"] is None else 100.0 * m["l0_density"]
     if metric == "pruned_architecture":

@@ -49,9 +49,10 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from torchvision.io import ImageReadMode, decode_jpeg
 from torchvision.transforms import v2
 
+from .vocabulary import DATASETS
+
 logger = logging.getLogger(__name__)
 
-DATASETS = ("mnist", "cifar10", "cifar100", "tinyimagenet", "imagenet")
 DATA_ENV_VAR = "PAPERLIB_DATA"
 DEFAULT_DATA_ROOT = Path("~/.cache/paperlib/data")
 CACHE_DIR_NAME = "paperlib-cache"

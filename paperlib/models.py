@@ -13,6 +13,8 @@ builder            gated layers (structured)                   input
 Stems, shortcuts and classifiers of the residual models stay dense (App. J.2-J.4).
 ``gated=False`` builds the same architecture with plain ``nn.Linear`` /
 ``nn.Conv2d`` layers: the dense baseline and the input of magnitude pruning.
+Each architecture takes a :class:`~paperlib.layers.LayerFactory` that makes
+its (gated or plain) layers, as torchvision's ResNet takes a ``norm_layer``.
 
 Every layer is a named child, in forward order, so that ``model.modules()``
 visits gated layers in the order of their constraints and the counters of
@@ -27,9 +29,9 @@ from collections.abc import Sequence
 import torch
 import torch.nn as nn
 
-from .layers import ConvBN, L0Layer, conv2d, linear
+from .layers import ConvBN, L0Layer, LayerFactory
+from .vocabulary import MODEL_NAMES, WIDE_RESNET
 
-MODEL_NAMES = ("mlp", "lenet5", "wrn-28-10", "resnet18", "resnet50")
 
 
 def per_layer_rho_init(rho_init: float | Sequence[float], num_layers: int, model: str) -> list[float]:
@@ -43,28 +45,25 @@ def per_layer_rho_init(rho_init: float | Sequence[float], num_layers: int, model
     if len(values) != num_layers:
         raise ValueError(f"rho_init for {model} must be a number or a list of {num_layers} values, one per gated "
                          f"layer; got {list(rho_init)}")
-    for value in values:
-        if not 0.0 < value < 1.0:
-            raise ValueError(f"rho_init must be in the open interval (0, 1); got {value!r}")
     return values
 
 
 class MLP(nn.Sequential):
     """784-300-100-10 perceptron with ReLU (App. J.2), every linear layer gated.
 
-    ``rho_init`` is one value for every layer or a list with one per layer.
+    The factory's ``rho_init`` is one value for every layer or a list with one per layer.
     """
 
     def __init__(self, num_classes: int = 10, input_shape=(1, 28, 28), hidden=(300, 100),
-                 gated: bool = True, sparsity: str = "structured", rho_init: float | Sequence[float] = 0.5):
+                 layers: LayerFactory = LayerFactory()):
         dims = [math.prod(input_shape), *hidden, num_classes]
-        rhos = per_layer_rho_init(rho_init, len(dims) - 1, "mlp")
-        layers = [("flatten", nn.Flatten())]
+        rhos = per_layer_rho_init(layers.rho_init, len(dims) - 1, "mlp")
+        modules = [("flatten", nn.Flatten())]
         for i in range(len(dims) - 1):
-            layers.append((f"fc{i + 1}", linear(dims[i], dims[i + 1], gated, sparsity, rhos[i])))
+            modules.append((f"fc{i + 1}", layers.linear(dims[i], dims[i + 1], rho_init=rhos[i])))
             if i < len(dims) - 2:
-                layers.append((f"relu{i + 1}", nn.ReLU()))
-        super().__init__(OrderedDict(layers))
+                modules.append((f"relu{i + 1}", nn.ReLU()))
+        super().__init__(OrderedDict(modules))
         self.input_shape, self.num_classes = tuple(input_shape), num_classes
 
 
@@ -73,35 +72,28 @@ class LeNet5(nn.Sequential):
 
     Pooling comes before the ReLU. The two orders compute the same function;
     this one is the order in which the authors' MAC count (2,327,130, App. J.1)
-    is reproduced. ``rho_init`` is one value for every layer or a list with
-    one per layer (conv1, conv2, fc1, fc2).
+    is reproduced. The factory's ``rho_init`` is one value for every layer or a
+    list with one per layer (conv1, conv2, fc1, fc2).
     """
 
-    def __init__(self, num_classes: int = 10, input_shape=(1, 28, 28), gated: bool = True,
-                 sparsity: str = "structured", rho_init: float | Sequence[float] = 0.5):
-        rho1, rho2, rho3, rho4 = per_layer_rho_init(rho_init, 4, "lenet5")
+    def __init__(self, num_classes: int = 10, input_shape=(1, 28, 28), layers: LayerFactory = LayerFactory()):
+        rho1, rho2, rho3, rho4 = per_layer_rho_init(layers.rho_init, 4, "lenet5")
         channels, height, _ = input_shape
         side = ((height - 4) // 2 - 4) // 2  # two 5x5 valid convs, each followed by a 2x2 pool
         flat = 50 * side * side
         super().__init__(OrderedDict([
-            ("conv1", conv2d(channels, 20, 5, gated, sparsity, rho1)),
+            ("conv1", layers.conv(channels, 20, 5, rho_init=rho1)),
             ("pool1", nn.MaxPool2d(2)),
             ("relu1", nn.ReLU()),
-            ("conv2", conv2d(20, 50, 5, gated, sparsity, rho2)),
+            ("conv2", layers.conv(20, 50, 5, rho_init=rho2)),
             ("pool2", nn.MaxPool2d(2)),
             ("relu2", nn.ReLU()),
             ("flatten", nn.Flatten()),
-            ("fc1", linear(flat, 500, gated, sparsity, rho3)),
+            ("fc1", layers.linear(flat, 500, rho_init=rho3)),
             ("relu3", nn.ReLU()),
-            ("fc2", linear(500, num_classes, gated, sparsity, rho4)),
+            ("fc2", layers.linear(500, num_classes, rho_init=rho4)),
         ]))
         self.input_shape, self.num_classes = tuple(input_shape), num_classes
-
-
-def _conv_bn(in_channels, out_channels, kernel_size, stride, gated, sparsity, rho_init) -> ConvBN:
-    conv = conv2d(in_channels, out_channels, kernel_size, gated, sparsity, rho_init,
-                  stride=stride, padding=kernel_size // 2, bias=False)
-    return ConvBN(conv, nn.BatchNorm2d(out_channels))
 
 
 class WideBasicBlock(nn.Module):
@@ -115,39 +107,42 @@ class WideBasicBlock(nn.Module):
     paper's MAC count (App. J.1) is reproduced, with the stride on conv1 it is not.
     """
 
-    def __init__(self, in_planes: int, out_planes: int, stride: int, gated: bool, sparsity: str, rho_init: float):
+    def __init__(self, in_planes: int, out_planes: int, stride: int, layers: LayerFactory):
         super().__init__()
         self.bn1 = nn.BatchNorm2d(in_planes)
         self.relu1 = nn.ReLU()
-        self.conv1 = _conv_bn(in_planes, out_planes, 3, 1, gated, sparsity, rho_init)
+        self.conv1 = layers.conv_bn(in_planes, out_planes, 3)
         self.relu2 = nn.ReLU()
-        self.conv2 = conv2d(out_planes, out_planes, 3, False, sparsity, rho_init, stride=stride, padding=1,
-                            bias=False)
+        self.conv2 = layers.dense.conv(out_planes, out_planes, 3, stride=stride, padding=1, bias=False)
         self.shortcut = None
         if stride != 1 or in_planes != out_planes:
-            self.shortcut = conv2d(in_planes, out_planes, 1, False, sparsity, rho_init, stride=stride, bias=False)
+            self.shortcut = layers.dense.conv(in_planes, out_planes, 1, stride=stride, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        activated = self.relu1(self.bn1(x))
+        activated = self.bn1(x)
+        activated = self.relu1(activated)
         shortcut = x if self.shortcut is None else self.shortcut(activated)
-        return self.conv2(self.relu2(self.conv1(activated))) + shortcut
+        out = self.conv1(activated)
+        out = self.relu2(out)
+        out = self.conv2(out)
+        return out + shortcut
 
 
 class WideResNet(nn.Module):
     """WideResNet-depth-width for 32x32 inputs (App. J.3); 12 gated convs for 28-10."""
 
-    def __init__(self, depth: int = 28, width: int = 10, num_classes: int = 10, gated: bool = True,
-                 sparsity: str = "structured", rho_init: float = 0.3):
+    def __init__(self, depth: int = 28, width: int = 10, num_classes: int = 10,
+                 layers: LayerFactory = LayerFactory(rho_init=0.3)):
         super().__init__()
         if (depth - 4) % 6 != 0:
             raise ValueError(f"WideResNet depth must be 6n + 4; got depth={depth}")
         blocks_per_stage = (depth - 4) // 6
         widths = [16, 16 * width, 32 * width, 64 * width]
-        self.conv1 = conv2d(3, widths[0], 3, False, sparsity, rho_init, padding=1, bias=False)
+        self.conv1 = layers.dense.conv(3, widths[0], 3, padding=1, bias=False)
         stages = []
         for i, stride in enumerate((1, 2, 2)):
             blocks = [WideBasicBlock(widths[i] if b == 0 else widths[i + 1], widths[i + 1],
-                                     stride if b == 0 else 1, gated, sparsity, rho_init)
+                                     stride if b == 0 else 1, layers)
                       for b in range(blocks_per_stage)]
             stages.append(nn.Sequential(*blocks))
         self.stage1, self.stage2, self.stage3 = stages
@@ -155,12 +150,26 @@ class WideResNet(nn.Module):
         self.relu = nn.ReLU()
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.flatten = nn.Flatten()
-        self.fc = linear(widths[3], num_classes, False, sparsity, rho_init)
+        self.fc = layers.dense.linear(widths[3], num_classes)
         self.input_shape, self.num_classes = (3, 32, 32), num_classes
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.stage3(self.stage2(self.stage1(self.conv1(x))))
-        return self.fc(self.flatten(self.pool(self.relu(self.bn(x)))))
+        x = self.conv1(x)
+        x = self.stage1(x)
+        x = self.stage2(x)
+        x = self.stage3(x)
+        x = self.bn(x)
+        x = self.relu(x)
+        x = self.pool(x)
+        x = self.flatten(x)
+        return self.fc(x)
+
+
+def _shortcut(in_planes: int, out_planes: int, stride: int, layers: LayerFactory) -> ConvBN | None:
+    """Dense projection shortcut (1x1 conv + bn) when the shape changes, else None (identity)."""
+    if stride == 1 and in_planes == out_planes:
+        return None
+    return layers.dense.conv_bn(in_planes, out_planes, 1, stride)
 
 
 class BasicBlock(nn.Module):
@@ -168,17 +177,21 @@ class BasicBlock(nn.Module):
 
     expansion = 1
 
-    def __init__(self, in_planes: int, planes: int, stride: int, gated: bool, sparsity: str, rho_init: float):
+    def __init__(self, in_planes: int, planes: int, stride: int, layers: LayerFactory):
         super().__init__()
-        self.conv1 = _conv_bn(in_planes, planes, 3, stride, gated, sparsity, rho_init)
+        self.conv1 = layers.conv_bn(in_planes, planes, 3, stride)
         self.relu1 = nn.ReLU()
-        self.conv2 = _conv_bn(planes, planes, 3, 1, gated, sparsity, rho_init)
-        self.shortcut = _shortcut(in_planes, planes, stride, sparsity, rho_init)
+        self.conv2 = layers.conv_bn(planes, planes, 3)
+        self.shortcut = _shortcut(in_planes, planes, stride, layers)
         self.relu2 = nn.ReLU()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.conv2(self.relu1(self.conv1(x)))
-        return self.relu2(out + (x if self.shortcut is None else self.shortcut(x)))
+        out = self.conv1(x)
+        out = self.relu1(out)
+        out = self.conv2(out)
+        identity = x if self.shortcut is None else self.shortcut(x)
+        out = out + identity
+        return self.relu2(out)
 
 
 class Bottleneck(nn.Module):
@@ -186,26 +199,25 @@ class Bottleneck(nn.Module):
 
     expansion = 4
 
-    def __init__(self, in_planes: int, planes: int, stride: int, gated: bool, sparsity: str, rho_init: float):
+    def __init__(self, in_planes: int, planes: int, stride: int, layers: LayerFactory):
         super().__init__()
-        self.conv1 = _conv_bn(in_planes, planes, 1, 1, gated, sparsity, rho_init)
+        self.conv1 = layers.conv_bn(in_planes, planes, 1)
         self.relu1 = nn.ReLU()
-        self.conv2 = _conv_bn(planes, planes, 3, stride, gated, sparsity, rho_init)
+        self.conv2 = layers.conv_bn(planes, planes, 3, stride)
         self.relu2 = nn.ReLU()
-        self.conv3 = _conv_bn(planes, planes * 4, 1, 1, gated, sparsity, rho_init)
-        self.shortcut = _shortcut(in_planes, planes * 4, stride, sparsity, rho_init)
+        self.conv3 = layers.conv_bn(planes, planes * 4, 1)
+        self.shortcut = _shortcut(in_planes, planes * 4, stride, layers)
         self.relu3 = nn.ReLU()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.conv3(self.relu2(self.conv2(self.relu1(self.conv1(x)))))
-        return self.relu3(out + (x if self.shortcut is None else self.shortcut(x)))
-
-
-def _shortcut(in_planes: int, out_planes: int, stride: int, sparsity: str, rho_init: float) -> ConvBN | None:
-    """Dense projection shortcut (1x1 conv + bn) when the shape changes, else None (identity)."""
-    if stride == 1 and in_planes == out_planes:
-        return None
-    return _conv_bn(in_planes, out_planes, 1, stride, False, sparsity, rho_init)
+        out = self.conv1(x)
+        out = self.relu1(out)
+        out = self.conv2(out)
+        out = self.relu2(out)
+        out = self.conv3(out)
+        identity = x if self.shortcut is None else self.shortcut(x)
+        out = out + identity
+        return self.relu3(out)
 
 
 class ResNet(nn.Module):
@@ -217,48 +229,48 @@ class ResNet(nn.Module):
     """
 
     def __init__(self, block: type, blocks_per_stage: list[int], num_classes: int, small_input: bool,
-                 gated: bool = True, sparsity: str = "structured", rho_init: float = 0.3):
+                 layers: LayerFactory = LayerFactory(rho_init=0.3)):
         super().__init__()
-        if small_input:
-            self.stem = _conv_bn(3, 64, 3, 2, False, sparsity, rho_init)
-            self.stem_relu = nn.ReLU()
-            self.stem_pool = None
-        else:
-            self.stem = ConvBN(conv2d(3, 64, 7, False, sparsity, rho_init, stride=2, padding=3, bias=False),
-                               nn.BatchNorm2d(64))
-            self.stem_relu = nn.ReLU()
-            self.stem_pool = nn.MaxPool2d(3, stride=2, padding=1)
+        self.stem = layers.dense.conv_bn(3, 64, 3 if small_input else 7, 2)
+        self.stem_relu = nn.ReLU()
+        self.stem_pool = None if small_input else nn.MaxPool2d(3, stride=2, padding=1)
         in_planes, stages = 64, []
         for i, (planes, n) in enumerate(zip((64, 128, 256, 512), blocks_per_stage)):
             blocks = []
             for b in range(n):
                 stride = 2 if (i > 0 and b == 0) else 1
-                blocks.append(block(in_planes, planes, stride, gated, sparsity, rho_init))
+                blocks.append(block(in_planes, planes, stride, layers))
                 in_planes = planes * block.expansion
             stages.append(nn.Sequential(*blocks))
         self.layer1, self.layer2, self.layer3, self.layer4 = stages
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.flatten = nn.Flatten()
-        self.fc = linear(in_planes, num_classes, False, sparsity, rho_init)
+        self.fc = layers.dense.linear(in_planes, num_classes)
         self.input_shape = (3, 64, 64) if small_input else (3, 224, 224)
         self.num_classes = num_classes
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.stem_relu(self.stem(x))
+        x = self.stem(x)
+        x = self.stem_relu(x)
         if self.stem_pool is not None:
             x = self.stem_pool(x)
-        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-        return self.fc(self.flatten(self.pool(x)))
+        x = self.layer1(x)
+        x = self.layer2(x)
+        x = self.layer3(x)
+        x = self.layer4(x)
+        x = self.pool(x)
+        x = self.flatten(x)
+        return self.fc(x)
 
 
-def resnet18(num_classes: int = 200, **kwargs) -> ResNet:
+def resnet18(num_classes: int = 200, layers: LayerFactory = LayerFactory(rho_init=0.3)) -> ResNet:
     """ResNet18 for 64x64 TinyImageNet images: 16 gated convs (App. J.4)."""
-    return ResNet(BasicBlock, [2, 2, 2, 2], num_classes, small_input=True, **kwargs)
+    return ResNet(BasicBlock, [2, 2, 2, 2], num_classes, small_input=True, layers=layers)
 
 
-def resnet50(num_classes: int = 1000, **kwargs) -> ResNet:
+def resnet50(num_classes: int = 1000, layers: LayerFactory = LayerFactory(rho_init=0.3)) -> ResNet:
     """ResNet50 in torchvision's layout for 224x224 ImageNet images: 48 gated convs (App. J.5)."""
-    return ResNet(Bottleneck, [3, 4, 6, 3], num_classes, small_input=False, **kwargs)
+    return ResNet(Bottleneck, [3, 4, 6, 3], num_classes, small_input=False, layers=layers)
 
 
 def from_torchvision_resnet(state_dict: dict) -> dict:
@@ -290,23 +302,33 @@ def build_model(name: str, num_classes: int | None = None, gated: bool = True,
     paper pairs the model with. ``rho_init`` may be a list with one value per
     gated layer for the MLP and LeNet5.
     """
-    if not isinstance(rho_init, (int, float)) and name not in ("mlp", "lenet5"):
-        raise ValueError(f"a per-layer rho_init list is supported for mlp and lenet5; got {rho_init!r} for {name}")
-    if isinstance(rho_init, (int, float)) and not 0.0 < rho_init < 1.0:
-        raise ValueError(f"rho_init must be in the open interval (0, 1); got {rho_init!r}")
-    common = dict(gated=gated, sparsity=sparsity, rho_init=rho_init)
-    wrn = re.fullmatch(r"wrn-(\d+)-(\d+)", name)
+    layers = LayerFactory(gated, sparsity, rho_init)
+    wrn = WIDE_RESNET.fullmatch(name)
     if name == "mlp":
-        return MLP(num_classes or 10, **common)
+        return MLP(num_classes or 10, layers=layers)
     if name == "lenet5":
-        return LeNet5(num_classes or 10, **common)
+        return LeNet5(num_classes or 10, layers=layers)
     if wrn:
-        return WideResNet(int(wrn.group(1)), int(wrn.group(2)), num_classes or 10, **common)
+        return WideResNet(int(wrn.group(1)), int(wrn.group(2)), num_classes or 10, layers=layers)
     if name == "resnet18":
-        return resnet18(num_classes or 200, **common)
+        return resnet18(num_classes or 200, layers=layers)
     if name == "resnet50":
-        return resnet50(num_classes or 1000, **common)
+        return resnet50(num_classes or 1000, layers=layers)
     raise ValueError(f"model name must be one of {MODEL_NAMES} (or wrn-DEPTH-WIDTH); got {name!r}")
+
+
+def gated_layer_names(model_name: str, sparsity: str = "structured") -> list[str]:
+    """Module names of the layers the gated form of ``model_name`` gates, in forward order.
+
+    The dense form uses the same names: they are the layers magnitude pruning
+    prunes (:mod:`paperlib.pruning`) and those a per-layer list has one value for. The names are those of the
+    configuration ``build_model(model_name)`` builds (e.g. the MLP's two hidden
+    layers). The gated model is built on the meta device, which allocates no
+    memory.
+    """
+    with torch.device("meta"):
+        gated = build_model(model_name, gated=True, sparsity=sparsity)
+    return [name for name, module in gated.named_modules() if isinstance(module, L0Layer)]
 
 
 def memory_format(model: nn.Module) -> torch.memory_format:

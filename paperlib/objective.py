@@ -23,8 +23,8 @@ import torch.nn as nn
 from .lagrangian import LagrangeMultipliers
 from .layers import L0Layer
 from .models import gated_layers, layer_densities, model_density
+from .vocabulary import GROUPINGS
 
-GROUPINGS = ("model", "layer")
 
 
 def _check_grouping(grouping: str) -> None:
@@ -44,35 +44,35 @@ def num_groups(model: nn.Module, grouping: str) -> int:
     return 1 if grouping == "model" else len(gated_layers(model))
 
 
-def _per_group(values: float | Sequence[float], groups: int, name: str, low: float, high: float | None) -> torch.Tensor:
-    """Broadcast a scalar or check a per-group list, validating its range."""
+def _per_group(values: float | Sequence[float], groups: int, name: str) -> torch.Tensor:
+    """Broadcast a scalar to every group, or check that a list has one value per group.
+
+    The values' ranges are checked where a run's parameters are resolved
+    (:func:`paperlib.presets.validate`).
+    """
     if isinstance(values, (int, float)):
         values = [float(values)] * groups
     values = [float(v) for v in values]
     if len(values) != groups:
         raise ValueError(f"{name} must be a scalar or a list of {groups} values (one per group); "
                          f"got {len(values)} values: {values}")
-    for v in values:
-        if not (v >= low and (high is None or v <= high)):
-            allowed = f"[{low}, {high}]" if high is not None else f">= {low}"
-            raise ValueError(f"{name} must be in {allowed}; got {v!r}")
     return torch.tensor(values)
 
 
 class ConstrainedObjective:
     """Lagrangian of min f_obj s.t. density_g <= eps_g (eq. 2, eq. 4).
 
-    ``targets`` is the target density eps: a scalar, or for layer-wise grouping
+    ``target`` is the target density eps: a scalar, or for layer-wise grouping
     a list with one entry per gated layer (e.g. [0.5, 0.3, 0.7, 0.1] for LeNet5).
     """
 
-    def __init__(self, model: nn.Module, targets: float | Sequence[float], grouping: str = "model",
+    def __init__(self, model: nn.Module, target: float | Sequence[float], grouping: str = "model",
                  dual_lr: float = 1e-3, dual_restarts: bool = True):
         groups = num_groups(model, grouping)
         self.grouping = grouping
-        self.targets = _per_group(targets, groups, "target density", 0.0, 1.0)
+        self.target = _per_group(target, groups, "target density")
         device = next(model.parameters()).device
-        self.targets = self.targets.to(device)
+        self.target = self.target.to(device)
         self.multipliers = LagrangeMultipliers(groups, dual_lr, dual_restarts, device=device)
 
     def __call__(self, model: nn.Module, loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -81,12 +81,12 @@ class ConstrainedObjective:
         The multipliers enter as constants: the primal step uses their current value.
         """
         density = densities(model, self.grouping)
-        lagrangian = loss + torch.sum(self.multipliers.value * (density - self.targets))
+        lagrangian = loss + torch.sum(self.multipliers.value * (density - self.target))
         return lagrangian, density
 
     def dual_step(self, density: torch.Tensor) -> torch.Tensor:
         """Projected gradient ascent on the multipliers (eq. 5), or dual restart (eq. 6)."""
-        return self.multipliers.step(density.detach() - self.targets)
+        return self.multipliers.step(density.detach() - self.target)
 
     def state_dict(self) -> dict:
         return {"multipliers": self.multipliers.state_dict()}
@@ -105,7 +105,7 @@ class PenalizedObjective:
     def __init__(self, model: nn.Module, lambdas: float | Sequence[float], grouping: str = "model"):
         self.grouping = grouping
         groups = num_groups(model, grouping)
-        self.lambdas = _per_group(lambdas, groups, "lambda_pen", 0.0, None).to(next(model.parameters()).device)
+        self.lambdas = _per_group(lambdas, groups, "lambda_pen").to(next(model.parameters()).device)
 
     def __call__(self, model: nn.Module, loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         density = densities(model, self.grouping)

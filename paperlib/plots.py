@@ -72,17 +72,24 @@ def plot_dynamics(record: dict, title: str | None = None) -> plt.Figure:
     return fig
 
 
-def summary_row(record: dict) -> dict:
-    """One table row: the columns of the paper's result tables (App. K)."""
+def result_columns(record: dict) -> dict:
+    """The numbers of the paper's result tables (App. K): the columns every table of results shows."""
     m = record["metrics"]
-    hyper = m["target_density"] if m["method"] in ("constrained", "magnitude_pruning") else m.get("lmbda")
     return {
-        "run": m["run_name"], "method": m["method"], "grouping": m["grouping"], "hyper-parameter": hyper,
-        "L0-density (%)": None if m["l0_density"] is None else round(100 * m["l0_density"], 2),
-        "params (%)": round(m["params_pct"], 2), "MACs (%)": round(m["macs_pct"], 2),
-        "val. error best (%)": round(m["val_error_best"], 2), "val. error final (%)": round(m["val_error_final"], 2),
-        "epochs": m["epochs_completed"], "status": m["status"], "commit": m["git_commit"][:8],
+        "L0-density (%)": None if m["l0_density"] is None else 100 * m["l0_density"],
+        "params (%)": m["params_pct"], "MACs (%)": m["macs_pct"],
+        "val. error best (%)": m["val_error_best"], "val. error final (%)": m["val_error_final"],
+        "epochs": m["epochs_completed"],
     }
+
+
+def summary_row(record: dict, digits: int = 2) -> dict:
+    """One table row: the run, its method and hyper-parameter, :func:`result_columns` rounded, status, commit."""
+    m = record["metrics"]
+    hyper = m["target"] if m["method"] in ("constrained", "magnitude_pruning") else m.get("lmbda")
+    numbers = {name: None if value is None else round(value, digits) for name, value in result_columns(record).items()}
+    return {"run": m["run_name"], "method": m["method"], "grouping": m["grouping"], "hyper-parameter": hyper,
+            **numbers, "status": m["status"], "commit": m["git_commit"][:8]}
 
 
 def summary_table(records: list[dict]) -> pd.DataFrame:

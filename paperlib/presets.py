@@ -15,22 +15,18 @@ value before any training starts.
 
 import dataclasses
 import json
-import re
 import types
 import typing
 from dataclasses import dataclass, field
 
 import torch
 
-from .layers import SPARSITY_KINDS
-from .models import MODEL_NAMES
-from .objective import GROUPINGS
-from .pruning import prunable_layer_names
+from .models import gated_layer_names
+from .vocabulary import DATASETS, GROUPINGS, METHODS, MODEL_NAMES, OPTIMIZERS, PRESETS, SPARSITY_KINDS, is_model_name
 
-PRESETS = ("auto", "paper", "cpu")
-DATASETS = ("mnist", "cifar10", "cifar100", "tinyimagenet", "imagenet")
-METHODS = ("constrained", "penalized", "dense", "magnitude_pruning")
-OPTIMIZERS = ("adam", "sgdm")
+#: Parameters a method does not use; :func:`resolve_config` sets them to None.
+UNUSED_BY_METHOD = {"constrained": ("lmbda",), "penalized": ("target",), "dense": ("target", "lmbda"),
+                    "magnitude_pruning": ("lmbda",)}
 
 
 @dataclass
@@ -280,6 +276,11 @@ def _check_choice(name: str, value, allowed) -> None:
         raise ValueError(f"parameter {name!r} must be one of {tuple(allowed)}; got {value!r}")
 
 
+def _check_model(model) -> None:
+    if not is_model_name(model):
+        raise ValueError(f"parameter 'model' must be one of {MODEL_NAMES} (or wrn-DEPTH-WIDTH); got {model!r}")
+
+
 def _check_range(name: str, value, low=None, high=None, low_open=False) -> None:
     values = value if isinstance(value, list) else [value]
     for v in values:
@@ -297,8 +298,7 @@ def validate(config: ExperimentConfig) -> None:
     _check_choice("grouping", config.grouping, GROUPINGS)
     _check_choice("optimizer", config.optimizer, OPTIMIZERS)
     _check_choice("gates_optimizer", config.gates_optimizer, OPTIMIZERS)
-    if config.model not in MODEL_NAMES and not re.fullmatch(r"wrn-\d+-\d+", config.model):
-        raise ValueError(f"parameter 'model' must be one of {MODEL_NAMES} (or wrn-DEPTH-WIDTH); got {config.model!r}")
+    _check_model(config.model)
     if config.method in ("constrained", "magnitude_pruning"):
         if config.target is None:
             raise ValueError(f"parameter 'target' (a density in [0, 1]) is required for method {config.method!r}")
@@ -336,7 +336,7 @@ def _check_per_layer_length(name: str, values: list, config: ExperimentConfig, n
     if needs_layer_grouping and config.method != "magnitude_pruning" and config.grouping != "layer":
         raise ValueError(f"parameter {name!r} is a list {values}, which needs grouping='layer'; "
                          f"got grouping={config.grouping!r}")
-    layers = prunable_layer_names(config.model, config.sparsity)
+    layers = gated_layer_names(config.model, config.sparsity)
     if len(values) != len(layers):
         raise ValueError(f"parameter {name!r} must have one value per gated layer of {config.model} "
                          f"({len(layers)}: {', '.join(layers[:6])}{', ...' if len(layers) > 6 else ''}); "
@@ -361,13 +361,15 @@ def resolve_config(**overrides) -> ExperimentConfig:
     dataset = str(overrides.get("dataset", ExperimentConfig.dataset))
     _check_choice("dataset", dataset, DATASETS)
     model = overrides.get("model") or DEFAULT_MODEL[preset][dataset]
-    if model not in MODEL_NAMES and not re.fullmatch(r"wrn-\d+-\d+", str(model)):
-        raise ValueError(f"parameter 'model' must be one of {MODEL_NAMES} (or wrn-DEPTH-WIDTH); got {model!r}")
+    _check_model(model)
     values = preset_values(preset, dataset, model, overrides.get("sparsity", "structured"),
                            overrides.get("grouping", "model"), overrides.get("target"))
     preset_config = ExperimentConfig(**values)
     values.update({k: v for k, v in overrides.items() if v is not None or k in ("target", "lmbda")})
     values.update(preset=preset, dataset=dataset, model=model)
+    method = values.get("method", ExperimentConfig.method)
+    _check_choice("method", method, METHODS)
+    values.update(dict.fromkeys(UNUSED_BY_METHOD[method]))
     if values["dual_lr"] is None:
         raise ValueError(f"the paper gives {dataset} {values.get('sparsity', 'structured')} dual learning rates only "
                          f"for the targets {sorted(PAPER_TINY_UNSTRUCTURED_DUAL_LR)}; got "
@@ -378,6 +380,25 @@ def resolve_config(**overrides) -> ExperimentConfig:
     if not config.run_name:
         config.run_name = default_run_name(config, preset_config)
     return config
+
+
+#: Parameters that do not change what a run computes (up to float rounding).
+NOT_COMPARED = ("device", "threads")
+
+
+def config_differences(recorded: dict, config: ExperimentConfig, ignore: tuple[str, ...] = ()) -> list[str]:
+    """``name: recorded X, now Y`` for every parameter of ``config`` that a record or checkpoint has otherwise.
+
+    Parameters the recorded configuration predates take their defaults;
+    parameters that ``config``'s method does not use (:data:`UNUSED_BY_METHOD`)
+    are not compared, so that a record made when notebooks passed, say,
+    ``lmbda=0.0`` to constrained runs is the record of the same run.
+    """
+    defaults = ExperimentConfig().to_dict()
+    skipped = set(ignore) | set(UNUSED_BY_METHOD[config.method])
+    return [f"{name}: recorded {recorded.get(name, defaults[name])!r}, now {value!r}"
+            for name, value in config.to_dict().items()
+            if name not in skipped and recorded.get(name, defaults[name]) != value]
 
 
 #: Hyper-parameters named in a run's name when they differ from the preset's value.

@@ -2,7 +2,7 @@
 
 Both prune a trained dense model (``build_model(name, gated=False)``) layer by
 layer, on exactly the layers that the gated form of the same architecture
-gates (:func:`prunable_layer_names`), keeping a fraction ``density`` (the
+gates (:func:`gated_layer_names`), keeping a fraction ``density`` (the
 paper's epsilon) of each layer:
 
 * :func:`l1_filter_prune` (Li et al., 2017): in each layer, keep the groups
@@ -28,22 +28,8 @@ import torch
 import torch.nn as nn
 from torch.nn.utils import prune
 
-from .layers import L0Layer
-from .models import build_model
+from .models import gated_layer_names
 from .purge import purge_groups
-
-
-def prunable_layer_names(model_name: str, sparsity: str = "structured") -> list[str]:
-    """Module names of the layers the gated form of ``model_name`` gates, in forward order.
-
-    The dense form uses the same names. The names are those of the
-    configuration ``build_model(model_name)`` builds (e.g. the MLP's two hidden
-    layers). The gated model is built on the meta device, which allocates no
-    memory.
-    """
-    with torch.device("meta"):
-        gated = build_model(model_name, gated=True, sparsity=sparsity)
-    return [name for name, module in gated.named_modules() if isinstance(module, L0Layer)]
 
 
 def num_kept(num_groups: int, density: float) -> int:
@@ -55,13 +41,13 @@ def l1_filter_prune(dense_model: nn.Module, density: float | Sequence[float], mo
     """Structured L1-norm pruning (Li et al., 2017; §5.4, App. J.6), returned purged (App. D).
 
     ``density`` is one fraction for every prunable layer or one per layer, in
-    the order of :func:`prunable_layer_names`. Ties between equal norms keep
+    the order of :func:`gated_layer_names`. Ties between equal norms keep
     the group with the lower index. The purged model computes what the dense
     model does with the removed groups masked (and, for a convolution followed
     by batch norm, the removed channels' batch-norm outputs zeroed, as
     :class:`~paperlib.layers.ConvBN` does for a zero gate).
     """
-    names = prunable_layer_names(model_name)
+    names = gated_layer_names(model_name)
     scales = {}
     for name, layer_density in zip(names, _layer_densities(density, len(names))):
         layer = dense_model.get_submodule(name)
@@ -82,7 +68,7 @@ def magnitude_prune_unstructured(dense_model: nn.Module, density: float | Sequen
     and call :func:`apply_weight_masks_` after every optimiser step.
     """
     pruned = copy.deepcopy(dense_model)
-    names = prunable_layer_names(model_name, sparsity="unstructured")
+    names = gated_layer_names(model_name, sparsity="unstructured")
     for name, layer_density in zip(names, _layer_densities(density, len(names))):
         layer = pruned.get_submodule(name)
         size = layer.weight.numel()
@@ -99,7 +85,7 @@ def weight_masks(model: nn.Module, model_name: str) -> dict[str, torch.Tensor]:
     zero, would stay frozen at zero).
     """
     return {name: model.get_submodule(name).weight.detach() != 0
-            for name in prunable_layer_names(model_name, sparsity="unstructured")}
+            for name in gated_layer_names(model_name, sparsity="unstructured")}
 
 
 @torch.no_grad()
@@ -115,12 +101,9 @@ def apply_weight_masks_(model: nn.Module, masks: dict[str, torch.Tensor]) -> Non
 
 
 def _layer_densities(density: float | Sequence[float], num_layers: int) -> list[float]:
-    """One density per prunable layer, each checked to lie in [0, 1]."""
+    """One density per prunable layer (its range is checked where a run's parameters are resolved)."""
     densities = [density] * num_layers if isinstance(density, numbers.Real) else list(density)
     if len(densities) != num_layers:
         raise ValueError(f"density must be a float or a list of {num_layers} floats, one per prunable layer; "
                          f"got a list of {len(densities)}: {density!r}")
-    for value in densities:
-        if not isinstance(value, numbers.Real) or not 0.0 <= value <= 1.0:
-            raise ValueError(f"density must lie in [0, 1] (the fraction of each layer kept); got {value!r}")
     return [float(value) for value in densities]

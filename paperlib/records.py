@@ -49,6 +49,25 @@ def checkpoints_dir() -> Path:
     return Path(os.environ.get("PAPERLIB_CHECKPOINTS", default))
 
 
+def run_folder(config) -> Path:
+    """The folder of a run's record: ``<runs>/<experiment>/<run name>/`` (:func:`runs_dir`).
+
+    The one place that derives it. ``config`` is a resolved
+    :class:`~paperlib.presets.ExperimentConfig`. Smoke runs (CI) never land in
+    ``runs/``: unless ``$PAPERLIB_RUNS`` names a folder, their records go
+    under the checkpoints folder, in ``smoke-runs/``.
+    """
+    root = runs_dir()
+    if config.smoke and "PAPERLIB_RUNS" not in os.environ:
+        root = checkpoints_dir() / "smoke-runs"
+    return root / config.experiment / config.run_name
+
+
+def checkpoint_path(config) -> Path:
+    """The checkpoint of a run: ``<checkpoints>/<experiment>/<run name>/last.pt`` (:func:`checkpoints_dir`)."""
+    return checkpoints_dir() / config.experiment / config.run_name / "last.pt"
+
+
 def git_commit() -> str:
     """The commit of the code that ran, with ``-dirty`` if the work tree had changes; ``unknown`` outside git."""
     cwd = Path(__file__).resolve().parent
@@ -114,12 +133,21 @@ def record_status(run_dir: Path) -> str | None:
     return json.loads(metrics.read_text()).get("status")
 
 
+#: Keys of ``metrics.json`` renamed since records were first written: legacy name -> name.
+RENAMED_METRICS = {"target_density": "target"}
+
+
 def load_record(run_dir: Path) -> dict:
-    """A record as a dict: ``params``, ``metrics``, ``history`` (list of rows), ``gate_medians``."""
+    """A record as a dict: ``params``, ``metrics``, ``history`` (list of rows), ``gate_medians``.
+
+    Metrics under a legacy name (:data:`RENAMED_METRICS`) are returned under
+    the current one, so that every reader sees one name.
+    """
     run_dir = Path(run_dir)
+    metrics = json.loads((run_dir / "metrics.json").read_text())
     record = {"path": str(run_dir),
               "params": json.loads((run_dir / "params.json").read_text()),
-              "metrics": json.loads((run_dir / "metrics.json").read_text())}
+              "metrics": {RENAMED_METRICS.get(key, key): value for key, value in metrics.items()}}
     for name, reader in (("history", read_csv), ("steps", read_csv),
                          ("gate_medians", lambda p: json.loads(p.read_text()))):
         path = run_dir / (f"{name}.csv" if name in ("history", "steps") else f"{name}.json")

@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import yaml
 
-from . import records, sweeps
+from . import plots, records, sweeps
 
 
 def _fmt(value) -> str:
@@ -31,10 +31,8 @@ def _grid_runs(grid_file: str | Path) -> list[tuple[object, Path]]:
     defaults = sweeps.notebook_defaults(str(root / spec["notebook"]))
     runs = []
     for params in sweeps.expand_grid(spec):
-        if "dataset" in defaults:  # a notebook that trains on several datasets: the grid's, as the sweep passes it
-            params = {"dataset": spec["dataset"], **params}
         config = sweeps.run_config(params, spec["dataset"], defaults)
-        runs.append((config, records.runs_dir() / config.experiment / config.run_name))
+        runs.append((config, records.run_folder(config)))
     return runs
 
 
@@ -77,15 +75,11 @@ def grid_table(grid_file: str | Path) -> pd.DataFrame:
                **{name: _fmt(getattr(config, name)) for name in _other_grid_parameters(grid_file)},
                "status": records.record_status(run_dir) or "not run"}
         if row["status"] == "complete":
-            m = records.load_record(run_dir)["metrics"]
-            row.update({
-                "L0-density (%)": None if m["l0_density"] is None else 100 * m["l0_density"],
-                "params (%)": m["params_pct"], "MACs (%)": m["macs_pct"],
-                "pruned architecture": "-".join(map(str, m.get("pruned_architecture") or [])) or None,
-                "val. error best (%)": m["val_error_best"], "val. error final (%)": m["val_error_final"],
-                "epochs": m["epochs_completed"], "commit": m["git_commit"][:8],
-                "run": notebook_link(run_dir),
-            })
+            metrics = records.load_record(run_dir)["metrics"]
+            numbers = list(plots.result_columns({"metrics": metrics}).items())  # densities and counts, then errors
+            row.update(numbers[:3])
+            row["pruned architecture"] = "-".join(map(str, metrics.get("pruned_architecture") or [])) or None
+            row.update(numbers[3:], commit=metrics["git_commit"][:8], run=notebook_link(run_dir))
         rows.append(row)
     table = pd.DataFrame(rows)
     if "target" in table and "λ_pen" in table:  # one hyper-parameter column
@@ -154,7 +148,7 @@ def layer_densities(record: dict) -> pd.DataFrame:
     """
     metrics, medians = record["metrics"], record["gate_medians"]
     last = medians[max(medians, key=int)]
-    targets = metrics["target_density"]
+    targets = metrics["target"]
     rows = []
     for i, (layer, expected) in enumerate(metrics["l0_density_per_layer"].items()):
         values = last[layer]
@@ -178,10 +172,10 @@ def plot_control(runs: list[dict], title: str = "") -> plt.Figure:
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     for grouping, marker in (("model", "o"), ("layer", "s")):
         chosen = [r["metrics"] for r in runs if r["metrics"]["grouping"] == grouping]
-        constrained = [m for m in chosen if m["method"] == "constrained" and not isinstance(m["target_density"], list)]
+        constrained = [m for m in chosen if m["method"] == "constrained" and not isinstance(m["target"], list)]
         penalized = [m for m in chosen if m["method"] == "penalized" and not isinstance(m["lmbda"], list)]
         if constrained:
-            axes[0].scatter([100 * m["target_density"] for m in constrained],
+            axes[0].scatter([100 * m["target"] for m in constrained],
                             [100 * m["l0_density"] for m in constrained], marker=marker, color="C0",
                             label=f"constrained, {grouping}-wise")
         if penalized:
@@ -208,7 +202,7 @@ def plot_density_traces(runs: list[dict], label_key: str = "run_name") -> plt.Fi
             continue
         label = str(run["metrics"].get(label_key, run["metrics"]["run_name"]))
         axes[0].plot(steps["epoch"], 100 * steps["l0_density"], color=f"C{i}", label=label)
-        target = run["metrics"]["target_density"]
+        target = run["metrics"]["target"]
         if isinstance(target, (int, float)):
             axes[0].axhline(100 * target, color=f"C{i}", ls="--", lw=0.8)
         if "lambda_0" in steps:

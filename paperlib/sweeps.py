@@ -78,14 +78,13 @@ def notebook_defaults(notebook: str) -> dict:
 def run_config(params: dict, dataset: str, defaults: dict | None = None) -> ExperimentConfig:
     """The resolved configuration of a notebook run with these parameters over its ``defaults``."""
     fields = {f.name for f in dataclasses.fields(ExperimentConfig)}
-    merged = {"dataset": dataset, **(defaults or {}), **params}
+    merged = {**(defaults or {}), "dataset": dataset, **params}  # the grid's dataset over the notebook's default
     return resolve_config(**{k: v for k, v in merged.items() if k in fields})
 
 
 def run_folder(params: dict, dataset: str, defaults: dict | None = None) -> Path:
     """The record folder a notebook run with these parameters (over its ``defaults``) writes to."""
-    config = run_config(params, dataset, defaults)
-    return records.runs_dir() / config.experiment / config.run_name
+    return records.run_folder(run_config(params, dataset, defaults))
 
 
 def kernel_config() -> Config:

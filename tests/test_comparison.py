@@ -28,7 +28,7 @@ def _write(grid, index: int, final_error: float, epochs: int, history=None) -> N
     """A complete record of the grid's run ``index``, made with exactly the parameters the preset gives today."""
     config, folder = _grid_runs(grid)[index]
     metrics = {"status": "complete", "run_name": config.run_name, "method": config.method,
-               "grouping": config.grouping, "target_density": config.target, "l0_density": 0.33,
+               "grouping": config.grouping, "target": config.target, "l0_density": 0.33,
                "l0_density_per_layer": {"fc1": 0.3, "fc2": 0.4, "fc3": 0.9}, "params_pct": 30.0, "macs_pct": 30.0,
                "pruned_architecture": [200, 230, 100], "val_error_best": final_error - 0.5,
                "val_error_final": final_error, "epochs_completed": epochs}
@@ -45,13 +45,13 @@ def test_mean_ci_is_the_authors_convention():
 
 def test_best_error_is_taken_only_where_every_constraint_holds():
     # The lowest error (0.5) is at epoch 1, while the model is still far too dense.
-    record = {"metrics": {"method": "constrained", "grouping": "model", "target_density": 0.3,
+    record = {"metrics": {"method": "constrained", "grouping": "model", "target": 0.3,
                           "val_error_best": 0.5, "l0_density_per_layer": {"fc1": 0, "fc2": 0, "fc3": 0}},
               "history": _history([90.0, 0.5, 1.2, 0.9, 1.0], [0.9, 0.8, 0.305, 0.311, 0.309])}
     # 0.311 is more than 1 point above 0.3, so epoch 3 does not count; epochs 2 and 4 do.
     assert comparison.best_feasible_error(record) == 1.0
     record["metrics"]["grouping"] = "layer"
-    record["metrics"]["target_density"] = [0.3, 0.3, 0.2]  # fc3 never gets within a point of 20%
+    record["metrics"]["target"] = [0.3, 0.3, 0.2]  # fc3 never gets within a point of 20%
     assert comparison.best_feasible_error(record) is None
     record["metrics"].update(method="penalized")  # no constraint: the best error over training
     assert comparison.best_feasible_error(record) == 0.5

@@ -8,7 +8,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from paperlib import gates
-from paperlib.layers import ConvBN, L0Conv2d, L0Linear, conv2d, linear
+from paperlib.layers import ConvBN, L0Conv2d, L0Linear, LayerFactory
 
 LN11 = math.log(11.0)
 THR = gates.BETA * LN11  # median is 0 below -THR and 1 above +THR
@@ -318,14 +318,29 @@ def test_bad_sparsity_string_raises(bad):
     with pytest.raises(ValueError, match="sparsity"):
         L0Conv2d(2, 3, 3, sparsity=bad)
     with pytest.raises(ValueError, match="sparsity"):
-        linear(4, 3, gated=True, sparsity=bad, rho_init=0.5)
+        LayerFactory(sparsity=bad).linear(4, 3)
 
 
-def test_factories_build_gated_or_dense():
-    assert isinstance(linear(4, 3, True, "structured", 0.5), L0Linear)
-    assert type(linear(4, 3, False, "structured", 0.5)) is nn.Linear
-    assert isinstance(conv2d(2, 3, 3, True, "structured", 0.5), L0Conv2d)
-    assert type(conv2d(2, 3, 3, False, "structured", 0.5)) is nn.Conv2d
+def test_factory_builds_gated_or_dense_layers():
+    gated = LayerFactory(gated=True, sparsity="unstructured", rho_init=0.2)
+    assert isinstance(gated.linear(4, 3), L0Linear) and gated.linear(4, 3).sparsity == "unstructured"
+    assert isinstance(gated.conv(2, 3, 3), L0Conv2d)
+    assert type(gated.dense.linear(4, 3)) is nn.Linear
+    assert type(gated.dense.conv(2, 3, 3)) is nn.Conv2d
+    unit = gated.conv_bn(2, 3, 3, stride=2)
+    assert isinstance(unit, ConvBN) and unit.conv.bias is None
+    assert unit(torch.randn(1, 2, 5, 5)).shape == (1, 3, 3, 3)  # "same" padding, stride 2
+
+
+def test_a_per_layer_rho_init_overrides_the_factorys():
+    """The MLP's input layer starts at rho_init 0.2, the others at the configured value (App. A.2)."""
+    def density(factory, **override):
+        torch.manual_seed(0)
+        return factory.linear(50, 4, **override).density().item()
+
+    overridden = density(LayerFactory(rho_init=0.5), rho_init=0.2)
+    assert overridden == density(LayerFactory(rho_init=0.2))
+    assert overridden != density(LayerFactory(rho_init=0.5))
 
 
 @pytest.mark.parametrize("rho", [0.05, 0.3, 0.7])

@@ -7,7 +7,7 @@ import torch
 
 from paperlib import gates
 from paperlib.models import build_model, model_density
-from paperlib.presets import CPU, PAPER, resolve_config
+from paperlib.presets import CPU, PAPER, config_differences, resolve_config
 
 
 @pytest.mark.parametrize("preset", ["paper", "cpu"])
@@ -80,3 +80,62 @@ def test_per_layer_rho_init_is_validated(rho_init, message):
 def test_per_layer_rho_init_only_where_supported():
     with pytest.raises(ValueError, match="only for mlp and lenet5"):
         resolve_config(dataset="cifar10", model="wrn-16-1", target=0.3, rho_init=[0.3] * 6)
+
+
+RUN = dict(experiment="unit", dataset="mnist", model="mlp", target=0.5, epochs=3, batch_size=16, preset="cpu")
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"preset": "gpu"}, "preset"),
+    ({"dataset": "svhn"}, "dataset"),
+    ({"model": "vgg16"}, "model"),
+    ({"method": "annealing"}, "method"),
+    ({"target": 1.5}, "target"),
+    ({"target": -0.1}, "target"),
+    ({"target": "dense"}, "target"),
+    ({"target": [0.5, 0.5]}, "grouping"),
+    ({"grouping": "layer", "target": [0.5, 0.5]}, "one value per gated layer"),
+    ({"method": "penalized", "lmbda": -1.0}, "lmbda"),
+    ({"lr": -0.1}, "lr"),
+    ({"epochs": "ten"}, "epochs"),
+    ({"rho_init": 1.0}, "rho_init"),
+    ({"learning_rate": 0.1}, "unknown parameter"),
+])
+def test_bad_input_is_rejected_with_a_message_naming_the_parameter(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        resolve_config(**{**RUN, **overrides})
+
+
+def test_papermill_strings_are_converted():
+    config = resolve_config(dataset="mnist", model="lenet5", grouping="layer", target="[0.5, 0.3, 0.7, 0.1]",
+                            epochs="12", dual_restarts="false", lr="1e-3")
+    assert config.target == [0.5, 0.3, 0.7, 0.1] and config.epochs == 12
+    assert config.dual_restarts is False and config.lr == 1e-3
+
+
+def test_zero_epochs_and_empty_model_mean_the_presets_values():
+    config = resolve_config(dataset="cifar10", preset="cpu", model="", epochs=0, target=0.7)
+    assert (config.model, config.epochs) == ("wrn-16-1", 4)
+
+
+def test_run_names_differ_when_any_hyper_parameter_differs_from_the_preset():
+    base = dict(dataset="cifar10", preset="cpu", target=0.7, grouping="layer")
+    names = {resolve_config(**base, **extra).run_name for extra in
+             ({}, {"gates_lr": 0.1}, {"gates_lr": 1.0}, {"detach_gates": False}, {"dual_lr": 1e-3}, {"seed": 1})}
+    assert len(names) == 6
+    assert resolve_config(**base).run_name == resolve_config(**base, gates_lr=6.0).run_name  # the preset's value
+
+
+def test_pretrained_needs_resnet50_and_a_dense_method():
+    with pytest.raises(ValueError, match="pretrained"):
+        resolve_config(dataset="mnist", target=0.5, pretrained=True)
+
+
+@pytest.mark.parametrize("method, unused", [("constrained", "lmbda"), ("penalized", "target"), ("dense", "target")])
+def test_a_parameter_the_method_does_not_use_is_dropped_and_not_compared(method, unused):
+    """Notebooks used to pass lmbda=0.0 to constrained runs: their records are records of the same runs."""
+    config = resolve_config(**{**RUN, "method": method, "target": 0.5, "lmbda": 0.1})
+    assert getattr(config, unused) is None
+    recorded = {**config.to_dict(), unused: 0.0}
+    assert config_differences(recorded, config) == []
+    assert config_differences({**recorded, "seed": 1}, config) == ["seed: recorded 1, now 0"]

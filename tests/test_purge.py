@@ -147,7 +147,7 @@ def test_mlp_and_lenet5_purged_shapes_and_parameter_counts(gated_models):
 
 
 def test_fractional_gates_are_absorbed_into_weights_and_conv_bias():
-    model = LeNet5(gated=True)
+    model = LeNet5()
     with torch.no_grad():
         for layer in gated_layers(model):
             layer.weight_log_alpha.fill_(ON)

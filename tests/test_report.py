@@ -4,19 +4,8 @@ import json
 
 import pytest
 import yaml
-from fake_data import make_mnist
 
 from paperlib import records, report, training
-
-
-@pytest.fixture
-def workspace(tmp_path, monkeypatch):
-    make_mnist(tmp_path / "data", n_train=32, n_test=16)
-    monkeypatch.setenv("PAPERLIB_DATA", str(tmp_path / "data"))
-    monkeypatch.setenv("PAPERLIB_RUNS", str(tmp_path / "runs"))
-    monkeypatch.setenv("PAPERLIB_CHECKPOINTS", str(tmp_path / "checkpoints"))
-    monkeypatch.delenv("PAPERLIB_SMOKE", raising=False)
-    return tmp_path
 
 
 def test_grid_table_shows_complete_runs_and_names_missing_ones(workspace):
@@ -40,14 +29,14 @@ def test_grid_table_shows_complete_runs_and_names_missing_ones(workspace):
 
 
 def test_layer_densities_compare_expected_and_test_time_density():
-    record = {"metrics": {"target_density": [0.5, 0.1], "l0_density_per_layer": {"a": 0.52, "b": 0.12}},
+    record = {"metrics": {"target": [0.5, 0.1], "l0_density_per_layer": {"a": 0.52, "b": 0.12}},
               "gate_medians": {"0": {"a": [0.5] * 4, "b": [0.5] * 10},
                                "7": {"a": [0.0, 0.3, 1.0, 1.0], "b": [0.0] * 9 + [1.0]}}}
     table = report.layer_densities(record)
     assert list(table["groups kept"]) == ["3 of 4", "1 of 10"]
     assert list(table["groups kept at test time (%)"]) == [75.0, 10.0]
     assert list(table["target (%)"]) == [50.0, 10.0]
-    unstructured = {"metrics": {"target_density": 0.2, "l0_density_per_layer": {"w": 0.21}},
+    unstructured = {"metrics": {"target": 0.2, "l0_density_per_layer": {"w": 0.21}},
                     "gate_medians": {"3": {"w": {"zero": 80, "one": 15, "histogram_20_bins": [80] + [0] * 18 + [20]}}}}
     assert report.layer_densities(unstructured)["groups kept"][0] == "20 of 100"
 

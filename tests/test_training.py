@@ -1,27 +1,16 @@
-"""The experiment runner: resumption, failure handling, records, bad input, sweeps."""
+"""The runner: resumption (also of checkpoints written before the methods were split), failure handling, records."""
 
 import json
 import math
 
 import pytest
 import torch
-from fake_data import make_mnist
 
-from paperlib import gates, records, sweeps, training
+from paperlib import gates, methods, records, training
 from paperlib.presets import resolve_config
 
 RUN = dict(experiment="unit", dataset="mnist", model="mlp", target=0.5, epochs=3, batch_size=16, preset="cpu",
            dual_lr=0.05, gates_lr=0.05)
-
-
-@pytest.fixture
-def workspace(tmp_path, monkeypatch):
-    make_mnist(tmp_path / "data", n_train=64, n_test=32)
-    monkeypatch.setenv("PAPERLIB_DATA", str(tmp_path / "data"))
-    monkeypatch.setenv("PAPERLIB_RUNS", str(tmp_path / "runs"))
-    monkeypatch.setenv("PAPERLIB_CHECKPOINTS", str(tmp_path / "checkpoints"))
-    monkeypatch.delenv("PAPERLIB_SMOKE", raising=False)
-    return tmp_path
 
 
 def _numbers(record):
@@ -31,21 +20,21 @@ def _numbers(record):
 def test_interrupted_run_resumes_to_identical_numbers(workspace, monkeypatch):
     reference = training.run_experiment(progress=False, **RUN, run_name="uninterrupted")
 
-    original = training.Experiment._finish_epoch
+    original = training.Runner._finish_epoch
 
     def killed_after_epoch_two(self, phase, train, started):
         original(self, phase, train, started)
         if self.state.epoch == 2:
             raise KeyboardInterrupt("simulated kill")
 
-    monkeypatch.setattr(training.Experiment, "_finish_epoch", killed_after_epoch_two)
+    monkeypatch.setattr(training.Runner, "_finish_epoch", killed_after_epoch_two)
     with pytest.raises(KeyboardInterrupt):
         training.run_experiment(progress=False, **RUN, run_name="resumed")
     run_dir = workspace / "runs" / "unit" / "resumed"
     assert records.record_status(run_dir) == "partial"
     assert json.loads((run_dir / "metrics.json").read_text())["epochs_completed"] == 2
 
-    monkeypatch.setattr(training.Experiment, "_finish_epoch", original)
+    monkeypatch.setattr(training.Runner, "_finish_epoch", original)
     resumed = training.run_experiment(progress=False, **RUN, run_name="resumed")
     assert resumed["metrics"]["status"] == "complete"
     assert _numbers(resumed) == _numbers(reference)
@@ -85,14 +74,14 @@ def test_complete_record_is_reused_and_never_overwritten_by_a_failure(workspace,
         loss = real_loss(logits, y)
         return loss * float("nan") if calls["n"] == 3 else loss
 
-    monkeypatch.setattr(training.F, "cross_entropy", nan_on_third_call)
+    monkeypatch.setattr(methods.F, "cross_entropy", nan_on_third_call)
     with pytest.raises(training.NonFiniteLossError, match="non-finite"):
         training.run_experiment(progress=False, rerun=True, **RUN)
     assert (run_dir / "metrics.json").read_text() == before
 
 
 def test_non_finite_loss_marks_the_record_failed(workspace, monkeypatch):
-    monkeypatch.setattr(training.F, "cross_entropy", lambda logits, y: logits.sum() * float("inf"))
+    monkeypatch.setattr(methods.F, "cross_entropy", lambda logits, y: logits.sum() * float("inf"))
     with pytest.raises(training.NonFiniteLossError):
         training.run_experiment(progress=False, **RUN)
     run_dir = workspace / "runs" / "unit" / resolve_config(**RUN).run_name
@@ -122,59 +111,6 @@ def test_other_methods_complete(workspace, method):
     assert record["metrics"]["status"] == "complete"
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"preset": "gpu"}, "preset"),
-    ({"dataset": "svhn"}, "dataset"),
-    ({"model": "vgg16"}, "model"),
-    ({"method": "annealing"}, "method"),
-    ({"target": 1.5}, "target"),
-    ({"target": -0.1}, "target"),
-    ({"target": "dense"}, "target"),
-    ({"target": [0.5, 0.5]}, "grouping"),
-    ({"grouping": "layer", "target": [0.5, 0.5]}, "one value per gated layer"),
-    ({"method": "penalized", "lmbda": -1.0}, "lmbda"),
-    ({"lr": -0.1}, "lr"),
-    ({"epochs": "ten"}, "epochs"),
-    ({"rho_init": 1.0}, "rho_init"),
-    ({"learning_rate": 0.1}, "unknown parameter"),
-])
-def test_bad_input_is_rejected_before_training(workspace, overrides, message):
-    with pytest.raises(ValueError, match=message):
-        training.run_experiment(progress=False, **{**RUN, **overrides})
-    assert not (workspace / "runs").exists()
-
-
-def test_papermill_strings_are_converted():
-    config = resolve_config(dataset="mnist", model="lenet5", grouping="layer", target="[0.5, 0.3, 0.7, 0.1]",
-                            epochs="12", dual_restarts="false", lr="1e-3")
-    assert config.target == [0.5, 0.3, 0.7, 0.1] and config.epochs == 12
-    assert config.dual_restarts is False and config.lr == 1e-3
-
-
-def test_sweep_grid_expansion_and_record_folders(workspace):
-    spec = {"base": {"experiment": "grid", "model": "mlp", "preset": "cpu"},
-            "grid": {"target": [0.2, 0.5], "seed": [0, 1]},
-            "runs": [{"grouping": "layer", "target": [0.3, 0.3, 0.3]}, {"target": 0.2, "seed": 0}]}
-    sets = sweeps.expand_grid(spec)
-    assert len(sets) == 5  # the last explicit run duplicates a grid point
-    folders = {sweeps.run_folder(params, "mnist") for params in sets}
-    assert len(folders) == 5
-    assert workspace / "runs" / "grid" / "mlp-constrained-model-t0.2-s1-cpu" in folders
-
-
-def test_sweep_uses_the_notebooks_defaults(workspace):
-    defaults = sweeps.notebook_defaults(str(records.project_root() / "book" / "mnist.ipynb"))
-    assert defaults["target"] == 0.33 and defaults["epochs"] == 0
-    folder = sweeps.run_folder({}, "mnist", defaults)
-    assert folder.parent == workspace / "runs" / "mnist"
-    assert folder.name.startswith("mlp-constrained-model-t0.33-s0-")
-
-
-def test_zero_epochs_and_empty_model_mean_the_presets_values():
-    config = resolve_config(dataset="cifar10", preset="cpu", model="", epochs=0, target=0.7)
-    assert (config.model, config.epochs) == ("wrn-16-1", 4)
-
-
 @pytest.mark.parametrize("schedule_gates, final_gates_lr", [(False, 0.05), (True, 0.05 * 0.1 ** 2)])
 def test_gates_learning_rate_is_scheduled_only_on_request(workspace, schedule_gates, final_gates_lr):
     params = {**RUN, "lr_milestones": [1, 2], "lr_gamma": 0.1, "schedule_gates": schedule_gates}
@@ -182,27 +118,6 @@ def test_gates_learning_rate_is_scheduled_only_on_request(workspace, schedule_ga
     last = record["history"][-1]
     assert float(last["lr"]) == pytest.approx(RUN.get("lr", 7e-4) * 0.1 ** 2)
     assert float(last["gates_lr"]) == pytest.approx(final_gates_lr)
-
-
-def test_run_names_differ_when_any_hyper_parameter_differs_from_the_preset():
-    base = dict(dataset="cifar10", preset="cpu", target=0.7, grouping="layer")
-    names = {resolve_config(**base, **extra).run_name for extra in
-             ({}, {"gates_lr": 0.1}, {"gates_lr": 1.0}, {"detach_gates": False}, {"dual_lr": 1e-3}, {"seed": 1})}
-    assert len(names) == 6
-    assert resolve_config(**base).run_name == resolve_config(**base, gates_lr=6.0).run_name  # the preset's value
-
-
-def test_a_run_is_claimed_by_one_live_process_only(tmp_path):
-    import os
-    import subprocess
-    import sys
-
-    lock = tmp_path / "running.pid"
-    lock.write_text(str(os.getpid()))  # held by a live process (this one)
-    assert not sweeps._claim(lock)
-    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    lock.write_text(finished.stdout.strip())  # held by a process that has exited
-    assert sweeps._claim(lock) and lock.read_text() == str(os.getpid())
 
 
 def test_pretrained_resnet50_is_pruned_without_dense_training(tmp_path, monkeypatch):
@@ -215,17 +130,12 @@ def test_pretrained_resnet50_is_pruned_without_dense_training(tmp_path, monkeypa
                        "PAPERLIB_CHECKPOINTS": tmp_path / "checkpoints", "PAPERLIB_SMOKE": "1"}.items():
         monkeypatch.setenv(key, str(value))
     weights = torchvision.models.resnet50(weights=None, num_classes=2).state_dict()  # no download here
-    monkeypatch.setattr(training, "torchvision_resnet50_weights", lambda: weights)
+    monkeypatch.setattr(methods, "torchvision_resnet50_weights", lambda: weights)
     record = training.run_experiment(progress=False, experiment="mp", dataset="imagenet", model="resnet50",
                                      method="magnitude_pruning", target=0.5, pretrained=True, preset="paper")
     assert [row["phase"] for row in record["history"]] == ["init", "pruned", "finetune"]
     assert record["metrics"]["run_name"].startswith("resnet50-magnitude_pruning-t0.5-pretrained")
     assert 30 < record["metrics"]["params_pct"] < 70
-
-
-def test_pretrained_needs_resnet50_and_a_dense_method():
-    with pytest.raises(ValueError, match="pretrained"):
-        resolve_config(dataset="mnist", target=0.5, pretrained=True)
 
 
 @pytest.mark.parametrize("clamp", [True, False])
@@ -254,13 +164,58 @@ def test_a_record_made_with_other_parameters_is_not_taken_for_this_runs(workspac
 
 def test_conv_models_train_in_channels_last(workspace, monkeypatch):
     seen = []
-    original = training.Experiment.train_epoch
+    original = training.Runner.train_epoch
 
     def spy(self):
-        seen.append((self.model.conv1.weight.is_contiguous(memory_format=torch.channels_last),
+        seen.append((self.method.model.conv1.weight.is_contiguous(memory_format=torch.channels_last),
                      next(iter(self.train_loader))[0].is_contiguous(memory_format=torch.channels_last)))
         return original(self)
 
-    monkeypatch.setattr(training.Experiment, "train_epoch", spy)
+    monkeypatch.setattr(training.Runner, "train_epoch", spy)
     training.run_experiment(progress=False, **{**RUN, "model": "lenet5", "epochs": 1})
     assert seen == [(True, True)]
+
+
+def test_a_complete_record_is_returned_before_any_data_is_loaded(workspace, monkeypatch):
+    first = training.run_experiment(progress=False, **RUN)
+
+    def no_data(*args, **kwargs):
+        raise AssertionError("load_dataset called for a complete record")
+
+    monkeypatch.setattr(training, "load_dataset", no_data)
+    assert training.run_experiment(progress=False, **RUN)["metrics"] == first["metrics"]
+
+
+def test_bad_input_leaves_no_record(workspace):
+    with pytest.raises(ValueError, match="target"):
+        training.run_experiment(progress=False, **{**RUN, "target": 1.5})
+    assert not (workspace / "runs").exists()
+
+
+def test_a_checkpoint_of_the_previous_layout_resumes_to_identical_numbers(workspace, monkeypatch):
+    """Magnitude pruning's masks used to live in the run state (``_State.weight_masks``); they move to the method."""
+    params = {**RUN, "method": "magnitude_pruning", "sparsity": "unstructured", "target": 0.3, "epochs": 1,
+              "finetune_epochs": 2, "finetune_lr": 1e-3}
+    reference = training.run_experiment(progress=False, **params, run_name="uninterrupted")
+
+    original = training.Runner._finish_epoch
+
+    def killed_after_the_first_fine_tuning_epoch(self, phase, train, started):
+        original(self, phase, train, started)
+        if self.state.epoch == 2:
+            raise KeyboardInterrupt("simulated kill")
+
+    monkeypatch.setattr(training.Runner, "_finish_epoch", killed_after_the_first_fine_tuning_epoch)
+    with pytest.raises(KeyboardInterrupt):
+        training.run_experiment(progress=False, **params, run_name="resumed")
+    monkeypatch.setattr(training.Runner, "_finish_epoch", original)
+    path = records.checkpoint_path(resolve_config(**params, run_name="resumed"))
+    payload = torch.load(path, weights_only=False)
+    legacy = training._State(**vars(payload["state"]))
+    legacy.weight_masks = payload.pop("weight_masks")  # as the previous code kept them
+    assert legacy.weight_masks
+    torch.save({**payload, "state": legacy, "objective": None}, path)
+
+    resumed = training.run_experiment(progress=False, **params, run_name="resumed")
+    assert [row["phase"] for row in resumed["history"]] == ["init", "train", "pruned", "finetune", "finetune"]
+    assert _numbers(resumed) == _numbers(reference)

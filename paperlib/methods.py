@@ -1,0 +1,367 @@
+"""Training methods: one class each, behind one interface (§3, §5.4, App. B, App. J.6, App. L).
+
+==================================  ==========================================================
+:class:`Constrained`                gated model; Lagrangian of eq. 4, simultaneous GDA (eq. 5)
+                                    with dual restarts (eq. 6)
+:class:`Penalized`                  gated model; loss + lambda_pen * L0-density (§2, App. B, C)
+:class:`Dense`                      plain model, no sparsity (the baseline)
+:class:`MagnitudePruning`           dense training, then L1-filter or magnitude pruning, then
+                                    fine-tuning (§5.4, App. J.6, App. L)
+==================================  ==========================================================
+
+A method owns the model it trains and its optimisers. The runner
+(:mod:`paperlib.training`) calls, in this order: :meth:`Method.build_model`,
+:meth:`Method.attach`, then per phase (:attr:`Method.phases`) and epoch
+:meth:`Method.step` on every batch and :meth:`Method.end_epoch`; after each
+epoch it evaluates :meth:`Method.test_time_model` and logs
+:meth:`Method.evaluation_log`. :meth:`Method.state_dict` is what a checkpoint
+keeps of a method, besides the model.
+"""
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from . import pruning
+from .gates import median_gates
+from .layers import L0Layer
+from .models import build_model, from_torchvision_resnet, gated_layers, layer_densities, memory_format, model_density
+from .objective import ConstrainedObjective, PenalizedObjective, expected_l2_penalty, parameter_groups
+from .presets import ExperimentConfig
+from .purge import pruned_architecture, purge
+
+
+@dataclass
+class Step:
+    """What one training step leaves for the runner's logs."""
+
+    loss: torch.Tensor       # cross-entropy of the mini-batch
+    objective: torch.Tensor  # what the primal step minimised (the Lagrangian, for the constrained method)
+    logits: torch.Tensor
+    density: torch.Tensor | None = None  # the constrained or penalized densities (eq. 3), gated methods only
+
+
+def _optimizer(kind: str, params, lr: float, momentum: float, weight_decay: float = 0.0) -> torch.optim.Optimizer:
+    """Adam or SGD with momentum, in their fused implementations (the same update, one kernel for all tensors)."""
+    if kind == "adam":  # PyTorch's default betas (0.9, 0.999); App. J.2 prints (0.9, 0.99) "as by default"
+        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, fused=True)
+    return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay, fused=True)
+
+
+def torchvision_resnet50_weights() -> dict:
+    """torchvision's ImageNet ResNet50 weights (IMAGENET1K_V1, 76.1% top-1); downloaded on first use."""
+    import torchvision
+
+    return torchvision.models.ResNet50_Weights.IMAGENET1K_V1.get_state_dict(progress=False)
+
+
+class Method:
+    """The interface, and what every method shares: the weights' and the gates' optimisers.
+
+    Weights of gated layers are decayed through the expected L2 norm of eq. 9,
+    the other weights by the optimiser; the gates have their own optimiser and
+    learning rate (App. H.1), scheduled only when ``schedule_gates`` asks.
+    """
+
+    #: Whether the model carries hard-concrete gates.
+    gated = False
+    #: The phases of the history whose rows describe the sparse model (its best error is reported).
+    sparse_phases = ("train",)
+
+    def __init__(self, config: ExperimentConfig):
+        self.config = config
+        self.model: nn.Module | None = None
+
+    # ----- building ------------------------------------------------------------
+    def build_model(self, num_classes: int) -> nn.Module:
+        """The model this method trains, freshly initialised (this draws from the global RNG)."""
+        c = self.config
+        return build_model(c.model, num_classes, gated=self.gated, sparsity=c.sparsity, rho_init=c.rho_init)
+
+    def attach(self, model: nn.Module) -> None:
+        """Take ``model`` (already on its device) and build what trains it."""
+        self.model = model
+        self._build_optimizers("train")
+
+    def _build_optimizers(self, phase: str) -> None:
+        c = self.config
+        gated_weights, other_weights, gate_params = parameter_groups(self.model)
+        groups = [{"params": other_weights, "weight_decay": c.weight_decay}]
+        if gated_weights:  # decayed through the expected L2 term of eq. 9 instead
+            groups.append({"params": gated_weights, "weight_decay": 0.0})
+        self.optimizer = _optimizer(c.optimizer, groups, c.lr, c.momentum)
+        self.gates_optimizer = _optimizer(c.gates_optimizer, gate_params, c.gates_lr, c.momentum) if gate_params else None
+        self.scheduler = torch.optim.lr_scheduler.MultiStepLR(self.optimizer, c.lr_milestones, c.lr_gamma)
+        self.gates_scheduler = None  # the gates' learning rate is constant unless asked otherwise (App. J)
+        if self.gates_optimizer is not None and c.schedule_gates:
+            self.gates_scheduler = torch.optim.lr_scheduler.MultiStepLR(self.gates_optimizer, c.lr_milestones,
+                                                                        c.lr_gamma)
+
+    @property
+    def phases(self) -> list[tuple[str, int]]:
+        """(phase, epochs) in training order; a pretrained model is not trained again (App. J.6)."""
+        return [("train", 0 if self.config.pretrained else self.config.epochs)]
+
+    def enter_phase(self, phase: str) -> str:
+        """Prepare ``phase`` (any but the first); return the history label of the model it starts from."""
+        raise NotImplementedError(f"{type(self).__name__} has the single phase 'train'; got {phase!r}")
+
+    # ----- training ------------------------------------------------------------
+    def step(self, x: torch.Tensor, y: torch.Tensor) -> Step:
+        """One primal step on the mini-batch (x, y)."""
+        logits = self.model(x)
+        loss = F.cross_entropy(logits, y)
+        self._descend(loss)
+        return Step(loss, loss, logits)
+
+    def _descend(self, objective: torch.Tensor) -> None:
+        """One gradient step of the weights and the gates on ``objective``, then the clamp of log_alpha."""
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.gates_optimizer is not None:
+            self.gates_optimizer.zero_grad(set_to_none=True)
+        objective.backward()
+        self.optimizer.step()
+        if self.gates_optimizer is not None:
+            self.gates_optimizer.step()
+            if self.config.clamp_log_alpha:
+                for layer in gated_layers(self.model):
+                    layer.clamp_log_alpha_()
+
+    def end_epoch(self) -> None:
+        """Advance the learning-rate schedules by one epoch."""
+        for scheduler in (self.scheduler, self.gates_scheduler):
+            if scheduler is not None:
+                scheduler.step()
+
+    def learning_rates(self) -> dict:
+        rates = {"lr": self.optimizer.param_groups[0]["lr"]}
+        if self.gates_optimizer is not None:
+            rates["gates_lr"] = self.gates_optimizer.param_groups[0]["lr"]
+        return rates
+
+    # ----- evaluation and logs -------------------------------------------------
+    def test_time_model(self) -> nn.Module:
+        """The deterministic model that is evaluated and counted (App. D)."""
+        return self.model
+
+    def step_log(self, step: Step) -> dict | None:
+        """Densities and multipliers at a logged step (dual dynamics); None: nothing to log."""
+        return None
+
+    def evaluation_log(self) -> dict:
+        """What a history row adds to the test-time model's error and counts."""
+        return {}
+
+    def gate_medians(self) -> dict | None:
+        """Test-time gate medians per layer (App. I); None for a model without gates."""
+        return None
+
+    def record_fields(self) -> dict:
+        """What ``metrics.json`` adds for this method."""
+        return {}
+
+    # ----- checkpoints -----------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Optimisers and schedulers (the model is checkpointed whole by the runner)."""
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "gates_optimizer": None if self.gates_optimizer is None else self.gates_optimizer.state_dict(),
+            "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
+            "gates_scheduler": None if self.gates_scheduler is None else self.gates_scheduler.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict, model: nn.Module, phase: str) -> None:
+        """Resume: take the checkpointed ``model``, rebuild the optimisers of ``phase`` and load their states."""
+        self.model = model
+        self._build_optimizers(phase)
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.gates_optimizer is not None:
+            self.gates_optimizer.load_state_dict(state["gates_optimizer"])
+        if self.scheduler is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        if self.gates_scheduler is not None:
+            self.gates_scheduler.load_state_dict(state["gates_scheduler"])
+
+
+class _Gated(Method):
+    """What the two methods with hard-concrete gates share: the logs of gates and densities."""
+
+    gated = True
+
+    def test_time_model(self) -> nn.Module:
+        """The purged model: median gates folded into the weights, closed groups removed (App. D, eq. 8)."""
+        return purge(self.model).to(memory_format=memory_format(self.model))
+
+    def _objective(self, loss: torch.Tensor) -> torch.Tensor:
+        """f_obj: the loss plus the expected L2 norm of the gated weights (eq. 9)."""
+        return loss + expected_l2_penalty(self.model, self.config.weight_decay, self.config.detach_gates)
+
+    def step_log(self, step: Step) -> dict:
+        row = {"l0_density": model_density(self.model).item()}
+        row.update({f"constrained_density_{i}": d for i, d in enumerate(step.density.detach().tolist())})
+        return row
+
+    def evaluation_log(self) -> dict:
+        row = {"l0_density": float(model_density(self.model))}
+        names = [name for name, module in self.model.named_modules() if isinstance(module, L0Layer)]
+        row.update({f"density[{name}]": d for name, d in zip(names, layer_densities(self.model).tolist())})
+        return row
+
+    def gate_medians(self) -> dict:
+        """Structured layers list every median; unstructured ones as 0/1/20-bin counts (App. I)."""
+        medians = {}
+        for name, layer in self.model.named_modules():
+            if not isinstance(layer, L0Layer):
+                continue
+            values = median_gates(layer.weight_log_alpha.detach()).flatten().cpu()
+            if self.config.sparsity == "structured":
+                medians[name] = [round(v, 4) for v in values.tolist()]
+            else:
+                counts = torch.histc(values, bins=20, min=0.0, max=1.0)
+                medians[name] = {"zero": int((values == 0).sum()), "one": int((values == 1).sum()),
+                                 "histogram_20_bins": counts.int().tolist()}
+        return medians
+
+    def record_fields(self) -> dict:
+        if self.config.sparsity == "structured":
+            return {"pruned_architecture": pruned_architecture(self.model)}
+        return {}
+
+
+class Constrained(_Gated):
+    """min f_obj s.t. L0-density_g <= eps_g, solved as a min-max game on the Lagrangian (eq. 2, eq. 4).
+
+    :meth:`step` is simultaneous gradient descent-ascent (eq. 5): a primal
+    step on the Lagrangian at the current multipliers, then a dual step from
+    the same iterate (or a dual restart, eq. 6).
+    """
+
+    def attach(self, model: nn.Module) -> None:
+        c = self.config
+        self.objective = ConstrainedObjective(model, c.target, c.grouping, c.dual_lr, c.dual_restarts)
+        super().attach(model)
+
+    def step(self, x: torch.Tensor, y: torch.Tensor) -> Step:
+        logits = self.model(x)
+        loss = F.cross_entropy(logits, y)
+        # The Lagrangian at the current multipliers (eq. 4): f_obj + sum_g lambda_g (density_g - eps_g).
+        lagrangian, density = self.objective(self.model, self._objective(loss))
+        # Simultaneous gradient descent-ascent (eq. 5): descent on the weights and gates ...
+        self._descend(lagrangian)
+        # ... and projected ascent on the multipliers (or a dual restart, eq. 6) from the same iterate:
+        # the densities measured before the primal step.
+        self.objective.dual_step(density)
+        return Step(loss, lagrangian, logits, density)
+
+    def _multipliers(self) -> dict:
+        return {f"lambda_{i}": lam for i, lam in enumerate(self.objective.multipliers.value.tolist())}
+
+    def step_log(self, step: Step) -> dict:
+        return {**super().step_log(step), **self._multipliers()}
+
+    def evaluation_log(self) -> dict:
+        return {**super().evaluation_log(), **self._multipliers()}
+
+    def record_fields(self) -> dict:
+        return {**super().record_fields(), "multipliers_final": self.objective.multipliers.value.tolist()}
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "objective": self.objective.state_dict()}
+
+    def load_state_dict(self, state: dict, model: nn.Module, phase: str) -> None:
+        super().load_state_dict(state, model, phase)
+        self.objective.load_state_dict(state["objective"])
+
+
+class Penalized(_Gated):
+    """min f_obj + lambda_pen * L0-density (model-wise) or + sum_g lambda_pen_g * density_g (App. B, C)."""
+
+    def attach(self, model: nn.Module) -> None:
+        self.objective = PenalizedObjective(model, self.config.lmbda, self.config.grouping)
+        super().attach(model)
+
+    def step(self, x: torch.Tensor, y: torch.Tensor) -> Step:
+        logits = self.model(x)
+        loss = F.cross_entropy(logits, y)
+        penalized, density = self.objective(self.model, self._objective(loss))
+        self._descend(penalized)
+        return Step(loss, penalized, logits, density)
+
+
+class Dense(Method):
+    """The dense baseline: plain layers, cross-entropy and the optimiser's weight decay."""
+
+    def build_model(self, num_classes: int) -> nn.Module:
+        model = super().build_model(num_classes)
+        if self.config.pretrained:  # the paper prunes torchvision's trained ResNet50 (App. J.6)
+            model.load_state_dict(from_torchvision_resnet(torchvision_resnet50_weights()))
+        return model
+
+
+class MagnitudePruning(Dense):
+    """Train dense, prune to the target density, fine-tune (§5.4, App. J.6, App. L).
+
+    Structured: L1-filter pruning (Li et al., 2017) of the layers the gated
+    model gates. Unstructured: the smallest weights of those layers, kept at
+    zero during fine-tuning by masks. Fine-tuning uses a constant learning rate
+    (App. J.6) and every parameter in one optimiser group.
+    """
+
+    sparse_phases = ("pruned", "finetune")
+
+    def __init__(self, config: ExperimentConfig):
+        super().__init__(config)
+        self.weight_masks: dict = {}
+
+    @property
+    def phases(self) -> list[tuple[str, int]]:
+        return [*super().phases, ("finetune", self.config.finetune_epochs)]
+
+    def _build_optimizers(self, phase: str) -> None:
+        if phase == "train":
+            super()._build_optimizers(phase)
+            return
+        c = self.config  # App. J.6: constant learning rate
+        self.optimizer = _optimizer(c.optimizer, self.model.parameters(), c.finetune_lr, c.momentum, c.weight_decay)
+        self.gates_optimizer = self.scheduler = self.gates_scheduler = None
+
+    def enter_phase(self, phase: str) -> str:
+        """Prune the trained dense model (App. D's purge with ranking-and-thresholding as step 1)."""
+        if phase != "finetune":
+            return super().enter_phase(phase)
+        c = self.config
+        device, layout = next(self.model.parameters()).device, memory_format(self.model)
+        if c.sparsity == "structured":
+            self.model = pruning.l1_filter_prune(self.model, c.target, c.model)
+        else:
+            self.model = pruning.magnitude_prune_unstructured(self.model, c.target, c.model)
+        self.model.to(device, memory_format=layout)
+        if c.sparsity == "unstructured":
+            self.weight_masks = pruning.weight_masks(self.model, c.model)
+        self._build_optimizers(phase)
+        return "pruned"
+
+    def step(self, x: torch.Tensor, y: torch.Tensor) -> Step:
+        step = super().step(x, y)
+        if self.weight_masks:  # pruned weights stay zero (App. L)
+            pruning.apply_weight_masks_(self.model, self.weight_masks)
+        return step
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "weight_masks": self.weight_masks}
+
+    def load_state_dict(self, state: dict, model: nn.Module, phase: str) -> None:
+        super().load_state_dict(state, model, phase)
+        self.weight_masks = state["weight_masks"]
+
+
+#: One class per ``method`` of :class:`~paperlib.presets.ExperimentConfig`.
+METHODS: dict[str, type[Method]] = {"constrained": Constrained, "penalized": Penalized, "dense": Dense,
+                                    "magnitude_pruning": MagnitudePruning}
+
+
+def build_method(config: ExperimentConfig) -> Method:
+    """The method a resolved configuration names."""
+    return METHODS[config.method](config)

@@ -1,0 +1,25 @@
+"""The names a run's configuration chooses from, defined once.
+
+Every module that accepts one of these names imports its tuple from here;
+:func:`paperlib.presets.validate` checks a configuration against them.
+"""
+
+import re
+
+PRESETS = ("auto", "paper", "cpu")
+DATASETS = ("mnist", "cifar10", "cifar100", "tinyimagenet", "imagenet")
+#: The paper's models (App. J); any ``wrn-DEPTH-WIDTH`` is a model too (:func:`is_model_name`).
+MODEL_NAMES = ("mlp", "lenet5", "wrn-28-10", "resnet18", "resnet50")
+METHODS = ("constrained", "penalized", "dense", "magnitude_pruning")
+#: One constraint (or penalty) for the whole model, or one per gated layer (App. B).
+GROUPINGS = ("model", "layer")
+#: Gates on groups (§2) or on single weights (App. L).
+SPARSITY_KINDS = ("structured", "unstructured")
+OPTIMIZERS = ("adam", "sgdm")
+
+WIDE_RESNET = re.compile(r"wrn-(\d+)-(\d+)")
+
+
+def is_model_name(name: str) -> bool:
+    """One of :data:`MODEL_NAMES` or ``wrn-DEPTH-WIDTH``."""
+    return name in MODEL_NAMES or WIDE_RESNET.fullmatch(str(name)) is not None
