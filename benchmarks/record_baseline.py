@@ -11,8 +11,10 @@ import os
 import sys
 from pathlib import Path
 
-#: Fields that legitimately differ between two runs of the same parameters.
-VOLATILE = ("wall_time_s", "git_commit", "git_commits_resumed_at", "device_name", "torch_version")
+#: Fields that legitimately differ between two runs of the same parameters: timings, provenance, and how the
+#: data is named (records name it by a checksum of the examples read since they stopped naming its folder).
+VOLATILE = ("wall_time_s", "git_commit", "git_commits_resumed_at", "device_name", "torch_version",
+            "location", "content_sha256")
 
 RUNS = [dict(model="mlp", grouping="layer", target=[0.3, 0.3, 0.3]),
         dict(model="lenet5", grouping="layer", target=[0.5, 0.3, 0.7, 0.1])]
