@@ -146,8 +146,12 @@ class Method:
         """The deterministic model that is evaluated and counted (App. D)."""
         return self.model
 
-    def step_log(self, step: Step) -> dict | None:
-        """Densities and multipliers at a logged step (dual dynamics); None: nothing to log."""
+    def step_log(self, step: Step) -> dict[str, torch.Tensor] | None:
+        """Densities and multipliers at a logged step (dual dynamics); None: nothing to log.
+
+        The values are 0-d tensors left on the device: the runner reads them,
+        with the losses of the steps since its last read, in one transfer.
+        """
         return None
 
     def evaluation_log(self) -> dict:
@@ -198,9 +202,9 @@ class _Gated(Method):
         """f_obj: the loss plus the expected L2 norm of the gated weights (eq. 9)."""
         return loss + expected_l2_penalty(self.model, self.config.weight_decay, self.config.detach_gates)
 
-    def step_log(self, step: Step) -> dict:
-        row = {"l0_density": model_density(self.model).item()}
-        row.update({f"constrained_density_{i}": d for i, d in enumerate(step.density.detach().tolist())})
+    def step_log(self, step: Step) -> dict[str, torch.Tensor]:
+        row = {"l0_density": model_density(self.model).detach()}
+        row.update({f"constrained_density_{i}": d for i, d in enumerate(step.density.detach().unbind())})
         return row
 
     def evaluation_log(self) -> dict:
@@ -254,8 +258,9 @@ class Constrained(_Gated):
     def _multipliers(self) -> dict:
         return {f"lambda_{i}": lam for i, lam in enumerate(self.objective.multipliers.value.tolist())}
 
-    def step_log(self, step: Step) -> dict:
-        return {**super().step_log(step), **self._multipliers()}
+    def step_log(self, step: Step) -> dict[str, torch.Tensor]:
+        multipliers = self.objective.multipliers.value.unbind()
+        return {**super().step_log(step), **{f"lambda_{i}": lam for i, lam in enumerate(multipliers)}}
 
     def evaluation_log(self) -> dict:
         return {**super().evaluation_log(), **self._multipliers()}
