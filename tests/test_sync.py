@@ -18,6 +18,7 @@ from fake_data import make_mnist
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from paperlib import methods, training
+from paperlib.data import TensorLoader
 from paperlib.presets import resolve_config
 
 aten = torch.ops.aten
@@ -233,3 +234,29 @@ def test_train_epoch_numbers_are_the_per_step_item_sums(mnist):
     assert [row["loss"] for row in runner.state.steps] == [seen[i][0].item() for i in
                                                           range(0, len(seen), max(1, len(seen) // 20))]
 
+
+def test_the_loader_on_an_accelerator_copies_nothing_from_the_host_per_batch():
+    """The split moves to the device when the loader is made; an epoch then copies only its randomness once."""
+    images = torch.randint(0, 256, (40, 3, 8, 8), dtype=torch.uint8)
+    labels = torch.randint(0, 10, (40,))
+    from paperlib.data import Augment
+
+    loader = TensorLoader(images, labels, 4, shuffle=True, augment=Augment(crop_padding=2, hflip=True),
+                          mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25), device="meta")
+    assert loader.images.device.type == "meta"
+
+    class HostCopies(TorchDispatchMode):
+        copies = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func in (aten._to_copy.default, aten.copy_.default):
+                source = args[0] if func is aten._to_copy.default else args[1]
+                if source.device.type == "cpu":
+                    HostCopies.copies += 1
+            return func(*args, **kwargs)
+
+    with HostCopies():
+        batches = [(x.device.type, y.device.type) for x, y in loader]
+    assert batches == [("meta", "meta")] * 10
+    assert HostCopies.copies == 3  # order, crop offsets and flips, once for the epoch
