@@ -18,6 +18,7 @@ epoch it evaluates :meth:`Method.test_time_model` and logs
 keeps of a method, besides the model.
 """
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -111,10 +112,23 @@ class Method:
     # ----- training ------------------------------------------------------------
     def step(self, x: torch.Tensor, y: torch.Tensor) -> Step:
         """One primal step on the mini-batch (x, y)."""
-        logits = self.model(x)
-        loss = F.cross_entropy(logits, y)
+        logits, loss = self._forward(x, y)
         self._descend(loss)
         return Step(loss, loss, logits)
+
+    def _forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits and cross-entropy of the mini-batch.
+
+        With ``autocast_bf16`` the forward pass runs under bfloat16 autocast
+        on the batch's device (the runner allows it only on CUDA); the loss,
+        the densities and everything after stay in float32.
+        """
+        autocast = torch.autocast(x.device.type, dtype=torch.bfloat16) if self.config.autocast_bf16 \
+            else contextlib.nullcontext()
+        with autocast:
+            logits = self.model(x)
+            loss = F.cross_entropy(logits, y)
+        return logits, loss
 
     def _descend(self, objective: torch.Tensor) -> None:
         """One gradient step of the weights and the gates on ``objective``, then the clamp of log_alpha."""
@@ -248,8 +262,7 @@ class Constrained(_Gated):
         super().attach(model)
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> Step:
-        logits = self.model(x)
-        loss = F.cross_entropy(logits, y)
+        logits, loss = self._forward(x, y)
         lagrangian, density = self.objective(self.model, self._objective(loss))  # eq. 4 at the current lambda
         self._descend(lagrangian)                                               # eq. 5, primal descent
         self.objective.dual_step(density)                                       # eq. 5/6, ascent, same iterate
@@ -284,8 +297,7 @@ class Penalized(_Gated):
         super().attach(model)
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> Step:
-        logits = self.model(x)
-        loss = F.cross_entropy(logits, y)
+        logits, loss = self._forward(x, y)
         penalized, density = self.objective(self.model, self._objective(loss))
         self._descend(penalized)
         return Step(loss, penalized, logits, density)

@@ -86,6 +86,8 @@ class Runner:
         self.config = config
         self.progress = progress
         self.device = resolve_device(config.device)
+        if config.autocast_bf16 and self.device.type != "cuda":
+            raise ValueError(f"autocast_bf16 needs CUDA; this run would train on {self.device} (CPU runs are float32)")
         if self.device.type == "cpu":
             torch.set_num_threads(config.threads)
         torch.manual_seed(config.seed)
