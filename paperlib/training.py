@@ -40,7 +40,12 @@ SMOKE_BATCH_SIZE = 16
 
 
 class NonFiniteLossError(RuntimeError):
-    """The training loss became NaN or infinite; the run is recorded as failed."""
+    """The training loss became NaN or infinite; the run is recorded as failed.
+
+    Found where the runner reads the losses (at the next logged step or the
+    end of the epoch, :meth:`Runner._read`); the message names the first
+    non-finite step.
+    """
 
 
 def resolve_device(name: str) -> torch.device:
