@@ -40,12 +40,16 @@ def _strip(value):
 
 def compare(a: Path, b: Path) -> list[str]:
     """Differences between two baseline folders (empty when bit-identical but for volatile fields)."""
+    from paperlib.presets import ExperimentConfig
     from paperlib.records import load_record
 
+    defaults = ExperimentConfig().to_dict()
     problems = []
     for run_a in sorted((a / "baseline").iterdir()):
         run_b = b / "baseline" / run_a.name
         ra, rb = _strip(load_record(run_a)), _strip(load_record(run_b))
+        # A parameter that one record predates compares as its default, as in presets.config_differences.
+        ra["params"], rb["params"] = {**defaults, **ra["params"]}, {**defaults, **rb["params"]}
         for key in ("params", "metrics", "history", "steps", "gate_medians"):
             if key != "path" and ra[key] != rb[key]:
                 problems.append(f"{run_a.name}: {key} differs")

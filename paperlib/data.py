@@ -275,8 +275,8 @@ def hflip(images: Tensor, mask: Tensor) -> Tensor:
 
 def normalize(images: Tensor, mean: Sequence[float], std: Sequence[float]) -> Tensor:
     """uint8 images -> float32 ``(x / 255 - mean) / std`` per channel."""
-    mean_t = torch.tensor(mean, dtype=torch.float32, device=images.device)[:, None, None]
-    std_t = torch.tensor(std, dtype=torch.float32, device=images.device)[:, None, None]
+    mean_t = torch.as_tensor(mean, dtype=torch.float32, device=images.device)[:, None, None]
+    std_t = torch.as_tensor(std, dtype=torch.float32, device=images.device)[:, None, None]
     return (images.float() / 255 - mean_t) / std_t
 
 
@@ -354,7 +354,9 @@ class TensorLoader(_EpochLoader):
     ``device``; after the last batch the loader moves to the next epoch.  A run
     that saves ``state_dict()`` after a training step and later calls
     ``load_state_dict()`` gets exactly the batches that were still to come.
-    ``max_batches`` cuts every epoch short (smoke runs).
+    ``max_batches`` cuts every epoch short (smoke runs).  For a device other than
+    the CPU the split is moved there whole when the loader is made, so that
+    handing out a batch copies nothing from the host.
     """
 
     def __init__(
@@ -382,6 +384,21 @@ class TensorLoader(_EpochLoader):
         self.mean, self.std = tuple(mean), tuple(std)
         self.device = torch.device(device)
         self.memory_format = memory_format
+        if self.device.type != "cpu":
+            # The whole split lives on the accelerator (uint8: MNIST 47 MB, CIFAR 150 MB, TinyImageNet
+            # 1.2 GB), so that a batch is gathered, augmented and normalised there without waiting for a
+            # copy from the host.
+            self.images, self.labels = self.images.to(self.device), self.labels.to(self.device)
+        self._mean = torch.tensor(self.mean, dtype=torch.float32, device=self.device)
+        self._std = torch.tensor(self.std, dtype=torch.float32, device=self.device)
+
+    def _to_device(self, tensor: Tensor | None) -> Tensor | None:
+        """A copy on the loader's device (asynchronous from pinned memory on CUDA); once per epoch."""
+        if tensor is None or self.device.type == "cpu":
+            return tensor
+        if self.device.type == "cuda":
+            tensor = tensor.pin_memory()
+        return tensor.to(self.device, non_blocking=True)
 
     def _epoch_randomness(self) -> tuple[Tensor, Tensor | None, Tensor | None]:
         n, gen = self.num_examples, self._epoch_generator()
@@ -392,18 +409,19 @@ class TensorLoader(_EpochLoader):
         return order, offsets, flips
 
     def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
-        order, offsets, flips = self._epoch_randomness()
+        # Drawn on the CPU (the same batches on every device), moved to the data's device once per epoch.
+        order, offsets, flips = (self._to_device(t) for t in self._epoch_randomness())
         for b in range(self._next_batch, len(self)):
             pos = slice(b * self.batch_size, (b + 1) * self.batch_size)
             idx = order[pos]
-            x = self.images[idx].to(self.device)
-            y = self.labels[idx].to(self.device)
+            x = self.images[idx]
+            y = self.labels[idx]
             if offsets is not None:
-                x = random_crop(x, offsets[pos].to(self.device), self.augment.crop_padding)
+                x = random_crop(x, offsets[pos], self.augment.crop_padding)
             if flips is not None:
-                x = hflip(x, flips[pos].to(self.device))
+                x = hflip(x, flips[pos])
             self._advance(b)
-            yield normalize(x, self.mean, self.std).contiguous(memory_format=self.memory_format), y
+            yield normalize(x, self._mean, self._std).contiguous(memory_format=self.memory_format), y
 
 
 class DeviceLoader(_EpochLoader):
@@ -447,7 +465,9 @@ class DeviceLoader(_EpochLoader):
         )
         for b, (x, y) in enumerate(loader, start):
             self._advance(b)
-            yield x.to(self.device).contiguous(memory_format=self.memory_format), y.to(self.device)
+            # Pinned batches (pin_memory above) are copied without blocking the host.
+            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            yield x.contiguous(memory_format=self.memory_format), y
 
 
 # --------------------------------------------------------------------------- #

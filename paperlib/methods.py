@@ -18,6 +18,7 @@ epoch it evaluates :meth:`Method.test_time_model` and logs
 keeps of a method, besides the model.
 """
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -111,10 +112,23 @@ class Method:
     # ----- training ------------------------------------------------------------
     def step(self, x: torch.Tensor, y: torch.Tensor) -> Step:
         """One primal step on the mini-batch (x, y)."""
-        logits = self.model(x)
-        loss = F.cross_entropy(logits, y)
+        logits, loss = self._forward(x, y)
         self._descend(loss)
         return Step(loss, loss, logits)
+
+    def _forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits and cross-entropy of the mini-batch.
+
+        With ``autocast_bf16`` the forward pass runs under bfloat16 autocast
+        on the batch's device (the runner allows it only on CUDA); the loss,
+        the densities and everything after stay in float32.
+        """
+        autocast = torch.autocast(x.device.type, dtype=torch.bfloat16) if self.config.autocast_bf16 \
+            else contextlib.nullcontext()
+        with autocast:
+            logits = self.model(x)
+            loss = F.cross_entropy(logits, y)
+        return logits, loss
 
     def _descend(self, objective: torch.Tensor) -> None:
         """One gradient step of the weights and the gates on ``objective``, then the clamp of log_alpha."""
@@ -146,8 +160,12 @@ class Method:
         """The deterministic model that is evaluated and counted (App. D)."""
         return self.model
 
-    def step_log(self, step: Step) -> dict | None:
-        """Densities and multipliers at a logged step (dual dynamics); None: nothing to log."""
+    def step_log(self, step: Step) -> dict[str, torch.Tensor] | None:
+        """Densities and multipliers at a logged step (dual dynamics); None: nothing to log.
+
+        The values are 0-d tensors left on the device: the runner reads them,
+        with the losses of the steps since its last read, in one transfer.
+        """
         return None
 
     def evaluation_log(self) -> dict:
@@ -198,9 +216,9 @@ class _Gated(Method):
         """f_obj: the loss plus the expected L2 norm of the gated weights (eq. 9)."""
         return loss + expected_l2_penalty(self.model, self.config.weight_decay, self.config.detach_gates)
 
-    def step_log(self, step: Step) -> dict:
-        row = {"l0_density": model_density(self.model).item()}
-        row.update({f"constrained_density_{i}": d for i, d in enumerate(step.density.detach().tolist())})
+    def step_log(self, step: Step) -> dict[str, torch.Tensor]:
+        row = {"l0_density": model_density(self.model).detach()}
+        row.update({f"constrained_density_{i}": d for i, d in enumerate(step.density.detach().unbind())})
         return row
 
     def evaluation_log(self) -> dict:
@@ -244,8 +262,7 @@ class Constrained(_Gated):
         super().attach(model)
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> Step:
-        logits = self.model(x)
-        loss = F.cross_entropy(logits, y)
+        logits, loss = self._forward(x, y)
         # The Lagrangian at the current multipliers (eq. 4): f_obj + sum_g lambda_g (density_g - eps_g).
         lagrangian, density = self.objective(self.model, self._objective(loss))
         # Simultaneous gradient descent-ascent (eq. 5): descent on the weights and gates ...
@@ -258,8 +275,9 @@ class Constrained(_Gated):
     def _multipliers(self) -> dict:
         return {f"lambda_{i}": lam for i, lam in enumerate(self.objective.multipliers.value.tolist())}
 
-    def step_log(self, step: Step) -> dict:
-        return {**super().step_log(step), **self._multipliers()}
+    def step_log(self, step: Step) -> dict[str, torch.Tensor]:
+        multipliers = self.objective.multipliers.value.unbind()
+        return {**super().step_log(step), **{f"lambda_{i}": lam for i, lam in enumerate(multipliers)}}
 
     def evaluation_log(self) -> dict:
         return {**super().evaluation_log(), **self._multipliers()}
@@ -283,8 +301,7 @@ class Penalized(_Gated):
         super().attach(model)
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> Step:
-        logits = self.model(x)
-        loss = F.cross_entropy(logits, y)
+        logits, loss = self._forward(x, y)
         penalized, density = self.objective(self.model, self._objective(loss))
         self._descend(penalized)
         return Step(loss, penalized, logits, density)

@@ -65,6 +65,7 @@ class ExperimentConfig:
     seed: int = 0
     device: str = "auto"                 # auto picks CUDA when present
     threads: int = 1                     # CPU threads for torch
+    autocast_bf16: bool = False          # bf16 autocast of the training forward on CUDA, WRN/ResNet only; the paper's numbers are float32
     smoke: bool = False                  # a handful of batches on a data subset, for CI
     run_name: str = ""                   # derived from the parameters when empty
 
@@ -329,6 +330,12 @@ def validate(config: ExperimentConfig) -> None:
     _check_range("finetune_epochs", config.finetune_epochs, 0)
     if config.device not in ("auto", "cpu") and not config.device.startswith("cuda"):
         raise ValueError(f"parameter 'device' must be 'auto', 'cpu' or 'cuda[:N]'; got {config.device!r}")
+    if config.autocast_bf16:
+        if not config.model.startswith(("wrn-", "resnet")):
+            raise ValueError(f"parameter 'autocast_bf16' is for the WideResNet and ResNet models; got "
+                             f"model={config.model!r}, whose steps are too small for bfloat16 to save time")
+        if config.device == "cpu":
+            raise ValueError("parameter 'autocast_bf16' needs CUDA; got device='cpu' (CPU runs are float32)")
 
 
 def _check_per_layer_length(name: str, values: list, config: ExperimentConfig, needs_layer_grouping=True) -> None:
@@ -434,6 +441,8 @@ def default_run_name(config: ExperimentConfig, preset_config: ExperimentConfig |
         parts.append("no-detach")
     if config.pretrained:
         parts.append("pretrained")
+    if config.autocast_bf16:
+        parts.append("bf16")
     if preset_config is not None:
         parts += [f"{name}{fmt(getattr(config, name))}" for name in NAMED_IF_CHANGED
                   if getattr(config, name) != getattr(preset_config, name)]

@@ -16,6 +16,7 @@ ends with the same numbers as an uninterrupted run: the checkpoint holds the
 model, optimisers, scheduler, multipliers, data-loader position and RNG states.
 """
 
+import math
 import os
 import platform
 import time
@@ -39,7 +40,12 @@ SMOKE_BATCH_SIZE = 16
 
 
 class NonFiniteLossError(RuntimeError):
-    """The training loss became NaN or infinite; the run is recorded as failed."""
+    """The training loss became NaN or infinite; the run is recorded as failed.
+
+    Found where the runner reads the losses (at the next logged step or the
+    end of the epoch, :meth:`Runner._read`); the message names the first
+    non-finite step.
+    """
 
 
 def resolve_device(name: str) -> torch.device:
@@ -85,6 +91,8 @@ class Runner:
         self.config = config
         self.progress = progress
         self.device = resolve_device(config.device)
+        if config.autocast_bf16 and self.device.type != "cuda":
+            raise ValueError(f"autocast_bf16 needs CUDA; this run would train on {self.device} (CPU runs are float32)")
         if self.device.type == "cpu":
             torch.set_num_threads(config.threads)
         torch.manual_seed(config.seed)
@@ -111,29 +119,63 @@ class Runner:
 
     # ----- training ------------------------------------------------------------
     def train_epoch(self) -> dict:
-        """One pass over the training data, one method step per batch; mean loss, error and objective."""
+        """One pass over the training data, one method step per batch; mean loss, error and objective.
+
+        No step waits for the device: each leaves its loss, objective and
+        number of correct predictions there, and the runner reads what has
+        piled up in one transfer at each logged step and at the end of the
+        epoch (:meth:`_read`). A non-finite loss raises there, naming its step.
+        """
         self.method.model.train()
-        total_loss = total_objective = 0.0
-        correct = seen = 0
+        totals = {"loss": 0.0, "objective": 0.0, "correct": 0, "seen": 0}
+        pending = []  # (step, batch size, loss, objective, correct) of the steps not read yet, on the device
         log_every = max(1, len(self.train_loader) // 20)
         batches = tqdm(self.train_loader, desc=f"epoch {self.state.epoch + 1}", mininterval=10, leave=False,
                        disable=not self.progress)
         for index, (x, y) in enumerate(batches):
             step = self.method.step(x, y)
-            if not torch.isfinite(step.loss):
-                raise NonFiniteLossError(f"non-finite training loss {step.loss.item()} at epoch "
-                                         f"{self.state.epoch + 1}, step {index}")
-            total_loss += step.loss.item() * len(y)
-            total_objective += step.objective.item() * len(y)
-            correct += (step.logits.argmax(1) == y).sum().item()
-            seen += len(y)
+            pending.append((index, len(y), step.loss.detach(), step.objective.detach(),
+                            (step.logits.detach().argmax(1) == y).sum()))
             if index % log_every == 0:
                 logged = self.method.step_log(step)
+                loss, logged = self._read(pending, totals, logged)
                 if logged is not None:
                     epoch = self.state.epoch + index / len(self.train_loader)
-                    self.state.steps.append({"epoch": epoch, "loss": step.loss.item(), **logged})
-        return {"train_loss": total_loss / seen, "train_error": 100.0 * (1 - correct / seen),
-                "train_objective": total_objective / seen}
+                    self.state.steps.append({"epoch": epoch, "loss": loss, **logged})
+        self._read(pending, totals)
+        seen = totals["seen"]
+        return {"train_loss": totals["loss"] / seen, "train_error": 100.0 * (1 - totals["correct"] / seen),
+                "train_objective": totals["objective"] / seen}
+
+    def _read(self, pending: list, totals: dict, logged: dict | None = None) -> tuple[float | None, dict | None]:
+        """Bring the ``pending`` steps' numbers and the ``logged`` tensors to the host in one transfer.
+
+        Adds each step's loss and objective times its batch size to ``totals``
+        in step order and in double precision, as Python floats (the sums a
+        per-step ``.item()`` gave), and empties ``pending``. Returns the last
+        step's loss and ``logged`` as floats; raises
+        :class:`NonFiniteLossError` at the first non-finite loss.
+        """
+        if not pending:
+            return None, logged
+        steps, sizes, losses, objectives, correct = zip(*pending)
+        pending.clear()
+        parts = [torch.stack(losses), torch.stack(objectives), torch.stack(correct)]
+        if logged:
+            parts.append(torch.stack(list(logged.values())))
+        values = torch.cat([part.double() for part in parts]).tolist()  # the one synchronisation
+        n = len(steps)
+        for index, size, loss, objective, right in zip(steps, sizes, values[:n], values[n:2 * n], values[2 * n:3 * n]):
+            if not math.isfinite(loss):
+                raise NonFiniteLossError(f"non-finite training loss {loss} at epoch {self.state.epoch + 1}, "
+                                         f"step {index}")
+            totals["loss"] += loss * size
+            totals["objective"] += objective * size
+            totals["correct"] += int(right)
+            totals["seen"] += size
+        if logged is not None:
+            logged = dict(zip(logged, values[3 * n:]))
+        return values[n - 1], logged
 
     def _phase_at(self, epoch: int) -> str:
         """The phase that the epoch after ``epoch`` finished epochs belongs to."""
@@ -149,10 +191,11 @@ class Runner:
     def evaluate(self) -> dict:
         """Validation error of the test-time model, its parameter/MAC counts, and what the method logs."""
         test_model = self.method.test_time_model().to(self.device).eval()
-        correct = seen = 0
+        correct, seen = torch.zeros((), dtype=torch.int64, device=self.device), 0
         for x, y in self.val_loader:
-            correct += (test_model(x).argmax(1) == y).sum().item()
+            correct += (test_model(x).argmax(1) == y).sum()
             seen += len(y)
+        correct = correct.item()
         sparse = self.config.sparsity == "unstructured"
         params = counting.count_params(test_model, sparse_weights=sparse)
         row = {"val_error": 100.0 * (1 - correct / seen), "params": params,

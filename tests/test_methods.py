@@ -101,3 +101,19 @@ def test_magnitude_pruning_prunes_between_its_phases_and_keeps_pruned_weights_at
         assert torch.equal(method.model.get_submodule(name).weight == 0, zero), name
     with pytest.raises(NotImplementedError, match="single phase"):
         methods.build_method(resolve_config(**SGD, method="dense")).enter_phase("finetune")
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_bf16_autocast_covers_the_forward_pass_only(autocast):
+    """bfloat16 logits under autocast (on the batch's device: the CPU here), float32 loss, objective and weights."""
+    config = resolve_config(dataset="cifar10", model="wrn-16-1", preset="cpu", grouping="layer", target=[0.5] * 6,
+                            autocast_bf16=autocast)
+    method = methods.build_method(config)
+    torch.manual_seed(0)
+    method.attach(method.build_model(10))
+    generator = torch.Generator().manual_seed(1)
+    step = method.step(torch.randn(2, 3, 32, 32, generator=generator), torch.randint(0, 10, (2,), generator=generator))
+    assert step.logits.dtype == (torch.bfloat16 if autocast else torch.float32)
+    assert step.loss.dtype == step.objective.dtype == step.density.dtype == torch.float32
+    assert {p.dtype for p in method.model.parameters()} == {torch.float32}
+    assert torch.isfinite(step.objective)

@@ -139,3 +139,22 @@ def test_a_parameter_the_method_does_not_use_is_dropped_and_not_compared(method,
     recorded = {**config.to_dict(), unused: 0.0}
     assert config_differences(recorded, config) == []
     assert config_differences({**recorded, "seed": 1}, config) == ["seed: recorded 1, now 0"]
+
+
+def test_bf16_autocast_is_off_in_every_preset_named_when_on_and_only_for_residual_models():
+    """The paper's numbers are float32: no preset turns autocast on; a run that does says so in its name."""
+    for preset, table in (("paper", PAPER), ("cpu", CPU)):
+        for dataset, model in table:
+            assert not resolve_config(preset=preset, dataset=dataset, model=model, target=0.5).autocast_bf16
+    wrn = dict(dataset="cifar10", model="wrn-16-1", preset="cpu", target=0.5)
+    assert resolve_config(**wrn, autocast_bf16=True).run_name == "wrn-16-1-constrained-model-t0.5-bf16-s0-cpu"
+    assert resolve_config(**wrn, autocast_bf16="true").autocast_bf16 is True  # papermill's strings
+    with pytest.raises(ValueError, match="'autocast_bf16' is for the WideResNet and ResNet models"):
+        resolve_config(dataset="mnist", model="lenet5", preset="cpu", target=0.5, autocast_bf16=True)
+    with pytest.raises(ValueError, match="'autocast_bf16' needs CUDA"):
+        resolve_config(**wrn, device="cpu", autocast_bf16=True)
+    recorded = resolve_config(**wrn).to_dict()
+    del recorded["autocast_bf16"]  # a record made before the option compares as off
+    assert config_differences(recorded, resolve_config(**wrn)) == []
+    assert config_differences(recorded, resolve_config(**wrn, autocast_bf16=True, run_name="x"), ignore=("run_name",)) \
+        == ["autocast_bf16: recorded False, now True"]

@@ -219,3 +219,12 @@ def test_a_checkpoint_of_the_previous_layout_resumes_to_identical_numbers(worksp
     resumed = training.run_experiment(progress=False, **params, run_name="resumed")
     assert [row["phase"] for row in resumed["history"]] == ["init", "train", "pruned", "finetune", "finetune"]
     assert _numbers(resumed) == _numbers(reference)
+
+
+def test_bf16_autocast_needs_cuda(workspace):
+    """Checked before any data is loaded; the CPU numbers are float32."""
+    config = resolve_config(dataset="cifar10", model="wrn-16-1", preset="cpu", target=0.5, autocast_bf16=True)
+    if training.resolve_device(config.device).type == "cuda":
+        pytest.skip("CUDA is present")
+    with pytest.raises(ValueError, match="autocast_bf16 needs CUDA; this run would train on cpu"):
+        training.Runner(config, progress=False)
