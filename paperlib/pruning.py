@@ -67,7 +67,9 @@ def magnitude_prune_unstructured(dense_model: nn.Module, density: float | Sequen
     Biases stay dense. To fine-tune it, take :func:`weight_masks` right away
     and call :func:`apply_weight_masks_` after every optimiser step.
     """
-    pruned = copy.deepcopy(dense_model)
+    # torch's pruning flattens each weight with .view(-1), which a channels_last weight does not allow; the
+    # caller puts the pruned model back in its memory format (the ranking is that of the NCHW order).
+    pruned = copy.deepcopy(dense_model).to(memory_format=torch.contiguous_format)
     names = gated_layer_names(model_name, sparsity="unstructured")
     for name, layer_density in zip(names, _layer_densities(density, len(names))):
         layer = pruned.get_submodule(name)

@@ -186,3 +186,13 @@ def test_bad_density_raises(prune, density, message):
     model = build_model("mlp", gated=False)
     with pytest.raises(ValueError, match=message):
         prune(model, density, "mlp")
+
+
+def test_magnitude_prune_unstructured_of_a_channels_last_model_prunes_the_same_weights():
+    """Conv models train in channels_last; pruning them keeps exactly the weights it keeps in NCHW."""
+    torch.manual_seed(0)
+    dense = build_model("lenet5")
+    nchw = magnitude_prune_unstructured(dense, 0.1, "lenet5")
+    last = magnitude_prune_unstructured(dense.to(memory_format=torch.channels_last), 0.1, "lenet5")
+    for name in gated_layer_names("lenet5", sparsity="unstructured"):
+        assert torch.equal(last.get_submodule(name).weight, nchw.get_submodule(name).weight)
