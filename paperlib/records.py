@@ -69,12 +69,13 @@ def checkpoint_path(config) -> Path:
 
 
 def git_commit() -> str:
-    """The commit of the code that ran, with ``-dirty`` if the work tree had changes; ``unknown`` outside git."""
+    """The commit of the code that ran, with ``-dirty`` if the package's code had uncommitted changes;
+    ``unknown`` outside git."""
     cwd = Path(__file__).resolve().parent
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
                                 check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "paperlib"], cwd=cwd, capture_output=True,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "."], cwd=cwd, capture_output=True,
                                text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"

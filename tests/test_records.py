@@ -50,3 +50,27 @@ def test_find_records_lists_run_folders(tmp_path):
     for name in ("a", "b"):
         _write(tmp_path / "exp" / name, "complete")
     assert records.find_records("exp", root=tmp_path) == [tmp_path / "exp" / "a", tmp_path / "exp" / "b"]
+
+
+def test_git_commit_is_marked_dirty_when_the_package_has_uncommitted_changes(tmp_path):
+    import importlib.util
+    import shutil
+    import subprocess
+
+    package = tmp_path / "repo" / "paperlib"
+    package.mkdir(parents=True)
+    shutil.copy(records.__file__, package / "records.py")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q"], cwd=package.parent, check=True)
+    subprocess.run([*git, "add", "."], cwd=package.parent, check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], cwd=package.parent, check=True)
+    spec = importlib.util.spec_from_file_location("copied_records", package / "records.py")
+    copied = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(copied)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=package.parent, capture_output=True, text=True).stdout
+    assert copied.git_commit() == head.strip()
+    (package / "records.py").write_text((package / "records.py").read_text() + "\n# edited\n")
+    assert copied.git_commit() == head.strip() + "-dirty"
+    (package.parent / "notes.txt").write_text("outside the package")  # not the code that ran
+    subprocess.run(["git", "checkout", "-q", "--", "paperlib"], cwd=package.parent, check=True)
+    assert copied.git_commit() == head.strip()
