@@ -32,12 +32,10 @@ import time
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 
-from .models import build_model, gated_layers, memory_format
-from .objective import ConstrainedObjective, PenalizedObjective, expected_l2_penalty, parameter_groups
+from .methods import build_method
+from .models import memory_format
 from .presets import ExperimentConfig, resolve_config
-from .training import _optimizer
 
 MODELS = ("mlp", "lenet5")
 VARIANTS = ("dense", "constrained", "penalized")
@@ -56,46 +54,19 @@ def config_for(model: str, variant: str) -> ExperimentConfig:
 
 
 class TrainStep:
-    """One training step of the runner for ``config``, on batches given to :meth:`__call__`."""
+    """One training step of the runner for ``config`` (its method's :meth:`~paperlib.methods.Method.step`)."""
 
     def __init__(self, config: ExperimentConfig, model: torch.nn.Module | None = None):
-        self.config = c = config
-        gated = c.method in ("constrained", "penalized")
-        self.model = model if model is not None else build_model(c.model, 10, gated=gated, sparsity=c.sparsity,
-                                                                 rho_init=c.rho_init)
+        self.config = config
+        self.method = build_method(config)
+        self.model = model if model is not None else self.method.build_model(10)
         self.memory_format = memory_format(self.model)
         self.model.to(memory_format=self.memory_format).train()
-        self.objective = None
-        if c.method == "constrained":
-            self.objective = ConstrainedObjective(self.model, c.target, c.grouping, c.dual_lr, c.dual_restarts)
-        elif c.method == "penalized":
-            self.objective = PenalizedObjective(self.model, c.lmbda, c.grouping)
-        gated_weights, other_weights, gate_params = parameter_groups(self.model)
-        groups = [{"params": other_weights, "weight_decay": c.weight_decay}]
-        if gated_weights:
-            groups.append({"params": gated_weights, "weight_decay": 0.0})
-        self.optimizers = [_optimizer(c.optimizer, groups, c.lr, c.momentum)]
-        if gate_params:
-            self.optimizers.append(_optimizer(c.gates_optimizer, gate_params, c.gates_lr, c.momentum))
+        self.method.attach(self.model)
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Train on one batch; returns the minimised objective (loss, or Lagrangian / penalized loss)."""
-        c, model = self.config, self.model
-        objective = F.cross_entropy(model(x), y)
-        if self.objective is not None:
-            objective = objective + expected_l2_penalty(model, c.weight_decay, c.detach_gates)
-            objective, density = self.objective(model, objective)
-        for optimizer in self.optimizers:
-            optimizer.zero_grad(set_to_none=True)
-        objective.backward()
-        for optimizer in self.optimizers:
-            optimizer.step()
-        if self.objective is not None:
-            if c.clamp_log_alpha:
-                for layer in gated_layers(model):
-                    layer.clamp_log_alpha_()
-            self.objective.dual_step(density)
-        return objective.detach()
+        return self.method.step(x, y).objective.detach()
 
 
 def random_batch(batch_size: int, fmt: torch.memory_format, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -16,32 +16,34 @@ from paperlib.presets import resolve_config
     ("mlp", "penalized", dict(lmbda=0.5)),
 ])
 def test_step_is_the_runners_step(tmp_path, monkeypatch, model, method, extra):
-    """From the same model, batch and RNG state, one benchmark step and one runner epoch of one batch agree bit for bit."""
+    """From the same model, batch and RNG state, one benchmark step and one runner epoch of one batch agree bit for bit
+    (the runner adds nothing to the method's step that changes a number)."""
     make_mnist(tmp_path / "data", n_train=16, n_test=8)
     monkeypatch.setenv("PAPERLIB_DATA", str(tmp_path / "data"))
     monkeypatch.setenv("PAPERLIB_RUNS", str(tmp_path / "runs"))
     monkeypatch.setenv("PAPERLIB_CHECKPOINTS", str(tmp_path / "checkpoints"))
     config = resolve_config(experiment="unit", dataset="mnist", model=model, method=method, grouping="layer",
                             preset="cpu", batch_size=16, epochs=1, dual_lr=0.05, gates_lr=0.05, **extra)
-    experiment = training.Experiment(config, progress=False)
-    start_model = copy.deepcopy(experiment.model)
-    initial = copy.deepcopy(experiment.model.state_dict())
-    x, y = next(iter(experiment.data.loader("train", 16, seed=config.seed, memory_format=experiment.memory_format)))
+    runner = training.Runner(config, progress=False)
+    start_model = copy.deepcopy(runner.method.model)
+    initial = copy.deepcopy(runner.method.model.state_dict())
+    x, y = next(iter(runner.data.loader("train", 16, seed=config.seed, memory_format=runner.memory_format)))
     rng = torch.get_rng_state()
-    experiment.train_epoch()  # 16 examples: exactly one step
+    runner.train_epoch()  # 16 examples: exactly one step
 
     torch.set_rng_state(rng)
     step = benchmark.TrainStep(config, model=start_model)
     step(x, y)
-    ours, runners = step.model.state_dict(), experiment.model.state_dict()
+    ours, runners = step.model.state_dict(), runner.method.model.state_dict()
     assert ours.keys() == runners.keys()
     changed = [name for name in ours if not torch.equal(ours[name], initial[name])]
     assert changed  # the step trained something
     for name in ours:
         assert torch.equal(ours[name], runners[name]), name
     if method == "constrained":
-        assert torch.equal(step.objective.multipliers.value, experiment.objective.multipliers.value)
-        assert (step.objective.multipliers.value > 0).any()  # dense start violates the targets: lambda moved
+        multipliers = step.method.objective.multipliers.value
+        assert torch.equal(multipliers, runner.method.objective.multipliers.value)
+        assert (multipliers > 0).any()  # dense start violates the targets: lambda moved
 
 
 def test_time_interleaved_rotates_and_reports_per_repetition():
