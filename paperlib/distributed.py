@@ -45,7 +45,16 @@ Batch norm
     see plain ``BatchNorm2d`` modules holding the same tensors.
 Records and checkpoints
     Only rank 0 writes them; the others wait at a barrier. Every process loads
-    the checkpoint on resumption (one node, one file system).
+    the checkpoint on resumption (one node, one file system), also with another
+    number of processes. Every process evaluates the whole validation set (same
+    numbers; it keeps the global RNG in step). The epoch means of
+    ``history.csv`` are over all processes' examples; the per-step ``loss`` of
+    ``steps.csv`` is rank 0's slice's (densities and multipliers there are
+    global). ``metrics.json`` gains ``distributed`` (absent for one process).
+
+Limitation: a non-finite loss is detected per process; the process that
+raises ends the run (``torchrun`` stops the others), and only when that is
+rank 0 is the record marked failed (otherwise it stays partial).
 """
 
 import os
