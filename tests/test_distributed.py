@@ -203,3 +203,17 @@ def test_sync_batchnorm_is_undone_for_evaluation_and_checkpoints():
     assert not any(isinstance(m, torch.nn.SyncBatchNorm) for m in model.modules())
     assert all(t is tensors[name] for name, t in [*model.named_parameters(), *model.named_buffers()])
     assert counting.count_macs(model, (3, 32, 32), "paper") == macs
+
+
+@pytest.mark.parametrize("extra", [dict(method="penalized", lmbda=0.1),
+                                   dict(method="magnitude_pruning", sparsity="unstructured", target=0.3,
+                                        finetune_epochs=1, finetune_lr=1e-3)])
+def test_the_other_methods_train_in_two_processes(space, extra):
+    """The penalized method, and magnitude pruning (the model changes between phases; masks on every process)."""
+    params = dict(experiment="ddp-methods", dataset="mnist", model="mlp", preset="cpu", epochs=1, batch_size=16,
+                  **extra)
+    distributed.launch_local(2, _argv(**params, progress=False))
+    metrics = records.load_record(records.run_folder(resolve_config(**params)))["metrics"]
+    assert metrics["status"] == "complete" and metrics["distributed"]["world_size"] == 2
+    if extra["method"] == "magnitude_pruning":
+        assert metrics["epochs_completed"] == 2 and metrics["params_pct"] < 35
