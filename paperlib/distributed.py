@@ -98,7 +98,7 @@ def setup() -> Context:
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
-        dist.init_process_group("nccl")
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))  # barriers on this GPU
     else:
         dist.init_process_group("gloo")
     return current()
