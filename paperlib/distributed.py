@@ -30,11 +30,14 @@ Gate noise
     process evaluates), so every process draws the *same* gate sample for the
     global minibatch: the one-process semantics. Two processes with half the
     batch each reproduce one process with the full batch to float rounding
-    (tests/test_distributed.py). The authors' DDP (``core_exp.py``) also
-    seeded every process alike, but only rank 0 ran validation, whose
-    ``DataLoader`` iterator draws its base seed from the global RNG; after the
-    first validation rank 0's gate noise therefore differed from the other
-    ranks' (which shared one sample).
+    (tests/test_distributed.py). The authors' DDP had the same semantics:
+    ``core_exp.py`` seeds every process alike (``change_random_seed(args.seed)``,
+    no rank offset; ``utils/basic_utils.py`` seeds torch and every CUDA
+    device), and the gate noise is ``torch.rand`` on each process's GPU
+    (``sparse/l0_layers.py``), drawn only in training mode, so every GPU's
+    generator gave the same sample at every step. (Only rank 0 validated,
+    which moved its *CPU* generator through the ``DataLoader``'s base seed:
+    that changed its data workers' seeds, not the gate noise.)
 Batch norm
     As in the authors' code (plain ``DistributedDataParallel``, default
     ``broadcast_buffers=True``, no ``SyncBatchNorm``): batch statistics come
