@@ -40,7 +40,7 @@ def _value(text: str):
 
 
 def parse(argv: list[str]) -> dict:
-    """``key=value`` / ``--key value`` / ``--key=value`` / ``--flag`` -> parameters (dashes in keys become underscores)."""
+    """``key=value``, ``--key value``, ``--key=value``, ``--flag`` -> parameters (``-`` in keys becomes ``_``)."""
     params, i = {}, 0
     while i < len(argv):
         arg = argv[i]

@@ -86,7 +86,7 @@ class Runner:
     """
 
     def __init__(self, config: ExperimentConfig, progress: bool = True, sync_batchnorm: bool = False):
-        """``sync_batchnorm``: with several processes, train with ``SyncBatchNorm`` (see :mod:`paperlib.distributed`)."""
+        """``sync_batchnorm``: with several processes, train with ``SyncBatchNorm`` (:mod:`paperlib.distributed`)."""
         self.config = config
         self.dist = distributed.current()
         self.sync_batchnorm = sync_batchnorm
