@@ -176,10 +176,14 @@ class DatasetPair:
         max_batches: int | None = None,
         num_workers: int = 2,
         memory_format: torch.memory_format = torch.contiguous_format,
+        rank: int = 0,
+        world_size: int = 1,
     ) -> TensorLoader | DeviceLoader:
         """A loader over ``split`` ("train": shuffled and augmented; "val":
         in order, not augmented).  ``num_workers`` is only used for ImageNet.
-        Batches come in ``memory_format`` (``channels_last`` for conv models)."""
+        Batches come in ``memory_format`` (``channels_last`` for conv models).
+        ``rank``/``world_size``: this process's slice of every global batch of
+        ``batch_size`` examples (:meth:`_EpochLoader.shard`)."""
         if split not in ("train", "val"):
             raise ValueError(f"split must be 'train' or 'val', got {split!r}")
         data = self.train if split == "train" else self.val
@@ -197,10 +201,13 @@ class DatasetPair:
                 device=device,
                 max_batches=max_batches,
                 memory_format=memory_format,
+                rank=rank,
+                world_size=world_size,
             )
         return DeviceLoader(
             data, batch_size, shuffle=is_train, seed=seed, device=device,
             max_batches=max_batches, num_workers=num_workers, memory_format=memory_format,
+            rank=rank, world_size=world_size,
         )
 
     @functools.cached_property
@@ -298,22 +305,61 @@ class _EpochLoader:
     epoch)``.  ``state_dict()`` records the epoch and the number of batches
     already yielded in it; the position advances *before* a batch is yielded, so
     a checkpoint taken while the consumer holds a batch resumes with the next one.
+
+    Sharding (several processes, :mod:`paperlib.distributed`): ``batch_size`` is
+    the *global* batch; every process draws the same permutation and process
+    ``rank`` of ``world_size`` takes its contiguous slice of each global batch
+    (:meth:`shard`), so together the processes see exactly the batches of the
+    one-process run, and the position (``state_dict``) is the same on every
+    process. ``share`` is the fraction of the current global batch this
+    process holds (for the gradient weighting of unequal last batches).
     """
 
-    def __init__(self, num_examples: int, batch_size: int, seed: int, max_batches: int | None) -> None:
+    def __init__(self, num_examples: int, batch_size: int, seed: int, max_batches: int | None,
+                 rank: int = 0, world_size: int = 1) -> None:
         if num_examples < 1:
             raise ValueError("a loader needs at least one example")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if max_batches is not None and max_batches < 1:
             raise ValueError(f"max_batches must be >= 1 or None, got {max_batches}")
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
         self.num_examples, self.batch_size, self.seed, self.max_batches = num_examples, batch_size, seed, max_batches
+        self.rank, self.world_size = rank, world_size
         self.epoch = 0
         self._next_batch = 0
+        self.share = 1.0
+        if world_size > 1:
+            smallest = num_examples % batch_size or batch_size  # the last global batch
+            if smallest < world_size:
+                raise ValueError(f"a global batch of {smallest} examples cannot be shared by {world_size} "
+                                 f"processes (batch_size={batch_size}, {num_examples} examples)")
 
     def __len__(self) -> int:
         full = math.ceil(self.num_examples / self.batch_size)
         return full if self.max_batches is None else min(full, self.max_batches)
+
+    def shard(self, batch: int) -> tuple[int, int]:
+        """Positions ``[start, stop)`` in the epoch's order of this process's slice of global batch ``batch``.
+
+        The global batch ``[b * batch_size, (b + 1) * batch_size)`` (cut at the
+        end of the data) is split into ``world_size`` contiguous slices whose
+        sizes differ by at most one; with one process it is the whole batch.
+        """
+        low = batch * self.batch_size
+        size = min(self.batch_size, self.num_examples - low)
+        start = low + size * self.rank // self.world_size
+        stop = low + size * (self.rank + 1) // self.world_size
+        self.share = (stop - start) / size
+        return start, stop
+
+    def examples_per_epoch(self) -> int:
+        """How many examples this process sees in one (possibly cut) epoch."""
+        share = self.share
+        total = sum(stop - start for start, stop in map(self.shard, range(len(self))))
+        self.share = share
+        return total
 
     def _epoch_generator(self) -> torch.Generator:
         return torch.Generator().manual_seed(_epoch_seed(self.seed, self.epoch))
@@ -373,9 +419,11 @@ class TensorLoader(_EpochLoader):
         device: torch.device | str = "cpu",
         max_batches: int | None = None,
         memory_format: torch.memory_format = torch.contiguous_format,
+        rank: int = 0,
+        world_size: int = 1,
     ) -> None:
         data = ImageTensors(images, labels)  # validates dtypes and shapes
-        super().__init__(len(data), batch_size, seed, max_batches)
+        super().__init__(len(data), batch_size, seed, max_batches, rank, world_size)
         if not len(mean) == len(std) == images.shape[1]:
             raise ValueError(f"mean/std need {images.shape[1]} channel values, got {mean} / {std}")
         self.images, self.labels = data.images, data.labels
@@ -412,7 +460,7 @@ class TensorLoader(_EpochLoader):
         # Drawn on the CPU (the same batches on every device), moved to the data's device once per epoch.
         order, offsets, flips = (self._to_device(t) for t in self._epoch_randomness())
         for b in range(self._next_batch, len(self)):
-            pos = slice(b * self.batch_size, (b + 1) * self.batch_size)
+            pos = slice(*self.shard(b))
             idx = order[pos]
             x = self.images[idx]
             y = self.labels[idx]
@@ -445,8 +493,10 @@ class DeviceLoader(_EpochLoader):
         max_batches: int | None = None,
         num_workers: int = 2,
         memory_format: torch.memory_format = torch.contiguous_format,
+        rank: int = 0,
+        world_size: int = 1,
     ) -> None:
-        super().__init__(len(dataset), batch_size, seed, max_batches)
+        super().__init__(len(dataset), batch_size, seed, max_batches, rank, world_size)
         self.dataset, self.shuffle, self.num_workers = dataset, shuffle, num_workers
         self.device = torch.device(device)
         self.memory_format = memory_format
@@ -455,15 +505,20 @@ class DeviceLoader(_EpochLoader):
         gen = self._epoch_generator()
         order = torch.randperm(self.num_examples, generator=gen) if self.shuffle else torch.arange(self.num_examples)
         start = self._next_batch
+        if self.world_size == 1:
+            batching = dict(batch_size=self.batch_size,
+                            sampler=order[start * self.batch_size : len(self) * self.batch_size].tolist())
+        else:  # this process's slice of every remaining global batch
+            batching = dict(batch_sampler=[order[slice(*self.shard(b))].tolist() for b in range(start, len(self))])
         loader = DataLoader(
             self.dataset,
-            batch_size=self.batch_size,
-            sampler=order[start * self.batch_size : len(self) * self.batch_size].tolist(),
+            **batching,
             num_workers=self.num_workers,
             generator=gen,
             pin_memory=self.device.type == "cuda",
         )
         for b, (x, y) in enumerate(loader, start):
+            self.shard(b)  # sets share
             self._advance(b)
             # Pinned batches (pin_memory above) are copied without blocking the host.
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)

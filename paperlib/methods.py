@@ -16,6 +16,11 @@ A method owns the model it trains and its optimisers. The runner
 epoch it evaluates :meth:`Method.test_time_model` and logs
 :meth:`Method.evaluation_log`. :meth:`Method.state_dict` is what a checkpoint
 keeps of a method, besides the model.
+
+Under several processes (:mod:`paperlib.distributed`) the runner sets
+:attr:`Method.forward_model` to the model wrapped for data parallelism; the
+training forward goes through it (:meth:`Method.forward`), everything else
+(gates, masks, purging, counting) uses the bare :attr:`Method.model`.
 """
 
 import contextlib
@@ -74,6 +79,8 @@ class Method:
     def __init__(self, config: ExperimentConfig):
         self.config = config
         self.model: nn.Module | None = None
+        #: The model's data-parallel wrapper for the training forward (several processes), else None.
+        self.forward_model: nn.Module | None = None
 
     # ----- building ------------------------------------------------------------
     def build_model(self, num_classes: int) -> nn.Module:
@@ -110,13 +117,22 @@ class Method:
         raise NotImplementedError(f"{type(self).__name__} has the single phase 'train'; got {phase!r}")
 
     # ----- training ------------------------------------------------------------
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The training forward: through :attr:`forward_model` when the runner set one (it must wrap :attr:`model`)."""
+        if self.forward_model is None:
+            return self.model(x)
+        if self.forward_model.module is not self.model:
+            raise RuntimeError("the data-parallel wrapper holds another model than the method's; the runner must "
+                               "wrap the model again after it changes")
+        return self.forward_model(x)
+
     def step(self, x: torch.Tensor, y: torch.Tensor) -> Step:
         """One primal step on the mini-batch (x, y)."""
-        logits, loss = self._forward(x, y)
+        logits, loss = self._logits_and_loss(x, y)
         self._descend(loss)
         return Step(loss, loss, logits)
 
-    def _forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _logits_and_loss(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits and cross-entropy of the mini-batch.
 
         With ``autocast_bf16`` the forward pass runs under bfloat16 autocast
@@ -126,7 +142,7 @@ class Method:
         autocast = torch.autocast(x.device.type, dtype=torch.bfloat16) if self.config.autocast_bf16 \
             else contextlib.nullcontext()
         with autocast:
-            logits = self.model(x)
+            logits = self.forward(x)
             loss = F.cross_entropy(logits, y)
         return logits, loss
 
@@ -178,6 +194,10 @@ class Method:
 
     def record_fields(self) -> dict:
         """What ``metrics.json`` adds for this method."""
+        return {}
+
+    def replicated(self) -> dict[str, torch.Tensor]:
+        """State outside the model that every process must hold identically (checked after each epoch)."""
         return {}
 
     # ----- checkpoints -----------------------------------------------------------
@@ -262,7 +282,7 @@ class Constrained(_Gated):
         super().attach(model)
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> Step:
-        logits, loss = self._forward(x, y)
+        logits, loss = self._logits_and_loss(x, y)
         # The Lagrangian at the current multipliers (eq. 4): f_obj + sum_g lambda_g (density_g - eps_g).
         lagrangian, density = self.objective(self.model, self._objective(loss))
         # Simultaneous gradient descent-ascent (eq. 5): descent on the weights and gates ...
@@ -285,6 +305,9 @@ class Constrained(_Gated):
     def record_fields(self) -> dict:
         return {**super().record_fields(), "multipliers_final": self.objective.multipliers.value.tolist()}
 
+    def replicated(self) -> dict[str, torch.Tensor]:
+        return {"Lagrange multipliers": self.objective.multipliers.value}
+
     def state_dict(self) -> dict:
         return {**super().state_dict(), "objective": self.objective.state_dict()}
 
@@ -301,7 +324,7 @@ class Penalized(_Gated):
         super().attach(model)
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> Step:
-        logits, loss = self._forward(x, y)
+        logits, loss = self._logits_and_loss(x, y)
         penalized, density = self.objective(self.model, self._objective(loss))
         self._descend(penalized)
         return Step(loss, penalized, logits, density)

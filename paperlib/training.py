@@ -14,6 +14,10 @@ Checkpoints live outside the work tree (:func:`paperlib.records.checkpoints_dir`
 with the same parameters resumes after its last finished epoch and, on the CPU,
 ends with the same numbers as an uninterrupted run: the checkpoint holds the
 model, optimisers, scheduler, multipliers, data-loader position and RNG states.
+
+Several processes (``torchrun``, :mod:`paperlib.run`) run the same loop on
+their shards of every global batch; :mod:`paperlib.distributed` says what is
+averaged, which gate noise each process draws and who writes.
 """
 
 import math
@@ -25,7 +29,7 @@ from dataclasses import dataclass, field
 import torch
 from tqdm import tqdm
 
-from . import __version__, counting, records
+from . import __version__, counting, distributed, records
 from .data import load_dataset
 from .layers import L0Layer
 from .methods import build_method
@@ -87,10 +91,17 @@ class Runner:
     model, its phases, one step per batch, the test-time model and what to log.
     """
 
-    def __init__(self, config: ExperimentConfig, progress: bool = True):
+    def __init__(self, config: ExperimentConfig, progress: bool = True, sync_batchnorm: bool = False):
+        """``sync_batchnorm``: with several processes, train with ``SyncBatchNorm`` (:mod:`paperlib.distributed`)."""
         self.config = config
-        self.progress = progress
+        self.dist = distributed.current()
+        self.sync_batchnorm = sync_batchnorm
+        self.progress = progress and self.dist.is_main
         self.device = resolve_device(config.device)
+        if self.dist.active and self.device.type == "cuda":
+            self.device = torch.device("cuda", self.dist.local_rank)
+        if sync_batchnorm and self.dist.active and self.device.type != "cuda":
+            raise ValueError("sync_batchnorm needs CUDA: torch's SyncBatchNorm works only on GPU modules")
         if config.autocast_bf16 and self.device.type != "cuda":
             raise ValueError(f"autocast_bf16 needs CUDA; this run would train on {self.device} (CPU runs are float32)")
         if self.device.type == "cpu":
@@ -106,7 +117,8 @@ class Runner:
         max_batches = SMOKE_BATCHES if config.smoke else None
         batch_size = min(config.batch_size, SMOKE_BATCH_SIZE) if config.smoke else config.batch_size
         self.train_loader = self.data.loader("train", batch_size, seed=config.seed, device=self.device,
-                                             max_batches=max_batches, memory_format=self.memory_format)
+                                             max_batches=max_batches, memory_format=self.memory_format,
+                                             rank=self.dist.rank, world_size=self.dist.world_size)
         self.val_loader = self.data.loader("val", batch_size if config.smoke else 500, device=self.device,
                                            max_batches=max_batches, memory_format=self.memory_format)
         dense = build_model(config.model, self.data.num_classes, gated=False)  # the reference of the counts
@@ -177,6 +189,22 @@ class Runner:
             logged = dict(zip(logged, values[3 * n:]))
         return values[n - 1], logged
 
+    def _parallel(self) -> None:
+        """Several processes: the method's forward goes through DistributedDataParallel (SyncBatchNorm if asked)."""
+        if not self.dist.active:
+            return
+        if self.sync_batchnorm:
+            distributed.to_sync_batchnorm(self.method.model)
+        self.method.forward_model = distributed.wrap(self.method.model, self.train_loader, self.device)
+
+    def _serial(self) -> None:
+        """Undo :meth:`_parallel`: the bare model, with plain batch norms, for evaluation and checkpoints."""
+        if not self.dist.active:
+            return
+        self.method.forward_model = None
+        if self.sync_batchnorm:
+            distributed.from_sync_batchnorm(self.method.model)
+
     def _phase_at(self, epoch: int) -> str:
         """The phase that the epoch after ``epoch`` finished epochs belongs to."""
         end = 0
@@ -215,6 +243,9 @@ class Runner:
 
     # ----- checkpoints --------------------------------------------------------
     def save_checkpoint(self) -> None:
+        """Rank 0 writes the checkpoint (every process holds the same state)."""
+        if not self.dist.is_main:
+            return
         path = records.checkpoint_path(self.config)
         path.parent.mkdir(parents=True, exist_ok=True)
         payload = {
@@ -223,6 +254,8 @@ class Runner:
             "loader": self.train_loader.state_dict(), "rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
         }
+        if self.dist.active and self.device.type == "cuda":  # each process restores it on its own GPU
+            payload["cuda_rng_device"] = torch.cuda.get_rng_state(self.device)
         tmp = path.with_suffix(".tmp")
         torch.save(payload, tmp)
         tmp.replace(path)
@@ -243,6 +276,8 @@ class Runner:
         torch.set_rng_state(payload["rng"])
         if payload["cuda_rng"] is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(payload["cuda_rng"])
+        if self.dist.active and self.device.type == "cuda" and "cuda_rng_device" in payload:
+            torch.cuda.set_rng_state(payload["cuda_rng_device"].cpu(), self.device)
         return True
 
     # ----- the record ----------------------------------------------------------
@@ -273,11 +308,17 @@ class Runner:
             "torch_version": torch.__version__,
             **self.method.record_fields(),
         }
+        if self.dist.active:  # absent for one process, whose records are unchanged
+            metrics["distributed"] = {"world_size": self.dist.world_size, "backend": self.dist.backend,
+                                      "sync_batchnorm": self.sync_batchnorm, "gate_noise": "shared"}
         if len(self.state.git_commits) > 1:
             metrics["git_commits_resumed_at"] = self.state.git_commits[1:]
         return metrics
 
     def write(self, status: str) -> None:
+        """Rank 0 writes the record."""
+        if not self.dist.is_main:
+            return
         run_dir = records.run_folder(self.config)
         if status != "complete" and records.record_status(run_dir) == "complete":
             return  # never replace a complete record by an unfinished one
@@ -297,6 +338,7 @@ class Runner:
                 self.state.gate_medians[str(self.state.epoch)] = medians
         self.save_checkpoint()
         self.write("partial")
+        distributed.barrier()
         if self.progress:
             shown = {k: row[k] for k in ("epoch", "train_loss", "val_error", "l0_density", "params_pct") if k in row}
             print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()),
@@ -306,6 +348,7 @@ class Runner:
     def run(self) -> dict:
         """Train (or resume) to the end and return the loaded record."""
         resumed = self.load_checkpoint()
+        distributed.barrier()  # every process has read the checkpoint before rank 0 writes the next
         commit = records.git_commit()  # the code that runs from here on
         if commit not in self.state.git_commits[-1:]:
             self.state.git_commits.append(commit)
@@ -320,14 +363,22 @@ class Runner:
                     self.state.phase = phase
                     self._finish_epoch(label, {}, started)
                     started = time.time()
-                train = self.train_epoch()
+                self._parallel()
+                try:
+                    train = self.train_epoch()
+                finally:
+                    self._serial()
+                train = distributed.reduce_means(train, self.train_loader.examples_per_epoch(), self.device)
                 self.method.end_epoch()
+                for name, value in self.method.replicated().items():
+                    distributed.assert_identical(name, value)
                 self.state.epoch += 1
                 self._finish_epoch(phase, train, started)
         except NonFiniteLossError:
             self.write("failed")
             raise
         self.write("complete")
+        distributed.barrier()
         return records.load_record(records.run_folder(self.config))
 
 
@@ -351,8 +402,11 @@ def run_experiment(progress: bool = True, **params) -> dict:
     If the record of these parameters is already complete it is returned
     without loading any data or training; pass ``rerun=True`` to train again
     (the old record is replaced only when the new run completes).
+    ``sync_batchnorm=True``: under several processes, train with synchronised
+    batch norm (:mod:`paperlib.distributed`); not a parameter of the record.
     """
     rerun = bool(params.pop("rerun", False))
+    sync_batchnorm = bool(params.pop("sync_batchnorm", False))
     if "smoke" not in params and os.environ.get("PAPERLIB_SMOKE") == "1":
         params["smoke"] = True
     config = resolve_config(**params)
@@ -361,13 +415,14 @@ def run_experiment(progress: bool = True, **params) -> dict:
     if complete and not rerun:
         record = records.load_record(run_dir)
         check_record_matches(record["params"], config)
-        if progress:
+        if progress and distributed.current().is_main:
             print(f"complete record found in {run_dir}; not training (pass rerun=True to train again)")
         return record
-    if complete:
+    if complete and distributed.current().is_main:
         records.checkpoint_path(config).unlink(missing_ok=True)
-    runner = Runner(config, progress)
-    if progress:
+    distributed.barrier()
+    runner = Runner(config, progress, sync_batchnorm)
+    if runner.progress:
         print(f"preset={config.preset} device={runner.device} threads={torch.get_num_threads()} "
               f"run={config.experiment}/{config.run_name} data={runner.data.source}", flush=True)
     return runner.run()
