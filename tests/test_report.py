@@ -1,6 +1,7 @@
 """Report tables list every run a grid asks for, with numbers only from complete records."""
 
 import json
+import re
 
 import pytest
 import yaml
@@ -57,3 +58,15 @@ def test_make_portable_removes_machine_paths_and_nothing_else(tmp_path, monkeypa
     assert after == {**metrics, "data": {"dataset": "mnist", "num_train": 60000}}
     papermill = json.loads((run / "notebook.ipynb").read_text())["metadata"]["papermill"]
     assert papermill == {"input_path": "book/mnist.ipynb", "output_path": "runs/x/run/notebook.ipynb"}
+
+
+def test_committed_records_hold_no_machine_path():
+    """Every committed record is portable: no home, cache or data folder of the machine that ran it."""
+    machine_path = re.compile(r'"(/(?:root|home|work|tmp|Users|check|scratch)/[^"]*)"')
+    found = {}
+    for path in sorted((records.project_root() / "runs").rglob("*")):
+        if path.suffix in {".json", ".ipynb", ".csv"}:
+            hits = machine_path.findall(path.read_text())
+            if hits:
+                found[str(path.relative_to(records.project_root()))] = hits[:2]
+    assert not found, f"machine paths in committed records (fix with records.make_portable): {found}"
