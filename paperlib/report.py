@@ -95,6 +95,27 @@ def complete_records(grid_file: str | Path) -> list[dict]:
             if records.record_status(run_dir) == "complete"]
 
 
+def grid_to_show(grid_files: list[str | Path]) -> tuple[str | Path, str]:
+    """Which of several grids of one figure to draw, and a sentence saying which.
+
+    ``grid_files`` go from the most faithful protocol to the least (the
+    ``*_paper.yaml`` grid first, then the ``cpu`` one). A figure draws one
+    protocol, never a mix: the first grid whose runs are all complete, else the
+    first with any complete run; the sentence names it and says how far the
+    more faithful ones are.
+    """
+    done = []
+    for grid_file in grid_files:
+        statuses = [records.record_status(run_dir) for _, run_dir in _grid_runs(grid_file)]
+        done.append((grid_file, statuses.count("complete"), len(statuses)))
+    chosen = next((d for d in done if d[1] == d[2]), None) or next((d for d in done if d[1]), done[0])
+    sentence = f"Shown: `{chosen[0]}` ({chosen[1]} of {chosen[2]} runs complete)."
+    better = [f"`{g}` has {n} of {total}" for g, n, total in done[:done.index(chosen)]]
+    if better:
+        sentence += " Not yet shown, because not complete: " + "; ".join(better) + "."
+    return chosen[0], sentence
+
+
 #: Columns with one value in every row that move to the caption (``epochs``: in every complete row).
 CAPTION_COLUMNS = ("model", "method", "grouping", "epochs")
 #: Columns kept out of the page's tables (the run's notebook, linked from the ``run`` column, shows them).

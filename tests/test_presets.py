@@ -42,7 +42,7 @@ def test_mnist_mlp_starts_its_input_layer_at_rho_0_2():
     expected = sum(n * gates.initial_density(r) for n, r in zip(sizes, config.rho_init)) / sum(sizes)
     assert expected == pytest.approx(0.938, abs=5e-4)
     assert float(model_density(model).detach()) == pytest.approx(expected, abs=1e-3)
-    assert float(gates.median_gates(model.fc1.weight_log_alpha).mean()) == pytest.approx(
+    assert float(gates.median_gates(model.fc1.weight_log_alpha.detach()).mean()) == pytest.approx(
         (1 / (1 + math.exp(-math.log(4) / gates.BETA))) * 1.2 - 0.1, abs=1e-3)
 
 

@@ -70,3 +70,25 @@ def test_committed_records_hold_no_machine_path():
             if hits:
                 found[str(path.relative_to(records.project_root()))] = hits[:2]
     assert not found, f"machine paths in committed records (fix with records.make_portable): {found}"
+
+
+def test_grid_to_show_draws_one_protocol_the_most_faithful_complete_one(workspace):
+    common = {"model": "mlp", "epochs": 1, "batch_size": 16, "method": "penalized"}
+    grids = []
+    for name in ("faithful", "budget"):
+        grid = workspace / f"{name}.yaml"
+        grid.write_text(yaml.safe_dump({
+            "notebook": str(records.project_root() / "book" / "mnist.ipynb"), "dataset": "mnist",
+            "base": {**common, "experiment": name}, "grid": {"lmbda": [0.1, 0.2]}}))
+        grids.append(grid)
+    for lmbda in (0.1, 0.2):
+        training.run_experiment(progress=False, dataset="mnist", experiment="budget", lmbda=lmbda, **common)
+    training.run_experiment(progress=False, dataset="mnist", experiment="faithful", lmbda=0.1, **common)
+
+    chosen, sentence = report.grid_to_show(grids)
+    assert chosen == grids[1]
+    assert "2 of 2 runs complete" in sentence and f"`{grids[0]}` has 1 of 2" in sentence
+
+    training.run_experiment(progress=False, dataset="mnist", experiment="faithful", lmbda=0.2, **common)
+    chosen, sentence = report.grid_to_show(grids)
+    assert chosen == grids[0] and "Not yet shown" not in sentence
