@@ -43,7 +43,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from paperlib.benchmark import TrainStep, config_for, cpu_model, medians_ms, random_batch, time_interleaved  # noqa: E402
+from paperlib.benchmark import (WORKLOADS, TrainStep, config_for, cpu_model, medians_ms, random_batch,  # noqa: E402
+                                time_interleaved)
 from paperlib.models import layer_densities  # noqa: E402
 
 
@@ -153,7 +154,7 @@ def main() -> None:
         ours = TrainStep(config)
         theirs = TheirStep(their_model(models, name, config.weight_decay), config.target, config.lr,
                            config.gates_lr, config.dual_lr)
-        x, y = random_batch(config.batch_size, ours.memory_format)
+        x, y = random_batch(WORKLOADS[name], config.batch_size, ours.memory_format)
         check_comparable(name, ours, theirs, x)
         x_theirs = x.contiguous()  # their code feeds NCHW batches
         samples = time_interleaved({"ours": lambda: ours(x, y), "theirs": lambda: theirs(x_theirs, y)},

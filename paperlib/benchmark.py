@@ -1,30 +1,33 @@
-"""Training-step timings of the MNIST models (issue 6): ``python -m paperlib.benchmark``.
+"""Training-step timings: ``python -m paperlib.benchmark``.
 
-For each model (MLP, LeNet5; MNIST shapes, the paper preset's batch size 128,
-one torch thread by default) it times one training step of
+For each workload (by default the MNIST ones, MLP and LeNet5; with
+``--models wrn-28-10 resnet18`` the paper presets of WideResNet-28-10 on
+CIFAR-10 and ResNet18 on TinyImageNet-shaped 64x64 data, what a reader plans
+a GPU cluster run with) it times one training step, at the ``paper`` preset's
+batch size, of
 
 * ``dense``: the ungated model (forward, cross-entropy, backward, optimiser step);
-* ``constrained``: the gated model with layer-wise constraints (Lagrangian, dual ascent with restarts);
-* ``penalized``: the gated model with a layer-wise L0 penalty;
+* ``constrained``: the gated model with constraints (Lagrangian, dual ascent with restarts);
+* ``penalized``: the gated model with an L0 penalty;
 
-and gives the time of one epoch of MNIST's training split (60,000 images) at
-that batch size: by default estimated as (constrained ms/step) x (steps per
-epoch); with ``--real-epoch`` it trains one real epoch through
+and gives the time of one epoch of the dataset's training split at that batch
+size: by default estimated as (constrained ms/step) x (steps per epoch); with
+``--real-epoch`` (MNIST only) it trains one real epoch through
 :mod:`paperlib.data`'s loader (needs ``PAPERLIB_DATA``), data loading and
 augmentation included.
 
-The step is the one of the experiment runner (``Experiment.train_epoch``),
-rebuilt from the public pieces so that it does not depend on the runner's
-internals: forward, loss, expected L2 term (eq. 9), objective -> (Lagrangian,
-densities), zero_grad, backward, primal step(s), clamp if configured, dual
-step. It leaves out the runner's per-step bookkeeping (``loss.item()``,
-accuracy counts). The batch is a fixed random one in the model's memory
-format. The variants are interleaved within every repetition (in a rotating
-order) and the per-repetition times are summarised by their median, so that a
-loaded machine biases no variant in particular.
+The step is the training method's own (:meth:`paperlib.methods.Method.step`,
+what the runner calls), without the runner's bookkeeping between steps, on a
+fixed random batch in the model's memory format and on the chosen device
+(``--device``, CUDA when present). On CUDA the clock waits for the device
+before every reading, so a step is timed to its end, not to its launch. The
+variants are interleaved within every repetition (in a rotating order) and the
+per-repetition times are summarised by their median, so that a loaded machine
+biases no variant in particular.
 """
 
 import argparse
+import dataclasses
 import math
 import platform
 import statistics
@@ -37,31 +40,50 @@ from .methods import build_method
 from .models import memory_format
 from .presets import ExperimentConfig, resolve_config
 
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """A model on its dataset's shapes, with the constraints its gated variants train under."""
+
+    dataset: str
+    input_shape: tuple[int, int, int]
+    num_classes: int
+    train_examples: int
+    grouping: str
+    target: float | list[float]
+
+
+#: Layer-wise targets for MNIST (those of benchmarks/record_baseline.py), model-wise ones for the GPU models;
+#: neither the targets nor the penalty change the cost of a step.
+WORKLOADS = {
+    "mlp": Workload("mnist", (1, 28, 28), 10, 60_000, "layer", [0.3, 0.3, 0.3]),
+    "lenet5": Workload("mnist", (1, 28, 28), 10, 60_000, "layer", [0.5, 0.3, 0.7, 0.1]),
+    "wrn-28-10": Workload("cifar10", (3, 32, 32), 10, 50_000, "model", 0.5),
+    "resnet18": Workload("tinyimagenet", (3, 64, 64), 200, 100_000, "model", 0.5),
+}
 MODELS = ("mlp", "lenet5")
 VARIANTS = ("dense", "constrained", "penalized")
-MNIST_TRAIN = 60_000
-#: Layer-wise targets (those of benchmarks/record_baseline.py) and an arbitrary penalty; neither changes the cost.
-TARGETS = {"mlp": [0.3, 0.3, 0.3], "lenet5": [0.5, 0.3, 0.7, 0.1]}
 LMBDA = 0.1
 
 
-def config_for(model: str, variant: str) -> ExperimentConfig:
-    """The paper preset's MNIST parameters for one variant."""
+def config_for(model: str, variant: str, **overrides) -> ExperimentConfig:
+    """The paper preset's parameters of ``model`` on its dataset, for one variant."""
+    work = WORKLOADS[model]
     extra = {"dense": dict(method="dense"),
-             "constrained": dict(method="constrained", grouping="layer", target=TARGETS[model]),
-             "penalized": dict(method="penalized", grouping="layer", lmbda=LMBDA)}[variant]
-    return resolve_config(dataset="mnist", model=model, preset="paper", **extra)
+             "constrained": dict(method="constrained", grouping=work.grouping, target=work.target),
+             "penalized": dict(method="penalized", grouping=work.grouping, lmbda=LMBDA)}[variant]
+    return resolve_config(dataset=work.dataset, model=model, preset="paper", **extra, **overrides)
 
 
 class TrainStep:
     """One training step of the runner for ``config`` (its method's :meth:`~paperlib.methods.Method.step`)."""
 
-    def __init__(self, config: ExperimentConfig, model: torch.nn.Module | None = None):
+    def __init__(self, config: ExperimentConfig, model: torch.nn.Module | None = None, num_classes: int = 10,
+                 device: str | torch.device = "cpu"):
         self.config = config
         self.method = build_method(config)
-        self.model = model if model is not None else self.method.build_model(10)
+        self.model = model if model is not None else self.method.build_model(num_classes)
         self.memory_format = memory_format(self.model)
-        self.model.to(memory_format=self.memory_format).train()
+        self.model.to(device, memory_format=self.memory_format).train()
         self.method.attach(self.model)
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -69,11 +91,13 @@ class TrainStep:
         return self.method.step(x, y).objective.detach()
 
 
-def random_batch(batch_size: int, fmt: torch.memory_format, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """A fixed MNIST-shaped batch (normalised-looking pixels, random labels)."""
+def random_batch(work: Workload, batch_size: int, fmt: torch.memory_format, device: str | torch.device = "cpu",
+                 seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """A fixed batch of the workload's shape (normalised-looking pixels, random labels), on ``device``."""
     gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(batch_size, 1, 28, 28, generator=gen).contiguous(memory_format=fmt)
-    return x, torch.randint(0, 10, (batch_size,), generator=gen)
+    x = torch.randn(batch_size, *work.input_shape, generator=gen).contiguous(memory_format=fmt)
+    y = torch.randint(0, work.num_classes, (batch_size,), generator=gen)
+    return x.to(device), y.to(device)
 
 
 def time_interleaved(variants: dict[str, Callable[[], object]], repeats: int, steps: int, warmup: int = 2,
@@ -112,46 +136,69 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def time_real_epoch(model_name: str) -> float:
-    """Seconds for one real epoch of the constrained step over MNIST's training split."""
+def device_clock(device: torch.device) -> Callable[[], float]:
+    """``time.perf_counter``, after waiting for the device's queued work where the device runs asynchronously."""
+    if device.type != "cuda":
+        return time.perf_counter
+
+    def clock() -> float:
+        torch.cuda.synchronize(device)
+        return time.perf_counter()
+    return clock
+
+
+def time_real_epoch(model_name: str, device: torch.device) -> float:
+    """Seconds for one real epoch of the constrained step over MNIST's training split, on ``device``."""
     from .data import load_dataset
 
-    step = TrainStep(config_for(model_name, "constrained"))
-    loader = load_dataset("mnist").loader("train", step.config.batch_size, seed=0,
+    step = TrainStep(config_for(model_name, "constrained"), device=device)
+    loader = load_dataset("mnist").loader("train", step.config.batch_size, seed=0, device=device,
                                           memory_format=step.memory_format)
-    start = time.perf_counter()
+    clock = device_clock(device)
+    start = clock()
     for x, y in loader:
         step(x, y)
-    return time.perf_counter() - start
+    return clock() - start
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(WORKLOADS))
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:1 ...")
     parser.add_argument("--repeats", type=int, default=5, help="repetitions (medians are reported)")
     parser.add_argument("--steps", type=int, default=20, help="steps per variant per repetition")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--batch-size", type=int, default=0, help="0: the paper preset's batch size")
+    parser.add_argument("--autocast-bf16", action="store_true",
+                        help="bfloat16 autocast for WideResNet and ResNet (CUDA only; the paper's numbers are float32)")
     parser.add_argument("--real-epoch", action="store_true",
-                        help="also time one real epoch of the constrained step (reads MNIST from PAPERLIB_DATA)")
+                        help="also time one real epoch of the constrained step (MNIST models; reads PAPERLIB_DATA)")
     args = parser.parse_args(argv)
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()
+                          else "cpu" if args.device == "auto" else args.device)
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), CPU: {cpu_model()}")
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU: {cpu_model()}"
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {device.type}, {where}")
     print(f"median of {args.repeats} interleaved repetitions x {args.steps} steps; ms per training step")
-    header = f"{'model':<7} {'batch':>5} {'dense':>7} {'constr.':>8} {'penal.':>7} {'gated/dense':>11} " \
-             f"{'epoch (est.)':>12}" + (f" {'epoch (real)':>12}" if args.real_epoch else "")
-    print(header)
+    print(f"{'model':<9} {'batch':>5} {'dense':>7} {'constr.':>8} {'penal.':>7} {'gated/dense':>11} "
+          f"{'epoch (est.)':>12}" + (f" {'epoch (real)':>12}" if args.real_epoch else ""))
     for name in args.models:
+        work = WORKLOADS[name]
+        overrides = {"batch_size": args.batch_size} if args.batch_size else {}
+        if args.autocast_bf16 and work.dataset != "mnist":
+            overrides["autocast_bf16"] = True
         torch.manual_seed(0)
-        steps = {variant: TrainStep(config_for(name, variant)) for variant in VARIANTS}
+        steps = {variant: TrainStep(config_for(name, variant, **overrides), num_classes=work.num_classes,
+                                    device=device) for variant in VARIANTS}
         batch_size = steps["constrained"].config.batch_size
-        x, y = random_batch(batch_size, steps["constrained"].memory_format)
+        x, y = random_batch(work, batch_size, steps["constrained"].memory_format, device)
         ms = medians_ms(time_interleaved({v: (lambda s=s: s(x, y)) for v, s in steps.items()},
-                                         args.repeats, args.steps))
-        epoch = ms["constrained"] * math.ceil(MNIST_TRAIN / batch_size) / 1e3
-        row = (f"{name:<7} {batch_size:>5} {ms['dense']:>7.1f} {ms['constrained']:>8.1f} {ms['penalized']:>7.1f} "
+                                         args.repeats, args.steps, clock=device_clock(device)))
+        epoch = ms["constrained"] * math.ceil(work.train_examples / batch_size) / 1e3
+        row = (f"{name:<9} {batch_size:>5} {ms['dense']:>7.1f} {ms['constrained']:>8.1f} {ms['penalized']:>7.1f} "
                f"{ms['constrained'] / ms['dense']:>10.2f}x {epoch:>11.1f}s")
-        if args.real_epoch:
-            row += f" {time_real_epoch(name):>11.1f}s"
+        if args.real_epoch and work.dataset == "mnist":
+            row += f" {time_real_epoch(name, device):>11.1f}s"
         print(row, flush=True)
 
 

@@ -67,3 +67,29 @@ def test_time_interleaved_rotates_and_reports_per_repetition():
     assert [timed[i:i + 4] for i in range(0, len(timed), 4)] == [[n] * 4 for n in "abcbcacab"]
     assert samples == costs  # per repetition, per step; warm-up excluded
     assert benchmark.medians_ms(samples) == {"a": 1000.0, "b": 2000.0, "c": 3000.0}  # medians resist the outliers
+
+
+@pytest.mark.parametrize("name", ["wrn-28-10", "resnet18"])
+def test_gpu_workloads_are_the_paper_presets_on_their_datasets_shapes(name):
+    """WideResNet-28-10 on CIFAR-10 and ResNet18 on TinyImageNet: the paper preset's batch size, the dataset's
+    input shape and classes, and gated steps that train the gates."""
+    work = benchmark.WORKLOADS[name]
+    config = benchmark.config_for(name, "constrained")
+    assert (config.dataset, config.preset, config.batch_size) == (work.dataset, "paper",
+                                                                 {"wrn-28-10": 128, "resnet18": 100}[name])
+    step = benchmark.TrainStep(benchmark.config_for(name, "constrained", batch_size=2), num_classes=work.num_classes)
+    x, y = benchmark.random_batch(work, 2, step.memory_format)
+    assert x.shape == (2, *work.input_shape) and int(y.max()) < work.num_classes
+    assert step.model(x).shape == (2, work.num_classes)
+    before = [p.detach().clone() for n, p in step.model.named_parameters() if n.endswith("log_alpha")]
+    step(x, y)
+    after = [p for n, p in step.model.named_parameters() if n.endswith("log_alpha")]
+    assert before and any(not torch.equal(b, a) for b, a in zip(before, after))
+
+
+def test_main_estimates_an_epoch_as_steps_per_epoch_times_the_constrained_step(capsys):
+    benchmark.main(["--models", "resnet18", "--batch-size", "2", "--repeats", "1", "--steps", "1", "--device", "cpu"])
+    row = capsys.readouterr().out.strip().splitlines()[-1].split()
+    name, batch, constrained, epoch = row[0], int(row[1]), float(row[3]), float(row[-1].rstrip("s"))
+    assert (name, batch) == ("resnet18", 2)
+    assert epoch == pytest.approx(constrained * 100_000 / 2 / 1e3, rel=0.02)
