@@ -14,6 +14,9 @@ the committed ones, after the substitutions of ``tests/nbval_sanitize.cfg``
   progress bars), which loading does not print again, so that one cell's
   output is not compared, exactly as an ``nbval-ignore-output`` tag would do
   (committed records are never edited); every other cell is;
+- the executed notebook of every committed bisection search
+  (``runs/bisection/search-.../notebook.ipynb``), whose re-execution loads the
+  records of the trainings its search record lists;
 - NOT the experiment templates ``book/<experiment>.ipynb`` (committed without
   outputs: nbval would train with them). ``tests/test_notebooks.py`` runs those
   in smoke mode.
@@ -83,6 +86,9 @@ def _stale_reason(notebook: Path) -> str | None:
     run_dir = notebook.parent
     if records.record_status(run_dir) != "complete":
         return f"its record is {records.record_status(run_dir) or 'missing'}, not complete"
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    if metrics.get("kind") == "bisection search":
+        return _stale_search_reason(run_dir, metrics)
     params = nb["metadata"].get("papermill", {}).get("parameters", {})
     defaults = sweeps.notebook_defaults(str(notebook))
     dataset = next((kw.value.value for kw in calls[0].keywords
@@ -95,6 +101,25 @@ def _stale_reason(notebook: Path) -> str | None:
     except RuntimeError as error:
         differing = re.findall(r"(\w+): recorded", str(error))
         return f"made with other {', '.join(differing) or 'parameters'} than its preset now gives"
+    return None
+
+
+def _stale_search_reason(run_dir: Path, metrics: dict) -> str | None:
+    """Why re-executing a bisection search would not simply load its trainings, or None if it would."""
+    from paperlib import bisection, records, training
+    from paperlib.presets import resolve_config
+
+    search = bisection.Search.from_parameters(metrics)
+    for evaluation in metrics["evaluations"]:
+        config = resolve_config(**search.training(evaluation["lmbda"]))
+        if config.run_name != evaluation["run"]:
+            return f"its training {evaluation['run']} now resolves to the run {config.run_name}"
+        if records.record_status(run_dir.parent / config.run_name) != "complete":
+            return f"its training {config.run_name} has no complete record"
+        try:
+            training.check_record_matches(records.load_record(run_dir.parent / config.run_name)["params"], config)
+        except RuntimeError:
+            return f"its training {config.run_name} was made with other parameters than its preset now gives"
     return None
 
 

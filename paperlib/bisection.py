@@ -5,11 +5,22 @@ shows how many full training runs a bisection needs to land within 1% of a
 50% target. :func:`bisect_lambda` takes any callable that trains with a given
 penalty and returns the achieved L0-density, so the same search runs a toy
 function in tests and real MLP trainings in the book.
+
+A search of the book (``book/bisection.ipynb``) is described by a
+:class:`Search`; its record, ``runs/<experiment>/search-.../metrics.json``,
+lists every training it asked for (each a penalized run with its own record),
+and is what a sweep looks for to know the search is done.
 """
 
+import dataclasses
+import json
 import math
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import records
 
 
 @dataclass
@@ -75,3 +86,66 @@ def bisect_lambda(train_and_measure: Callable[[float], float], target: float, la
     else:
         result.message = f"not within tolerance after {max_iterations} iterations"
     return result
+
+
+@dataclass(frozen=True)
+class Search:
+    """A bisection search of the book: an MLP on MNIST, penalized, for a target model density (App. E).
+
+    The fields are the parameters of ``book/bisection.ipynb`` (its parameters
+    cell holds their defaults); ``epochs=0`` means the preset's, and
+    ``preset="auto"`` resolves as for a training.
+    """
+
+    grouping: str
+    target: float
+    tolerance: float
+    lambda_low: float
+    lambda_high: float
+    max_iterations: int
+    epochs: int
+    seed: int
+    preset: str
+    experiment: str
+
+    @classmethod
+    def from_parameters(cls, parameters: dict) -> "Search":
+        """The search a notebook run with these parameters makes (parameters it does not use are ignored)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in parameters.items() if k in names})
+
+    def training(self, lmbda: float, **overrides) -> dict:
+        """The arguments of ``run_experiment`` for the training at ``lmbda``."""
+        return dict(experiment=self.experiment, dataset="mnist", model="mlp", method="penalized",
+                    grouping=self.grouping, lmbda=lmbda, epochs=self.epochs, preset=self.preset, seed=self.seed,
+                    **overrides)
+
+    @property
+    def folder(self) -> Path:
+        """The search's record folder, beside its trainings: ``<runs>/<experiment>/search-.../``."""
+        from .training import resolve_run_config
+
+        config = resolve_run_config(**self.training(self.lambda_low))
+        name = (f"search-mlp-{self.grouping}-t{self.target:g}-tol{self.tolerance:g}-"
+                f"l{self.lambda_low:g}_{self.lambda_high:g}-epochs{config.epochs}-s{self.seed}-"
+                + config.preset + ("-smoke" if config.smoke else ""))
+        return records.run_folder(types.SimpleNamespace(smoke=config.smoke, experiment=self.experiment,
+                                                        run_name=name))
+
+
+def write_search(search: Search, result: BisectionResult, trainings: dict[float, str]) -> Path:
+    """Write the record of a finished search: its parameters, outcome and every training (by run name).
+
+    ``trainings`` maps each evaluated lambda to the run name of its training.
+    An identical record already there is left untouched (re-executing the
+    notebook, as nbval does, changes no file).
+    """
+    metrics = {"status": "complete", "kind": "bisection search", "run_name": search.folder.name,
+               **dataclasses.asdict(search),
+               "converged": result.converged, "message": result.message, "num_trainings": result.num_trainings,
+               "evaluations": [{"iteration": max(0, i - 1), "lmbda": lam, "l0_density": density,
+                                "run": trainings[lam]} for i, (lam, density) in enumerate(result.evaluations)]}
+    path = search.folder / "metrics.json"
+    if not path.exists() or json.loads(path.read_text()) != json.loads(json.dumps(metrics)):
+        records.write_json(path, metrics)
+    return search.folder

@@ -32,7 +32,7 @@ def _grid_runs(grid_file: str | Path) -> list[tuple[object, Path]]:
     runs = []
     for params in sweeps.expand_grid(spec):
         config = sweeps.run_config(params, spec["dataset"], defaults)
-        runs.append((config, records.run_folder(config)))
+        runs.append((config, sweeps.record_folder(spec["notebook"], params, spec["dataset"], defaults)))
     return runs
 
 

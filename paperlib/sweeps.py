@@ -14,7 +14,9 @@ A grid file (YAML) names one notebook and the runs of one paper table or figure:
       - {grouping: layer, target: [0.3, 0.3, 0.3]}
 
 Each run executes the notebook with papermill in its own process. Runs whose
-record is complete are skipped; partial ones resume from their checkpoint. The
+record is complete are skipped; partial ones resume from their checkpoint. A
+run of the bisection notebook is a whole search; its record is the search's
+(:func:`record_folder`). The
 executed notebook is moved into the run folder only when the record is
 complete, so a failed run never overwrites anything in ``runs/``. With
 ``--commit`` each finished record is committed to git as soon as it finishes.
@@ -47,7 +49,7 @@ import yaml
 import zmq
 from traitlets.config import Config
 
-from . import records
+from . import bisection, records
 from .presets import ExperimentConfig, resolve_config
 
 
@@ -85,6 +87,18 @@ def run_config(params: dict, dataset: str, defaults: dict | None = None) -> Expe
 def run_folder(params: dict, dataset: str, defaults: dict | None = None) -> Path:
     """The record folder a notebook run with these parameters (over its ``defaults``) writes to."""
     return records.run_folder(run_config(params, dataset, defaults))
+
+
+def record_folder(notebook: str, params: dict, dataset: str, defaults: dict | None = None) -> Path:
+    """Where a notebook run's record goes, the record whose status says whether the run is done.
+
+    A training notebook's is its run's (:func:`run_folder`); the bisection
+    notebook's is its search's (:class:`paperlib.bisection.Search`), which
+    lists the trainings it made.
+    """
+    if Path(notebook).stem == "bisection":
+        return bisection.Search.from_parameters({**(defaults or {}), **params}).folder
+    return run_folder(params, dataset, defaults)
 
 
 def kernel_config() -> Config:
@@ -133,7 +147,7 @@ def _commit(run_dir: Path) -> None:
 
 def execute(notebook: str, dataset: str, params: dict, threads: int, commit: bool) -> str:
     """Run one parameter set unless its record is complete; return a one-line status."""
-    run_dir = run_folder(params, dataset, notebook_defaults(notebook))
+    run_dir = record_folder(notebook, params, dataset, notebook_defaults(notebook))
     if records.record_status(run_dir) == "complete":
         return f"skip (complete)  {run_dir}"
     scratch = records.checkpoints_dir() / "notebooks" / run_dir.relative_to(records.runs_dir())
@@ -202,7 +216,7 @@ def submit(runs: list[tuple], executor: str, folder: Path, gpus: int, cpus: int,
     import submitit
 
     missing = [run for run in runs
-               if records.record_status(run_folder(run[2], run[1], notebook_defaults(run[0]))) != "complete"]
+               if records.record_status(record_folder(run[0], run[2], run[1], notebook_defaults(run[0]))) != "complete"]
     pool = submitit.AutoExecutor(folder=folder, cluster=executor)
     pool.update_parameters(name="paperlib-sweep", timeout_min=timeout_min, gpus_per_node=gpus,
                            cpus_per_task=cpus, tasks_per_node=1, nodes=1,
@@ -248,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.dry_run:
             defaults = notebook_defaults(spec["notebook"])
             for params in sets:
-                run_dir = run_folder(params, spec["dataset"], defaults)
+                run_dir = record_folder(spec["notebook"], params, spec["dataset"], defaults)
                 print(f"{records.record_status(run_dir) or 'missing':9s} {run_dir}")
     if args.dry_run:
         return 0

@@ -396,6 +396,14 @@ def check_record_matches(recorded: dict, config: ExperimentConfig) -> None:
                            f"run_name='...' to run these parameters under another name, or rerun=True to replace it")
 
 
+def resolve_run_config(**params) -> ExperimentConfig:
+    """The configuration ``run_experiment(**params)`` runs: ``params`` resolved, as a smoke run if
+    ``$PAPERLIB_SMOKE`` is 1 and ``params`` do not say otherwise."""
+    if "smoke" not in params and os.environ.get("PAPERLIB_SMOKE") == "1":
+        params["smoke"] = True
+    return resolve_config(**params)
+
+
 def run_experiment(progress: bool = True, **params) -> dict:
     """Resolve ``params`` (see :class:`~paperlib.presets.ExperimentConfig`), run, return the record.
 
@@ -407,9 +415,7 @@ def run_experiment(progress: bool = True, **params) -> dict:
     """
     rerun = bool(params.pop("rerun", False))
     sync_batchnorm = bool(params.pop("sync_batchnorm", False))
-    if "smoke" not in params and os.environ.get("PAPERLIB_SMOKE") == "1":
-        params["smoke"] = True
-    config = resolve_config(**params)
+    config = resolve_run_config(**params)
     run_dir = records.run_folder(config)
     complete = records.record_status(run_dir) == "complete"
     if complete and not rerun:

@@ -1,8 +1,12 @@
 """Bisection search on log(lambda_pen) for a target density (App. E)."""
 
+import dataclasses
+import json
 import math
+import time
 
 import pytest
+import yaml
 
 from paperlib.bisection import BisectionResult, bisect_lambda
 
@@ -127,3 +131,59 @@ def test_bad_tolerance():
 def test_bad_endpoints(low, high):
     with pytest.raises(ValueError, match="lambda_low"):
         bisect_lambda(density, 0.5, low, high)
+
+
+def _search(**changes):
+    from paperlib.bisection import Search
+
+    fields = dict(grouping="model", target=0.5, tolerance=0.01, lambda_low=1e-3, lambda_high=1.0,
+                  max_iterations=8, epochs=150, seed=0, preset="cpu", experiment="bisection")
+    return Search(**{**fields, **changes})
+
+
+def test_a_search_has_its_own_folder_beside_its_trainings(workspace):
+    search = _search()
+    assert search.folder == workspace / "runs" / "bisection" / "search-mlp-model-t0.5-tol0.01-l0.001_1-epochs150-s0-cpu"
+    assert _search(grouping="layer").folder != search.folder and _search(lambda_high=10.0).folder != search.folder
+    assert _search(epochs=0).folder.name.endswith("-epochs100-s0-cpu")  # the cpu preset's MLP epochs
+    from paperlib.bisection import Search
+    assert Search.from_parameters({**dataclasses.asdict(search), "threads": 1, "rerun": False}) == search
+
+
+def test_write_search_lists_every_training_and_rewrites_nothing_identical(workspace):
+    from paperlib.bisection import write_search
+
+    search = _search(max_iterations=3)
+    result = bisect_lambda(density, 0.5, 1e-3, 1.0, 0.01, 3)
+    trainings = {lam: f"run-{i}" for i, (lam, _) in enumerate(result.evaluations)}
+    folder = write_search(search, result, trainings)
+    metrics = json.loads((folder / "metrics.json").read_text())
+    assert metrics["status"] == "complete" and metrics["num_trainings"] == result.num_trainings == 5
+    assert [e["iteration"] for e in metrics["evaluations"]] == [0, 0, 1, 2, 3]
+    assert [e["run"] for e in metrics["evaluations"]] == [f"run-{i}" for i in range(5)]
+    assert [e["l0_density"] for e in metrics["evaluations"]] == [d for _, d in result.evaluations]
+    before = (folder / "metrics.json").stat().st_mtime_ns
+    time.sleep(0.01)
+    write_search(search, result, trainings)
+    assert (folder / "metrics.json").stat().st_mtime_ns == before
+
+
+def test_a_sweep_runs_a_search_once_and_then_skips_it(workspace, monkeypatch, capsys):
+    """The sweep knows a search is done from the search's record, not from one training's."""
+    from paperlib import records, sweeps
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    notebook = str(records.project_root() / "book" / "bisection.ipynb")
+    grid = workspace / "bisection.yaml"
+    base = {"experiment": "bisection", "preset": "cpu", "epochs": 1, "target": 0.5, "max_iterations": 1}
+    grid.write_text(yaml.safe_dump({"notebook": notebook, "dataset": "mnist", "base": base,
+                                    "grid": {"grouping": ["model"]}}))
+    assert sweeps.main([str(grid)]) == 0
+    folder = sweeps.record_folder(notebook, {**base, "grouping": "model"}, "mnist", sweeps.notebook_defaults(notebook))
+    metrics = json.loads((folder / "metrics.json").read_text())
+    assert metrics["kind"] == "bisection search" and (folder / "notebook.ipynb").exists()
+    trainings = [folder.parent / e["run"] for e in metrics["evaluations"]]
+    assert len(trainings) >= 2 and all(records.record_status(t) == "complete" for t in trainings)
+    capsys.readouterr()
+    assert sweeps.main([str(grid)]) == 0
+    assert "skip (complete)" in capsys.readouterr().out

@@ -32,7 +32,7 @@ NOTEBOOKS = {
     "gates_ablation.ipynb": ({"detach_gates": False, "gates_lr": 0.1}, 1),
     # A few batches barely move the density, so the endpoints cannot enclose 50%:
     # the search must say so after its two endpoint trainings.
-    "bisection.ipynb": ({}, 2),
+    "bisection.ipynb": ({}, 3),  # two trainings (the endpoints) and the search
 }
 
 
@@ -79,6 +79,9 @@ def test_notebook_runs_in_smoke_mode(name, smoke_env, tmp_path, monkeypatch):
         metrics = json.loads(path.read_text())
         assert metrics["status"] == "complete"
         assert metrics["run_name"].endswith("-smoke")
+        if metrics.get("kind") == "bisection search":  # lists the trainings it made, each a record found here
+            assert {e["run"] for e in metrics["evaluations"]} == {p.parent.name for p in found} - {path.parent.name}
+            continue
         assert 0 <= metrics["val_error_final"] <= 100
         assert metrics["params"] > 0 and metrics["macs"] > 0
         for key in ("target", "l0_density", "params_pct", "macs_pct", "val_error_best", "epochs_completed",
