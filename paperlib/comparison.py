@@ -353,6 +353,19 @@ def distance_to_target(grid_files: list[str | Path]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["run", "protocol", "sparsity", "largest gap (points)", "within 1 point"])
 
 
+def missing_commands(table: pd.DataFrame) -> str:
+    """Markdown for the rows of a :func:`compare` table without a record: each command once, with the
+    rows it produces (empty when every row has a record)."""
+    rows_by_command: dict[str, list[str]] = {}
+    for row, command in table.attrs["missing"].items():
+        rows_by_command.setdefault(command, []).append(row)
+    if not rows_by_command:
+        return ""
+    lines = [f"- `{command}`: {len(rows)} row{'s' if len(rows) > 1 else ''} ({'; '.join(rows)})"
+             for command, rows in rows_by_command.items()]
+    return "Rows without a complete record, and the command that produces them:\n\n" + "\n".join(lines)
+
+
 def compact(table: pd.DataFrame) -> pd.DataFrame:
     """A :func:`compare` table for the page: the row's method, grouping and target in one column, and each
     difference next to our value (``1.50 ± 0.04 (+0.14)``), so that a table fits the page's width."""

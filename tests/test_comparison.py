@@ -144,3 +144,17 @@ def test_compact_puts_each_difference_next_to_our_value():
     assert shown.loc[0, "error final (%) ours"] == "1.55 ± 0.15 (-0.22)"
     assert pd.isna(shown.loc[1, "error final (%) ours"])
     assert shown.attrs["missing"] == {"x": "y"}
+
+
+def test_missing_commands_name_each_command_once_with_the_rows_it_produces():
+    table = pd.DataFrame({"row": [1, 2, 3]})
+    table.attrs["missing"] = {"MLP constrained model 20%": "python -m paperlib.sweeps grids/a.yaml",
+                              "MLP constrained model 35%": "python -m paperlib.sweeps grids/a.yaml",
+                              "MLP dense": "papermill book/unstructured.ipynb out.ipynb -p method dense"}
+    text = comparison.missing_commands(table)
+    assert text.count("grids/a.yaml") == 1 and text.count("method dense") == 1
+    assert "`python -m paperlib.sweeps grids/a.yaml`: 2 rows (MLP constrained model 20%; MLP constrained model 35%)" \
+        in text
+    assert "`papermill book/unstructured.ipynb out.ipynb -p method dense`: 1 row (MLP dense)" in text
+    table.attrs["missing"] = {}
+    assert comparison.missing_commands(table) == ""
