@@ -40,6 +40,7 @@ from .methods import build_method
 from .models import memory_format
 from .presets import ExperimentConfig, resolve_config
 
+
 @dataclasses.dataclass(frozen=True)
 class Workload:
     """A model on its dataset's shapes, with the constraints its gated variants train under."""
