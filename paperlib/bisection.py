@@ -120,17 +120,25 @@ class Search:
                     grouping=self.grouping, lmbda=lmbda, epochs=self.epochs, preset=self.preset, seed=self.seed,
                     **overrides)
 
-    @property
-    def folder(self) -> Path:
-        """The search's record folder, beside its trainings: ``<runs>/<experiment>/search-.../``."""
-        from .training import resolve_run_config
+    def record_folder(self, smoke: bool) -> Path:
+        """The search's record folder, beside its trainings: ``<runs>/<experiment>/search-.../``
+        (``search-...-smoke``, among the smoke runs, for a search of smoke trainings)."""
+        from .presets import resolve_config
 
-        config = resolve_run_config(**self.training(self.lambda_low))
+        config = resolve_config(**self.training(self.lambda_low, smoke=smoke))
         name = (f"search-mlp-{self.grouping}-t{self.target:g}-tol{self.tolerance:g}-"
                 f"l{self.lambda_low:g}_{self.lambda_high:g}-epochs{config.epochs}-s{self.seed}-"
                 + config.preset + ("-smoke" if config.smoke else ""))
         return records.run_folder(types.SimpleNamespace(smoke=config.smoke, experiment=self.experiment,
                                                         run_name=name))
+
+    @property
+    def folder(self) -> Path:
+        """The record folder of this search run now: of smoke trainings if ``$PAPERLIB_SMOKE`` is 1, as
+        ``run_experiment`` makes them."""
+        from .training import resolve_run_config
+
+        return self.record_folder(resolve_run_config(**self.training(self.lambda_low)).smoke)
 
 
 def write_search(search: Search, result: BisectionResult, trainings: dict[float, str]) -> Path:
@@ -140,12 +148,13 @@ def write_search(search: Search, result: BisectionResult, trainings: dict[float,
     An identical record already there is left untouched (re-executing the
     notebook, as nbval does, changes no file).
     """
-    metrics = {"status": "complete", "kind": "bisection search", "run_name": search.folder.name,
+    folder = search.folder
+    metrics = {"status": "complete", "kind": "bisection search", "run_name": folder.name,
                **dataclasses.asdict(search),
                "converged": result.converged, "message": result.message, "num_trainings": result.num_trainings,
                "evaluations": [{"iteration": max(0, i - 1), "lmbda": lam, "l0_density": density,
                                 "run": trainings[lam]} for i, (lam, density) in enumerate(result.evaluations)]}
-    path = search.folder / "metrics.json"
+    path = folder / "metrics.json"
     if not path.exists() or json.loads(path.read_text()) != json.loads(json.dumps(metrics)):
         records.write_json(path, metrics)
-    return search.folder
+    return folder

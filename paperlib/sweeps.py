@@ -94,10 +94,12 @@ def record_folder(notebook: str, params: dict, dataset: str, defaults: dict | No
 
     A training notebook's is its run's (:func:`run_folder`); the bisection
     notebook's is its search's (:class:`paperlib.bisection.Search`), which
-    lists the trainings it made.
+    lists the trainings it made. Like a training's, it does not depend on
+    ``$PAPERLIB_SMOKE``: the grid's record is the one asked for.
     """
     if Path(notebook).stem == "bisection":
-        return bisection.Search.from_parameters({**(defaults or {}), **params}).folder
+        search = bisection.Search.from_parameters({**(defaults or {}), **params})
+        return search.record_folder(smoke=bool(params.get("smoke", False)))
     return run_folder(params, dataset, defaults)
 
 

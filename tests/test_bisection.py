@@ -150,6 +150,23 @@ def test_a_search_has_its_own_folder_beside_its_trainings(workspace):
     assert Search.from_parameters({**dataclasses.asdict(search), "threads": 1, "rerun": False}) == search
 
 
+def test_a_grids_search_folder_does_not_follow_the_smoke_variable(workspace, monkeypatch):
+    """$PAPERLIB_SMOKE makes the notebook's search a smoke one, but the record a grid or a page asks for
+    stays the grid's, as a training's does (CI exports the variable and builds the pages)."""
+    from paperlib import records, sweeps
+
+    notebook = str(records.project_root() / "book" / "bisection.ipynb")
+    params = {"experiment": "bisection", "preset": "cpu", "epochs": 150, "grouping": "model"}
+    training = {"experiment": "bisection", "model": "mlp", "method": "penalized", "preset": "cpu", "lmbda": 0.1}
+    grid_search = sweeps.record_folder(notebook, params, "mnist", sweeps.notebook_defaults(notebook))
+    grid_training = sweeps.record_folder("book/mnist.ipynb", training, "mnist")
+    monkeypatch.setenv("PAPERLIB_SMOKE", "1")
+    assert sweeps.record_folder(notebook, params, "mnist", sweeps.notebook_defaults(notebook)) == grid_search
+    assert sweeps.record_folder("book/mnist.ipynb", training, "mnist") == grid_training
+    assert grid_search == workspace / "runs" / "bisection" / "search-mlp-model-t0.5-tol0.01-l0.001_1-epochs150-s0-cpu"
+    assert _search().folder == grid_search.with_name(grid_search.name + "-smoke")
+
+
 def test_write_search_lists_every_training_and_rewrites_nothing_identical(workspace):
     from paperlib.bisection import write_search
 

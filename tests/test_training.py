@@ -17,24 +17,29 @@ def _numbers(record):
     return [{k: v for k, v in row.items() if k != "wall_time_s"} for row in record["history"]]
 
 
+def _run_killed_after_epoch(monkeypatch, epoch: int, **params) -> None:
+    """Run ``params`` until epoch ``epoch`` is written (record and checkpoint), then kill it."""
+    original = training.Runner._finish_epoch
+
+    def killed(self, phase, train, started):
+        original(self, phase, train, started)
+        if self.state.epoch == epoch:
+            raise KeyboardInterrupt("simulated kill")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(training.Runner, "_finish_epoch", killed)
+        with pytest.raises(KeyboardInterrupt):
+            training.run_experiment(progress=False, **params)
+
+
 def test_interrupted_run_resumes_to_identical_numbers(workspace, monkeypatch):
     reference = training.run_experiment(progress=False, **RUN, run_name="uninterrupted")
 
-    original = training.Runner._finish_epoch
-
-    def killed_after_epoch_two(self, phase, train, started):
-        original(self, phase, train, started)
-        if self.state.epoch == 2:
-            raise KeyboardInterrupt("simulated kill")
-
-    monkeypatch.setattr(training.Runner, "_finish_epoch", killed_after_epoch_two)
-    with pytest.raises(KeyboardInterrupt):
-        training.run_experiment(progress=False, **RUN, run_name="resumed")
+    _run_killed_after_epoch(monkeypatch, 2, **RUN, run_name="resumed")
     run_dir = workspace / "runs" / "unit" / "resumed"
     assert records.record_status(run_dir) == "partial"
     assert json.loads((run_dir / "metrics.json").read_text())["epochs_completed"] == 2
 
-    monkeypatch.setattr(training.Runner, "_finish_epoch", original)
     resumed = training.run_experiment(progress=False, **RUN, run_name="resumed")
     assert resumed["metrics"]["status"] == "complete"
     assert _numbers(resumed) == _numbers(reference)
@@ -198,17 +203,7 @@ def test_a_checkpoint_of_the_previous_layout_resumes_to_identical_numbers(worksp
               "finetune_epochs": 2, "finetune_lr": 1e-3}
     reference = training.run_experiment(progress=False, **params, run_name="uninterrupted")
 
-    original = training.Runner._finish_epoch
-
-    def killed_after_the_first_fine_tuning_epoch(self, phase, train, started):
-        original(self, phase, train, started)
-        if self.state.epoch == 2:
-            raise KeyboardInterrupt("simulated kill")
-
-    monkeypatch.setattr(training.Runner, "_finish_epoch", killed_after_the_first_fine_tuning_epoch)
-    with pytest.raises(KeyboardInterrupt):
-        training.run_experiment(progress=False, **params, run_name="resumed")
-    monkeypatch.setattr(training.Runner, "_finish_epoch", original)
+    _run_killed_after_epoch(monkeypatch, 2, **params, run_name="resumed")  # after the first fine-tuning epoch
     path = records.checkpoint_path(resolve_config(**params, run_name="resumed"))
     payload = torch.load(path, weights_only=False)
     legacy = training._State(**vars(payload["state"]))
