@@ -205,10 +205,13 @@ def plot_control(runs: list[dict], title: str = "") -> plt.Figure:
     axes[0].plot([0, 100], [0, 100], ls="--", color="k", lw=1)
     axes[0].set(xlabel="target density (%)", ylabel="achieved L0-density (%)", xlim=(0, 100), ylim=(0, 100))
     axes[1].set(xlabel="lambda_pen", ylabel="achieved L0-density (%)", xscale="log", ylim=(0, 100))
-    for ax in axes:
-        ax.grid(alpha=0.3)
+    for ax, method in zip(axes, ("constrained", "penalized")):
         if ax.get_legend_handles_labels()[0]:
+            ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
+        else:
+            ax.tick_params(axis="x", which="both", bottom=False, labelbottom=False)
+            ax.text(0.5, 0.5, f"no complete {method} run", transform=ax.transAxes, ha="center", color="0.4")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig
