@@ -40,6 +40,9 @@ FEASIBILITY_TOLERANCE = 0.01
 MODEL_FAMILIES = {"MLP": ("mlp",), "LeNet5": ("lenet5",), "WideResNet-28-10": ("wrn-28-10", "wrn-16-1"),
                   "ResNet18": ("resnet18",), "ResNet50": ("resnet50",)}
 
+#: Our model name -> the paper's name for its family.
+PAPER_MODEL_NAMES = {ours: paper for paper, family in MODEL_FAMILIES.items() for ours in family}
+
 #: Paper metric -> column label on the page.
 METRIC_LABELS = {"l0_density": "L0-density (%)", "params_pct": "params (%)", "macs_pct": "MACs (%)",
                  "pruned_architecture": "pruned architecture", "val_error_best": "error best (%)",
