@@ -26,7 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import gates
-from .vocabulary import SPARSITY_KINDS
+from .vocabulary import LINEAR_INITS, SPARSITY_KINDS
 
 
 
@@ -35,17 +35,20 @@ def _check_sparsity(sparsity: str) -> None:
         raise ValueError(f"sparsity must be one of {SPARSITY_KINDS}; got {sparsity!r}")
 
 
-def init_weights_(weight: torch.Tensor, bias: torch.Tensor | None) -> None:
-    """He-normal weights (fan-in) and biases drawn from N(0, 0.01^2), for gated and dense layers alike.
+def init_weights_(weight: torch.Tensor, bias: torch.Tensor | None, mode: str = "fan_in") -> None:
+    """He-normal weights (standard deviation sqrt(2 / fan)) and biases drawn from N(0, 0.01^2).
 
-    The authors' code asks for fan-out on linear layers, a mode inherited from
-    Louizos et al.'s code where the weight is stored transposed (in, out), so
-    that it meant fan-in there. With PyTorch's (out, in) layout it gives the
-    10-unit output layer of the MLP a weight scale sqrt(10) times too large;
-    we use fan-in, the initialisation both codes intended.
+    Every layer uses fan-in, the initialisation both the authors' and Louizos
+    et al.'s code intended. The authors' gated linear layer asks for fan-out, a
+    mode inherited from Louizos et al.'s code, where the weight is stored
+    transposed as (in, out) so that it meant fan-in there. In PyTorch's (out, in)
+    layout it scales each linear layer's weights by sqrt(in / out), e.g. sqrt(10)
+    for the MLP's output layer (book/errata.md). ``mode="fan_out"`` reproduces it.
     """
+    if mode not in LINEAR_INITS:
+        raise ValueError(f"initialisation mode must be one of {LINEAR_INITS}; got {mode!r}")
     with torch.no_grad():
-        nn.init.kaiming_normal_(weight, mode="fan_in")
+        nn.init.kaiming_normal_(weight, mode=mode)
         if bias is not None:
             bias.normal_(0.0, 1e-2)
 
@@ -175,16 +178,17 @@ class L0Linear(L0Layer):
 
     Structured: one gate per input neuron, shared by the ``out_features`` weights
     leaving that neuron; the bias is not gated. Unstructured: one gate per entry.
+    ``init="fan_out"`` initialises the weights as the authors' code does (:func:`init_weights_`).
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True,
-                 sparsity: str = "structured", rho_init: float = 0.5):
+                 sparsity: str = "structured", rho_init: float = 0.5, init: str = "fan_in"):
         super().__init__()
         _check_sparsity(sparsity)
         self.in_features, self.out_features, self.sparsity = in_features, out_features, sparsity
         self.weight = nn.Parameter(torch.empty(out_features, in_features))
         self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
-        init_weights_(self.weight, self.bias)
+        init_weights_(self.weight, self.bias, mode=init)
         self._init_gates((in_features,) if sparsity == "structured" else (out_features, in_features), rho_init)
         self._compensate_init_shrinkage(rho_init)
 
@@ -298,12 +302,15 @@ class LayerFactory:
     torchvision's ``norm_layer``, instead of threading ``gated, sparsity,
     rho_init`` through every constructor. :attr:`dense` makes the layers that
     are never gated (stems, shortcuts and classifiers, App. J.3-J.5). Plain
-    layers are initialised as gated ones are (:func:`init_weights_`).
+    layers are initialised by fan-in (:func:`init_weights_`); ``linear_init``
+    applies to gated linear layers only, as in the authors' code, whose plain
+    linear layers use fan-in.
     """
 
     gated: bool = True
     sparsity: str = "structured"
     rho_init: float | list[float] = 0.5
+    linear_init: str = "fan_in"
 
     @property
     def dense(self) -> "LayerFactory":
@@ -314,7 +321,7 @@ class LayerFactory:
         """A linear layer; ``rho_init`` overrides the factory's (one value per layer, App. A.2)."""
         if self.gated:
             return L0Linear(in_features, out_features, sparsity=self.sparsity,
-                            rho_init=self.rho_init if rho_init is None else rho_init)
+                            rho_init=self.rho_init if rho_init is None else rho_init, init=self.linear_init)
         layer = nn.Linear(in_features, out_features)
         init_weights_(layer.weight, layer.bias)
         return layer

@@ -86,7 +86,8 @@ class Method:
     def build_model(self, num_classes: int) -> nn.Module:
         """The model this method trains, freshly initialised (this draws from the global RNG)."""
         c = self.config
-        return build_model(c.model, num_classes, gated=self.gated, sparsity=c.sparsity, rho_init=c.rho_init)
+        return build_model(c.model, num_classes, gated=self.gated, sparsity=c.sparsity, rho_init=c.rho_init,
+                           linear_init=c.linear_init)
 
     def attach(self, model: nn.Module) -> None:
         """Take ``model`` (already on its device) and build what trains it."""

@@ -294,15 +294,17 @@ def from_torchvision_resnet(state_dict: dict) -> dict:
 
 
 def build_model(name: str, num_classes: int | None = None, gated: bool = True,
-                sparsity: str = "structured", rho_init: float | Sequence[float] = 0.5) -> nn.Module:
+                sparsity: str = "structured", rho_init: float | Sequence[float] = 0.5,
+                linear_init: str = "fan_in") -> nn.Module:
     """Build one of the paper's models by name.
 
     ``name`` is ``mlp``, ``lenet5``, ``resnet18``, ``resnet50`` or ``wrn-D-W``
     (``wrn-28-10`` in the paper). ``num_classes`` defaults to the dataset the
     paper pairs the model with. ``rho_init`` may be a list with one value per
-    gated layer for the MLP and LeNet5.
+    gated layer for the MLP and LeNet5. ``linear_init`` initialises the gated
+    linear layers (``"fan_out"``: as the authors' code does, book/errata.md).
     """
-    layers = LayerFactory(gated, sparsity, rho_init)
+    layers = LayerFactory(gated, sparsity, rho_init, linear_init)
     wrn = WIDE_RESNET.fullmatch(name)
     if name == "mlp":
         return MLP(num_classes or 10, layers=layers)

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 import torch
 
 from .models import gated_layer_names
-from .vocabulary import DATASETS, GROUPINGS, METHODS, MODEL_NAMES, OPTIMIZERS, PRESETS, SPARSITY_KINDS, is_model_name
+from .vocabulary import (DATASETS, GROUPINGS, LINEAR_INITS, METHODS, MODEL_NAMES, OPTIMIZERS, PRESETS, SPARSITY_KINDS,
+                         is_model_name)
 
 #: Parameters a method does not use; :func:`resolve_config` sets them to None.
 UNUSED_BY_METHOD = {"constrained": ("lmbda",), "penalized": ("target",), "dense": ("target", "lmbda"),
@@ -45,6 +46,7 @@ class ExperimentConfig:
     dual_lr: float = 1e-3
     dual_restarts: bool = True
     rho_init: float | list[float] = 0.5  # one value, or one per gated layer (MLP, LeNet5)
+    linear_init: str = "fan_in"          # gated linear weights: fan_in, or fan_out as the authors' code (errata)
     clamp_log_alpha: bool = True         # clamp log_alpha to [ln 0.01, ln 100] after each step (see gates.py)
     weight_decay: float = 0.0
     detach_gates: bool = True            # stop-grad of P(z != 0) in the L2 term (eq. 9)
@@ -299,6 +301,10 @@ def validate(config: ExperimentConfig) -> None:
     _check_choice("grouping", config.grouping, GROUPINGS)
     _check_choice("optimizer", config.optimizer, OPTIMIZERS)
     _check_choice("gates_optimizer", config.gates_optimizer, OPTIMIZERS)
+    _check_choice("linear_init", config.linear_init, LINEAR_INITS)
+    if config.linear_init != "fan_in" and config.method in ("dense", "magnitude_pruning"):
+        raise ValueError(f"parameter 'linear_init' initialises gated linear layers only; method {config.method!r} "
+                         f"trains a model without gates, whose layers use fan-in: got linear_init={config.linear_init!r}")
     _check_model(config.model)
     if config.method in ("constrained", "magnitude_pruning"):
         if config.target is None:
@@ -411,7 +417,7 @@ def config_differences(recorded: dict, config: ExperimentConfig, ignore: tuple[s
 #: Hyper-parameters named in a run's name when they differ from the preset's value.
 NAMED_IF_CHANGED = ("epochs", "batch_size", "optimizer", "lr", "lr_milestones", "lr_gamma", "momentum",
                     "weight_decay", "gates_optimizer", "gates_lr", "schedule_gates", "dual_lr", "rho_init",
-                    "clamp_log_alpha", "finetune_epochs", "finetune_lr")
+                    "linear_init", "clamp_log_alpha", "finetune_epochs", "finetune_lr")
 
 
 def default_run_name(config: ExperimentConfig, preset_config: ExperimentConfig | None = None) -> str:

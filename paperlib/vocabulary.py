@@ -16,6 +16,8 @@ GROUPINGS = ("model", "layer")
 #: Gates on groups (§2) or on single weights (App. L).
 SPARSITY_KINDS = ("structured", "unstructured")
 OPTIMIZERS = ("adam", "sgdm")
+#: He-normal initialisation of gated linear weights: by fan-in (intended), or by fan-out (what the authors' code runs).
+LINEAR_INITS = ("fan_in", "fan_out")
 
 WIDE_RESNET = re.compile(r"wrn-(\d+)-(\d+)")
 

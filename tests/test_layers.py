@@ -343,6 +343,29 @@ def test_a_per_layer_rho_init_overrides_the_factorys():
     assert overridden != density(LayerFactory(rho_init=0.5))
 
 
+@pytest.mark.parametrize("init, fan", [("fan_in", 1200), ("fan_out", 300)])
+def test_gated_linear_weights_are_he_normal_over_the_chosen_fan_divided_by_one_minus_rho(init, fan):
+    """std = sqrt(2 / fan) / (1 - rho_init): fan-in by default, fan-out as the authors' code (errata)."""
+    torch.manual_seed(0)
+    layer = L0Linear(1200, 300, rho_init=0.2, init=init)
+    assert layer.weight.std().item() == pytest.approx(math.sqrt(2 / fan) / 0.8, rel=0.01)
+    assert layer.weight.mean().item() == pytest.approx(0.0, abs=1e-3)
+
+
+def test_linear_init_reaches_gated_linear_layers_only():
+    """The authors' plain linear layers and all convolutions use fan-in whatever their gated linear layers use."""
+    factory = LayerFactory(rho_init=0.2, linear_init="fan_out")
+    torch.manual_seed(0)
+    assert factory.linear(1200, 300).weight.std().item() == pytest.approx(math.sqrt(2 / 300) / 0.8, rel=0.01)
+    torch.manual_seed(0)
+    assert factory.dense.linear(1200, 300).weight.std().item() == pytest.approx(math.sqrt(2 / 1200), rel=0.01)
+    torch.manual_seed(0)
+    conv = factory.conv(200, 20, 5)  # fan-in 200 * 25 = 5000, fan-out 20 * 25 = 500
+    assert conv.weight.std().item() == pytest.approx(math.sqrt(2 / 5000) / 0.8, rel=0.02)
+    with pytest.raises(ValueError, match="fan_in"):
+        L0Linear(4, 3, init="xavier")
+
+
 @pytest.mark.parametrize("rho", [0.05, 0.3, 0.7])
 def test_gate_initialisation_follows_rho_init(rho):
     torch.manual_seed(0)

@@ -99,6 +99,8 @@ RUN = dict(experiment="unit", dataset="mnist", model="mlp", target=0.5, epochs=3
     ({"lr": -0.1}, "lr"),
     ({"epochs": "ten"}, "epochs"),
     ({"rho_init": 1.0}, "rho_init"),
+    ({"linear_init": "xavier"}, "linear_init"),
+    ({"method": "dense", "linear_init": "fan_out"}, "gated linear layers only"),
     ({"learning_rate": 0.1}, "unknown parameter"),
 ])
 def test_bad_input_is_rejected_with_a_message_naming_the_parameter(overrides, message):
@@ -121,8 +123,9 @@ def test_zero_epochs_and_empty_model_mean_the_presets_values():
 def test_run_names_differ_when_any_hyper_parameter_differs_from_the_preset():
     base = dict(dataset="cifar10", preset="cpu", target=0.7, grouping="layer")
     names = {resolve_config(**base, **extra).run_name for extra in
-             ({}, {"gates_lr": 0.1}, {"gates_lr": 1.0}, {"detach_gates": False}, {"dual_lr": 1e-3}, {"seed": 1})}
-    assert len(names) == 6
+             ({}, {"gates_lr": 0.1}, {"gates_lr": 1.0}, {"detach_gates": False}, {"dual_lr": 1e-3}, {"seed": 1},
+                   {"linear_init": "fan_out"})}
+    assert len(names) == 7
     assert resolve_config(**base).run_name == resolve_config(**base, gates_lr=6.0).run_name  # the preset's value
 
 
