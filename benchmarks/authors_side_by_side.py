@@ -87,9 +87,12 @@ def their_model(models: types.ModuleType, name: str, weight_decay: float) -> tor
 class TheirStep:
     """Their constrained step (see the module docstring)."""
 
-    def __init__(self, model: torch.nn.Module, targets: list[float], lr: float, gates_lr: float, dual_lr: float):
+    def __init__(self, model: torch.nn.Module, targets: list[float], lr: float, gates_lr: float, dual_lr: float,
+                 grouping: str = "layer"):
         self.model = model.train()
         self.target = torch.tensor(targets)
+        self.grouping = grouping  # layer: one constraint per layer (reg.l0_layer); model: one on reg.l0_model
+        self.l0_model = torch.tensor(float("nan"))  # the model density at the last step, as their logs hold it
         net, gates = model.params_dict["net"], model.params_dict["gates"]
         self.primal = torch.optim.Adam([{"params": net, "lr": lr}, {"params": gates, "lr": gates_lr}])
         self.multipliers = torch.zeros(len(targets), requires_grad=True)
@@ -101,7 +104,8 @@ class TheirStep:
         loss = F.cross_entropy(self.model(x), y)
         reg = self.model.regularization()
         loss = loss + reg.l2_model
-        defect = reg.l0_layer - self.target
+        self.l0_model = reg.l0_model.detach()
+        defect = (reg.l0_layer if self.grouping == "layer" else reg.l0_model.reshape(1)) - self.target
         lagrangian = loss + torch.sum(self.multipliers * defect)
         lagrangian.backward()
         self.primal.step()
