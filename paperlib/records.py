@@ -69,8 +69,11 @@ def checkpoint_path(config) -> Path:
 
 
 def git_commit() -> str:
-    """The commit of the code that ran, with ``-dirty`` if the package's code had uncommitted changes;
-    ``unknown`` outside git."""
+    """The commit of the code that ran, with ``-dirty`` if the package's code had uncommitted changes.
+
+    Outside git: ``$PAPERLIB_GIT_COMMIT`` (set it where a copy of a clean checkout, without ``.git``,
+    is run on another machine), else ``unknown``.
+    """
     cwd = Path(__file__).resolve().parent
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
@@ -78,7 +81,7 @@ def git_commit() -> str:
         dirty = subprocess.run(["git", "status", "--porcelain", "--", "."], cwd=cwd, capture_output=True,
                                text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+        return os.environ.get("PAPERLIB_GIT_COMMIT", "unknown")
     return commit + ("-dirty" if dirty else "")
 
 

@@ -35,8 +35,10 @@ import argparse
 import ast
 import dataclasses
 import itertools
+import json
 import logging
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -148,9 +150,14 @@ def _commit(run_dir: Path) -> None:
 
 
 def execute(notebook: str, dataset: str, params: dict, threads: int, commit: bool) -> str:
-    """Run one parameter set unless its record is complete; return a one-line status."""
+    """Run one parameter set unless its record is complete; return a one-line status.
+
+    A complete record without its executed notebook (one trained by
+    ``python -m paperlib.run``, see :func:`run_commands`) gets it: the notebook
+    finds the record complete and only shows it, in seconds.
+    """
     run_dir = record_folder(notebook, params, dataset, notebook_defaults(notebook))
-    if records.record_status(run_dir) == "complete":
+    if records.record_status(run_dir) == "complete" and (run_dir / "notebook.ipynb").exists():
         return f"skip (complete)  {run_dir}"
     scratch = records.checkpoints_dir() / "notebooks" / run_dir.relative_to(records.runs_dir())
     scratch.mkdir(parents=True, exist_ok=True)
@@ -160,6 +167,27 @@ def execute(notebook: str, dataset: str, params: dict, threads: int, commit: boo
         return _execute(notebook, params, threads, commit, run_dir, scratch)
     finally:
         (scratch / "running.pid").unlink(missing_ok=True)
+
+
+def run_commands(notebook: str, dataset: str, params: dict, threads: int) -> str:
+    """The ``python -m paperlib.run`` command that trains what the notebook would with ``params``.
+
+    For a machine without Jupyter (a lent GPU node): it writes the same record
+    (:func:`record_folder`, checked here), and a later sweep here adds the
+    executed notebook (:func:`execute`). Training notebooks pass their
+    parameters to :func:`~paperlib.training.run_experiment` unchanged, so the
+    command is the notebook's parameters that are configuration fields.
+    """
+    if Path(notebook).stem == "bisection":
+        raise ValueError("a bisection search is a notebook of many trainings; run it through the notebook")
+    fields = {f.name for f in dataclasses.fields(ExperimentConfig)}
+    merged = {**notebook_defaults(notebook), "dataset": dataset, **params, "threads": threads}
+    args = {key: value for key, value in merged.items() if key in fields and value is not None}
+    if records.run_folder(resolve_config(**args)) != record_folder(notebook, params, dataset, notebook_defaults(notebook)):
+        raise AssertionError(f"the command for {params} would write another record than the notebook")
+    words = [f"{key}={value if isinstance(value, str) else json.dumps(value, separators=(',', ':'))}"
+             for key, value in args.items()]
+    return " ".join(["python", "-m", "paperlib.run", *(shlex.quote(word) for word in words)])
 
 
 def _claim(lock: Path) -> bool:
@@ -238,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, help="torch threads per process (default: each grid file's, else 1)")
     parser.add_argument("--commit", action="store_true", help="git-commit each record as soon as it is complete")
     parser.add_argument("--dry-run", action="store_true", help="list the runs and their status, run nothing")
+    parser.add_argument("--commands", action="store_true",
+                        help="print a `python -m paperlib.run` command per run whose record is not complete, "
+                             "run nothing (for a machine without Jupyter)")
     cluster = parser.add_argument_group("cluster (submitit)")
     cluster.add_argument("--executor", choices=("slurm", "local"),
                          help="submit one job per missing run instead of running them here")
@@ -267,6 +298,11 @@ def main(argv: list[str] | None = None) -> int:
                 run_dir = record_folder(spec["notebook"], params, spec["dataset"], defaults)
                 print(f"{records.record_status(run_dir) or 'missing':9s} {run_dir}")
     if args.dry_run:
+        return 0
+    if args.commands:
+        for notebook, dataset, params, threads in runs:
+            if records.record_status(record_folder(notebook, params, dataset, notebook_defaults(notebook))) != "complete":
+                print(run_commands(notebook, dataset, params, threads))
         return 0
     if args.executor:
         jobs = submit([(*run, args.commit) for run in runs], args.executor, args.log_folder, args.gpus, args.cpus,

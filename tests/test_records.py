@@ -74,3 +74,22 @@ def test_git_commit_is_marked_dirty_when_the_package_has_uncommitted_changes(tmp
     (package.parent / "notes.txt").write_text("outside the package")  # not the code that ran
     subprocess.run(["git", "checkout", "-q", "--", "paperlib"], cwd=package.parent, check=True)
     assert copied.git_commit() == head.strip()
+
+
+def test_git_commit_outside_git_is_the_one_the_copy_was_declared_from(tmp_path, monkeypatch):
+    """A copy of the tree without ``.git`` (a lent GPU machine) records ``$PAPERLIB_GIT_COMMIT``, else unknown."""
+    import importlib.util
+    import shutil
+
+    package = tmp_path / "copy" / "paperlib"
+    package.mkdir(parents=True)
+    shutil.copy(records.__file__, package / "records.py")
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))  # no repository above the copy either
+    spec = importlib.util.spec_from_file_location("copied_records", package / "records.py")
+    copied = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(copied)
+    monkeypatch.delenv("PAPERLIB_GIT_COMMIT", raising=False)
+    assert copied.git_commit() == "unknown"
+    monkeypatch.setenv("PAPERLIB_GIT_COMMIT", "0123abc")
+    assert copied.git_commit() == "0123abc"
+    assert records.git_commit() != "0123abc"  # inside git the variable is not read

@@ -1,6 +1,9 @@
 """Sweeps: grid expansion, record folders, several grid files in one command, and the cluster path."""
 
 import json
+import shlex
+
+import pytest
 
 import yaml
 from fake_data import make_mnist
@@ -93,3 +96,44 @@ def test_a_requeued_cluster_job_runs_the_same_run_again():
     again = sweeps.ClusterRun().checkpoint(*args)
     assert isinstance(again.function, sweeps.ClusterRun)
     assert again.args == args and again.kwargs == {}
+
+
+def test_a_run_command_writes_the_record_the_notebook_would(workspace):
+    """``--commands``: each command, parsed as ``python -m paperlib.run`` parses it, resolves to the
+    notebook's record folder, lists and small floats included; unset (None) parameters are left out."""
+    from paperlib import run
+    from paperlib.training import resolve_run_config
+
+    notebook = str(records.project_root() / "book" / "mnist.ipynb")
+    for params in ({"experiment": "x", "model": "lenet5", "grouping": "layer", "target": [0.5, 0.3, 0.7, 0.1]},
+                   {"experiment": "x", "method": "penalized", "lmbda": 0.0001, "seed": 3},
+                   {"experiment": "x", "linear_init": "fan_out", "dual_lr": 1e-3, "target": 0.1}):
+        command = sweeps.run_commands(notebook, "mnist", params, threads=1)
+        words = shlex.split(command)
+        assert words[:3] == ["python", "-m", "paperlib.run"]
+        assert not any(word.endswith("=null") for word in words)
+        parsed = run.parse(words[3:])
+        assert records.run_folder(resolve_run_config(**parsed)) == sweeps.record_folder(
+            notebook, params, "mnist", sweeps.notebook_defaults(notebook))
+    with pytest.raises(ValueError, match="bisection"):
+        sweeps.run_commands(str(records.project_root() / "book" / "bisection.ipynb"), "mnist", {}, 1)
+
+
+def test_a_complete_record_without_its_notebook_gets_it_without_training_again(workspace):
+    """A record trained by ``python -m paperlib.run`` (no notebook) is completed by a sweep: the notebook
+    is executed over the complete record, which it shows without training (the record is unchanged)."""
+    from paperlib.training import run_experiment
+
+    notebook = str(records.project_root() / "book" / "mnist.ipynb")
+    params = {"experiment": "attach", "model": "mlp", "preset": "cpu", "epochs": 1, "target": 0.5}
+    record = run_experiment(dataset="mnist", progress=False, **params)
+    run_dir = sweeps.record_folder(notebook, params, "mnist", sweeps.notebook_defaults(notebook))
+    assert record["path"] == str(run_dir) and not (run_dir / "notebook.ipynb").exists()
+    before = (run_dir / "metrics.json").read_text()
+
+    line = sweeps.execute(notebook, "mnist", params, threads=1, commit=False)
+    assert line.startswith("done"), line
+    assert (run_dir / "metrics.json").read_text() == before
+    executed = json.loads((run_dir / "notebook.ipynb").read_text())
+    assert "complete record found" in json.dumps(executed["cells"])
+    assert sweeps.execute(notebook, "mnist", params, threads=1, commit=False).startswith("skip (complete)")
