@@ -203,6 +203,9 @@ def _protocol(preset: str, chosen: list[tuple[object, Path]], metrics: list[dict
     text = f"{preset}, {'/'.join(map(str, epochs))} ep, {seeds} seed{'s' if seeds > 1 else ''}"
     if models != [MODEL_FAMILIES[paper_model][0]]:
         text += f", {'/'.join(models)}"
+    on_gpu = sum(m.get("device") == "cuda" for m in metrics)
+    if on_gpu:
+        text += ", on GPU" if on_gpu == seeds else f", {on_gpu} on GPU"
     if any(not _same_parameters(c, m) for (c, _), m in zip(chosen, metrics)):
         text += " (earlier preset)"
     return text

@@ -111,6 +111,26 @@ def test_a_record_made_with_an_earlier_preset_is_labelled(runs):
     assert comparison.compare("tab:mnist", [grid]).loc[1, "protocol"] == "cpu, 100 ep, 1 seed (earlier preset)"
 
 
+def test_the_protocol_says_which_seeds_trained_on_a_gpu(runs):
+    """Records from a lent GPU (metrics ``device``) are named, so a table mixing machines says so."""
+    grid = runs / "grid.yaml"
+    base = {"experiment": "cmp", "method": "constrained", "model": "mlp", "grouping": "model", "target": 0.33,
+            "preset": "paper"}
+    grid.write_text(yaml.safe_dump({"notebook": str(records.project_root() / "book" / "mnist.ipynb"),
+                                    "dataset": "mnist", "base": base, "grid": {"seed": [0, 1, 2]}}))
+    for index in range(3):
+        _write(grid, index, 1.7, 200)
+    assert comparison.compare("tab:mnist", [grid]).loc[1, "protocol"] == "paper, 200 ep, 3 seeds"
+    for index in (1, 2):
+        folder = _grid_runs(grid)[index][1]
+        metrics = records.load_record(folder)["metrics"]
+        records.write_json(folder / "metrics.json", {**metrics, "device": "cuda"})
+    assert comparison.compare("tab:mnist", [grid]).loc[1, "protocol"] == "paper, 200 ep, 3 seeds, 2 on GPU"
+    folder = _grid_runs(grid)[0][1]
+    records.write_json(folder / "metrics.json", {**records.load_record(folder)["metrics"], "device": "cuda"})
+    assert comparison.compare("tab:mnist", [grid]).loc[1, "protocol"] == "paper, 200 ep, 3 seeds, on GPU"
+
+
 def test_distance_to_target_takes_the_largest_gap_over_the_constraints(runs):
     grid = runs / "grid.yaml"
     base = {"experiment": "cmp", "method": "constrained", "model": "mlp", "grouping": "layer",
