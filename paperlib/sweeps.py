@@ -29,6 +29,11 @@ complete through `submitit <https://github.com/facebookincubator/submitit>`_
 ``--partition`` as the jobs' resources. A job that reaches its time limit or is
 preempted is requeued by submitit and resumes from its last checkpoint.
 ``--executor local`` runs the same jobs as local processes (what the tests use).
+
+On a machine without Jupyter (a lent GPU node), ``--commands`` prints one
+``python -m paperlib.run`` command per run whose record is not complete; copied
+back into ``runs/``, their records get their executed notebooks from the next
+sweep here (:func:`execute`).
 """
 
 import argparse
@@ -79,11 +84,17 @@ def notebook_defaults(notebook: str) -> dict:
     return {name: ast.literal_eval(info["default"]) for name, info in papermill.inspect_notebook(notebook).items()}
 
 
-def run_config(params: dict, dataset: str, defaults: dict | None = None) -> ExperimentConfig:
-    """The resolved configuration of a notebook run with these parameters over its ``defaults``."""
+def config_parameters(params: dict, dataset: str, defaults: dict | None = None) -> dict:
+    """The configuration fields among a notebook run's parameters over its ``defaults`` (what a training
+    notebook passes to :func:`~paperlib.training.run_experiment`)."""
     fields = {f.name for f in dataclasses.fields(ExperimentConfig)}
     merged = {**(defaults or {}), "dataset": dataset, **params}  # the grid's dataset over the notebook's default
-    return resolve_config(**{k: v for k, v in merged.items() if k in fields})
+    return {k: v for k, v in merged.items() if k in fields}
+
+
+def run_config(params: dict, dataset: str, defaults: dict | None = None) -> ExperimentConfig:
+    """The resolved configuration of a notebook run with these parameters over its ``defaults``."""
+    return resolve_config(**config_parameters(params, dataset, defaults))
 
 
 def run_folder(params: dict, dataset: str, defaults: dict | None = None) -> Path:
@@ -180,11 +191,11 @@ def run_commands(notebook: str, dataset: str, params: dict, threads: int) -> str
     """
     if Path(notebook).stem == "bisection":
         raise ValueError("a bisection search is a notebook of many trainings; run it through the notebook")
-    fields = {f.name for f in dataclasses.fields(ExperimentConfig)}
-    merged = {**notebook_defaults(notebook), "dataset": dataset, **params, "threads": threads}
-    args = {key: value for key, value in merged.items() if key in fields and value is not None}
-    if records.run_folder(resolve_config(**args)) != record_folder(notebook, params, dataset, notebook_defaults(notebook)):
-        raise AssertionError(f"the command for {params} would write another record than the notebook")
+    defaults = notebook_defaults(notebook)
+    merged = config_parameters({**params, "threads": threads}, dataset, defaults)
+    args = {key: value for key, value in merged.items() if value is not None}  # None: the preset's value
+    if records.run_folder(resolve_config(**args)) != record_folder(notebook, params, dataset, defaults):
+        raise RuntimeError(f"the command for {params} would write another record than {notebook} does")
     words = [f"{key}={value if isinstance(value, str) else json.dumps(value, separators=(',', ':'))}"
              for key, value in args.items()]
     return " ".join(["python", "-m", "paperlib.run", *(shlex.quote(word) for word in words)])
