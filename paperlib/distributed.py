@@ -94,12 +94,20 @@ def current() -> Context:
     return Context(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)), dist.get_backend())
 
 
-def setup() -> Context:
-    """Join the process group ``torchrun`` describes (``WORLD_SIZE > 1``); one process: nothing to do."""
+def setup(device: torch.device) -> Context:
+    """Join the process group ``torchrun`` describes (``WORLD_SIZE > 1``); one process: nothing to do.
+
+    Runs on ``device``'s type: CUDA with NCCL, one GPU per process of a node
+    (``LOCAL_RANK``); the CPU with gloo.
+    """
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or dist.is_initialized():
         return current()
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    if torch.cuda.is_available():
+    if device.type == "cuda":
+        gpus = torch.cuda.device_count()
+        if local_rank >= gpus:
+            raise RuntimeError(f"process LOCAL_RANK={local_rank} has no GPU of its own: this node has {gpus}; "
+                               f"start at most {gpus} processes per node, or train on the CPU with device=cpu")
         torch.cuda.set_device(local_rank)
         dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))  # barriers on this GPU
     else:

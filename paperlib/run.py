@@ -25,7 +25,7 @@ import sys
 import yaml
 
 from . import distributed
-from .training import run_experiment
+from .training import resolve_device, run_experiment
 
 
 _EXPONENT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> dict:
     """Parse, join the process group if ``torchrun`` started several processes, run, leave the group."""
     params = parse(sys.argv[1:] if argv is None else argv)
     params.setdefault("progress", True)
-    distributed.setup()
+    distributed.setup(resolve_device(params.get("device", "auto")))
     try:
         return run_experiment(**params)
     finally:

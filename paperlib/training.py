@@ -273,9 +273,10 @@ class Runner:
         self.state = payload["state"]
         self.method.load_state_dict(payload, payload["model"].to(self.device), self.state.phase)
         self.train_loader.load_state_dict(payload["loader"])
-        torch.set_rng_state(payload["rng"])
+        # Generator states are CPU byte tensors; map_location moved them to the run's device.
+        torch.set_rng_state(payload["rng"].cpu())
         if payload["cuda_rng"] is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(payload["cuda_rng"])
+            torch.cuda.set_rng_state_all([state.cpu() for state in payload["cuda_rng"]])
         if self.dist.active and self.device.type == "cuda" and "cuda_rng_device" in payload:
             torch.cuda.set_rng_state(payload["cuda_rng_device"].cpu(), self.device)
         return True

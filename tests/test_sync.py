@@ -37,9 +37,10 @@ class SyncCounter(TorchDispatchMode):
         super().__init__()
         self.at = None
         self.events = defaultdict(list)
+        self.inside = False  # within a counted tensor method: the ops it dispatches are that one call
 
     def record(self, what: str) -> None:
-        if self.at is not None:
+        if self.at is not None and not self.inside:
             self.events[self.at].append(what)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -58,8 +59,14 @@ class SyncCounter(TorchDispatchMode):
             original = getattr(torch.Tensor, name)
 
             def counted(tensor, *args, _name=name, _original=original, **kwargs):
+                if self.inside:  # e.g. ``.numpy()`` calling ``.cpu()``: one synchronisation, already counted
+                    return _original(tensor, *args, **kwargs)
                 self.record(_name)
-                return _original(tensor, *args, **kwargs)
+                self.inside = True  # the copy to the host that the method makes on CUDA is its own
+                try:
+                    return _original(tensor, *args, **kwargs)
+                finally:
+                    self.inside = False
 
             monkeypatch.setattr(torch.Tensor, name, counted)
 
@@ -184,7 +191,7 @@ def test_the_counter_sees_a_synchronisation(mnist, monkeypatch):
     events, log_every = _counted_epoch(runner, monkeypatch)
     with pytest.raises(AssertionError, match="not logged"):
         _assert_no_sync_between_logged_steps(events, log_every, len(runner.train_loader))
-    assert events[1] == ["item", "aten._local_scalar_dense.default"]
+    assert events[1] == ["item"]  # one call, one synchronisation (its `_local_scalar_dense` is part of it)
 
 
 def test_a_non_finite_loss_raises_at_the_next_read_naming_its_step(mnist, monkeypatch):
