@@ -115,6 +115,6 @@ def plot_gate_histograms(record: dict, layer: str | None = None, epochs: list[st
             inactive = 100 * np.mean(np.asarray(values) == 0)
             ax.set_title(f"epoch {epoch}: {inactive:.0f}% at 0", fontsize=9)
         ax.set_xlabel("gate median")
-    np.atleast_1d(axes)[0].set_ylabel(f"fraction of gates\n{layer}")
+    np.atleast_1d(axes)[0].set_ylabel(f"fraction of gates\n{record['metrics']['model']} {layer}")
     fig.tight_layout()
     return fig

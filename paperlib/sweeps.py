@@ -45,8 +45,10 @@ import logging
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -212,6 +214,39 @@ def _claim(lock: Path) -> bool:
         return True
 
 
+#: The notebook processes this sweep has started and not seen end (several worker threads add to it).
+_RUNNING: set[subprocess.Popen] = set()
+_RUNNING_LOCK = threading.Lock()
+_STOPPING = threading.Event()
+
+
+def _run_notebook(command: list[str], env: dict, stream) -> int:
+    """Run one notebook process to its end and return its exit status (none starts once the sweep stops)."""
+    with _RUNNING_LOCK:
+        if _STOPPING.is_set():
+            return -signal.SIGTERM
+        process = subprocess.Popen(command, env=env, cwd=records.project_root(), stdout=stream,
+                                   stderr=subprocess.STDOUT)
+        _RUNNING.add(process)
+    try:
+        return process.wait()
+    finally:
+        with _RUNNING_LOCK:
+            _RUNNING.discard(process)
+
+
+def _stop_running() -> None:
+    """Stop the notebook processes of this sweep; each run resumes from its last checkpoint next time."""
+    with _RUNNING_LOCK:
+        _STOPPING.set()
+        for process in _RUNNING:
+            process.terminate()
+
+
+def _exit_on_sigterm(signum, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
 def _execute(notebook: str, params: dict, threads: int, commit: bool, run_dir: Path, scratch: Path) -> str:
     output = scratch / "notebook.ipynb"
     log = scratch / "papermill.log"
@@ -219,10 +254,9 @@ def _execute(notebook: str, params: dict, threads: int, commit: bool, run_dir: P
     started = time.time()
     print(f"start  {run_dir}  (progress: {log})", flush=True)
     with open(log, "w") as stream:
-        result = subprocess.run(_papermill_command(notebook, output, {**params, "threads": threads}), env=env,
-                                cwd=records.project_root(), stdout=stream, stderr=subprocess.STDOUT)
+        returncode = _run_notebook(_papermill_command(notebook, output, {**params, "threads": threads}), env, stream)
     minutes = (time.time() - started) / 60
-    if result.returncode != 0 or records.record_status(run_dir) != "complete":
+    if returncode != 0 or records.record_status(run_dir) != "complete":
         return f"FAILED after {minutes:.1f} min ({log})  {run_dir}"
     shutil.move(str(output), run_dir / "notebook.ipynb")
     records.make_portable(run_dir)
@@ -327,7 +361,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if any(line.startswith("FAILED") for line in lines) else 0
     workers = args.workers or yaml.safe_load(Path(args.grids[0]).read_text()).get("workers", 1)
     print(f"{len(runs)} runs of {len(args.grids)} grid file(s) with {workers} workers", flush=True)
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+    pool = ThreadPoolExecutor(max_workers=workers)
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)  # `kill` stops the runs too, not only this process
+    try:
         jobs = [pool.submit(execute, notebook, dataset, params, threads, args.commit)
                 for notebook, dataset, params, threads in runs]
         failures = 0
@@ -335,6 +371,12 @@ def main(argv: list[str] | None = None) -> int:
             line = job.result()
             failures += line.startswith("FAILED")
             print(line, flush=True)
+    except BaseException:  # SIGTERM or Ctrl-C
+        _stop_running()
+        raise
+    finally:
+        pool.shutdown(cancel_futures=True)
+        signal.signal(signal.SIGTERM, previous)
     return 1 if failures else 0
 
 

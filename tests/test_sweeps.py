@@ -1,7 +1,13 @@
 """Sweeps: grid expansion, record folders, several grid files in one command, and the cluster path."""
 
 import json
+import os
 import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -137,3 +143,62 @@ def test_a_complete_record_without_its_notebook_gets_it_without_training_again(w
     executed = json.loads((run_dir / "notebook.ipynb").read_text())
     assert "complete record found" in json.dumps(executed["cells"])
     assert sweeps.execute(notebook, "mnist", params, threads=1, commit=False).startswith("skip (complete)")
+
+
+def _descendants(pid: int) -> list[int]:
+    """Process ids below ``pid`` (Linux /proc)."""
+    children = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process tree from /proc")
+def test_stopping_a_sweep_stops_its_runs_and_starts_no_other(workspace, tmp_path):
+    """`kill` (SIGTERM) of a sweep ends its notebook processes and their kernels too, and the queued run never
+    starts; the stopped runs resume from their checkpoints next time."""
+    notebook = str(records.project_root() / "book" / "mnist.ipynb")
+    grid = tmp_path / "grid.yaml"
+    base = {"experiment": "stopped", "model": "mlp", "preset": "cpu", "epochs": 100000}
+    grid.write_text(yaml.safe_dump({"notebook": notebook, "dataset": "mnist", "base": base,
+                                    "grid": {"target": [0.3, 0.5, 0.7]}}))
+    sweep = subprocess.Popen([sys.executable, "-m", "paperlib.sweeps", str(grid), "--workers", "2"],
+                             cwd=records.project_root(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             env=dict(os.environ, OMP_NUM_THREADS="1"))
+    deadline = time.time() + 120
+    while time.time() < deadline and sum("ipykernel" in _command_line(p) for p in _descendants(sweep.pid)) < 2:
+        time.sleep(0.5)
+    below = _descendants(sweep.pid)
+    assert sum("ipykernel" in _command_line(p) for p in below) == 2, "two kernels should be training"
+
+    sweep.terminate()
+    output, _ = sweep.communicate(timeout=60)
+    assert sweep.returncode == 128 + signal.SIGTERM, output
+    deadline = time.time() + 60
+    while time.time() < deadline and any(map(_alive, below)):
+        time.sleep(0.5)
+    assert not [(p, _command_line(p)) for p in below if _alive(p)]
+    assert output.count("start ") == 2, output  # the third run was cancelled, not started
+
+
+def _command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
