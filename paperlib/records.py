@@ -5,7 +5,9 @@
 ``metrics.json``        final numbers and provenance (status, densities, counts,
                         errors, device, data source, git commit, versions)
 ``history.csv``         one row per epoch (training dynamics)
-``steps.csv``           density and multipliers every few steps (dual dynamics)
+``steps.csv.gz``        density and multipliers every few steps (dual dynamics),
+                        gzip-compressed CSV (``steps.csv`` in records made
+                        before 2026-11-23; :func:`compress_steps` converts them)
 ``gate_medians.json``   test-time gate medians per layer at chosen epochs
 =====================  =======================================================
 
@@ -15,6 +17,8 @@ status is ``complete`` is never overwritten by a partial or failed run.
 """
 
 import csv
+import gzip
+import io
 import json
 import os
 import subprocess
@@ -85,12 +89,21 @@ def git_commit() -> str:
     return commit + ("-dirty" if dirty else "")
 
 
+#: The steps log of a record, and the uncompressed name it had before.
+STEPS_FILE, LEGACY_STEPS_FILE = "steps.csv.gz", "steps.csv"
+
+
 def _write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file; a ``.gz`` path is gzip-compressed (no
+    timestamp in the header, so the same text always gives the same bytes)."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    data = text.encode()
+    if path.suffix == ".gz":
+        data = gzip.compress(data, compresslevel=9, mtime=0)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -104,7 +117,7 @@ def write_json(path: Path, obj) -> None:
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
-    """Write a list of dicts (same keys in every row, first row's order) as CSV, atomically."""
+    """Write a list of dicts (same keys in every row, first row's order) as CSV, atomically (gzip: ``.gz``)."""
     if not rows:
         return
     columns = list(rows[0])
@@ -125,8 +138,29 @@ def _csv_cell(value) -> str:
 
 
 def read_csv(path: Path) -> list[dict]:
-    with open(path) as handle:
-        return list(csv.DictReader(handle))
+    """The rows of a CSV file (gzip-compressed if its name ends in ``.gz``), as dicts of strings."""
+    data = Path(path).read_bytes()
+    text = gzip.decompress(data).decode() if Path(path).suffix == ".gz" else data.decode()
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+def compress_steps(run_dir: Path) -> bool:
+    """Replace a record's ``steps.csv`` by ``steps.csv.gz`` holding the same bytes; whether it did.
+
+    The compressed file is checked to decompress to the original before the
+    original is removed, so the conversion never changes a number.
+    """
+    run_dir = Path(run_dir)
+    legacy, compressed = run_dir / LEGACY_STEPS_FILE, run_dir / STEPS_FILE
+    if not legacy.exists():
+        return False
+    original = legacy.read_bytes()
+    _write_atomic(compressed, original.decode())
+    if gzip.decompress(compressed.read_bytes()) != original:
+        compressed.unlink()
+        raise RuntimeError(f"{compressed} does not decompress to {legacy}; kept {legacy}")
+    legacy.unlink()
+    return True
 
 
 def record_status(run_dir: Path) -> str | None:
@@ -152,10 +186,10 @@ def load_record(run_dir: Path) -> dict:
     record = {"path": str(run_dir),
               "params": json.loads((run_dir / "params.json").read_text()),
               "metrics": {RENAMED_METRICS.get(key, key): value for key, value in metrics.items()}}
-    for name, reader in (("history", read_csv), ("steps", read_csv),
-                         ("gate_medians", lambda p: json.loads(p.read_text()))):
-        path = run_dir / (f"{name}.csv" if name in ("history", "steps") else f"{name}.json")
-        record[name] = reader(path) if path.exists() else None
+    steps = next((run_dir / name for name in (STEPS_FILE, LEGACY_STEPS_FILE) if (run_dir / name).exists()), None)
+    for name, path, reader in (("history", run_dir / "history.csv", read_csv), ("steps", steps, read_csv),
+                               ("gate_medians", run_dir / "gate_medians.json", lambda p: json.loads(p.read_text()))):
+        record[name] = reader(path) if path is not None and path.exists() else None
     return record
 
 
@@ -173,7 +207,8 @@ def write_record(run_dir: Path, params: dict, metrics: dict, history: list[dict]
                            f"{metrics['status']} one")
     write_json(run_dir / "params.json", params)
     write_csv(run_dir / "history.csv", history)
-    write_csv(run_dir / "steps.csv", steps)
+    write_csv(run_dir / STEPS_FILE, steps)
+    (run_dir / LEGACY_STEPS_FILE).unlink(missing_ok=True)  # the log of a partial record made before
     if gate_medians:
         write_json(run_dir / "gate_medians.json", gate_medians)
     write_json(run_dir / "metrics.json", metrics)

@@ -1,5 +1,6 @@
 """Records: where a run's record lives, how it is written, and how records of earlier versions load."""
 
+import gzip
 import json
 
 import pytest
@@ -93,3 +94,34 @@ def test_git_commit_outside_git_is_the_one_the_copy_was_declared_from(tmp_path, 
     monkeypatch.setenv("PAPERLIB_GIT_COMMIT", "0123abc")
     assert copied.git_commit() == "0123abc"
     assert records.git_commit() != "0123abc"  # inside git the variable is not read
+
+
+def test_the_steps_log_is_compressed_and_an_old_uncompressed_one_converts_without_a_change(tmp_path):
+    steps = [{"epoch": 0.5 * i, "l0_density": 1 / (i + 1), "lambda_0": None} for i in range(50)]
+    records.write_record(tmp_path / "new", {}, {"status": "complete"}, [{"epoch": 1}], steps, {})
+    compressed = (tmp_path / "new" / "steps.csv.gz").read_bytes()
+    assert compressed[:2] == b"\x1f\x8b" and not (tmp_path / "new" / "steps.csv").exists()
+    records.write_record(tmp_path / "again", {}, {"status": "complete"}, [{"epoch": 1}], steps, {})
+    assert (tmp_path / "again" / "steps.csv.gz").read_bytes() == compressed  # no timestamp: same rows, same bytes
+    rows = records.load_record(tmp_path / "new")["steps"]
+    assert [float(row["l0_density"]) for row in rows] == pytest.approx([1 / (i + 1) for i in range(50)], rel=1e-5)
+
+    old = tmp_path / "old"  # a record made before the log was compressed
+    old.mkdir()
+    for name in ("params.json", "metrics.json", "history.csv"):
+        (old / name).write_bytes((tmp_path / "new" / name).read_bytes())
+    legacy = b"epoch,l0_density\n0,0.5\n0.25,0.499\n"
+    (old / "steps.csv").write_bytes(legacy)
+    before = records.load_record(old)["steps"]
+    assert records.compress_steps(old) and not records.compress_steps(old)
+    assert not (old / "steps.csv").exists()
+    assert gzip.decompress((old / "steps.csv.gz").read_bytes()) == legacy
+    assert records.load_record(old)["steps"] == before == [{"epoch": "0", "l0_density": "0.5"},
+                                                            {"epoch": "0.25", "l0_density": "0.499"}]
+
+
+def test_a_resumed_partial_record_leaves_no_uncompressed_log_behind(tmp_path):
+    (tmp_path / "steps.csv").write_text("epoch,l0_density\n0,0.9\n")  # written by the run before it stopped
+    records.write_record(tmp_path, {}, {"status": "complete"}, [{"epoch": 1}], [{"epoch": 0, "l0_density": 0.8}], {})
+    assert not (tmp_path / "steps.csv").exists()
+    assert records.load_record(tmp_path)["steps"] == [{"epoch": "0", "l0_density": "0.8"}]
