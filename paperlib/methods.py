@@ -75,6 +75,9 @@ class Method:
     gated = False
     #: The phases of the history whose rows describe the sparse model (its best error is reported).
     sparse_phases = ("train",)
+    #: Whether the first phase is the same for every ``target``, so that runs differing only in their
+    #: target can share it (magnitude pruning's dense training; :meth:`paperlib.training.Runner.run`).
+    target_free_first_phase = False
 
     def __init__(self, config: ExperimentConfig):
         self.config = config
@@ -351,6 +354,7 @@ class MagnitudePruning(Dense):
     """
 
     sparse_phases = ("pruned", "finetune")
+    target_free_first_phase = True  # App. L: one dense model, pruned at each target
 
     def __init__(self, config: ExperimentConfig):
         super().__init__(config)

@@ -18,6 +18,7 @@ status is ``complete`` is never overwritten by a partial or failed run.
 
 import csv
 import gzip
+import hashlib
 import io
 import json
 import os
@@ -70,6 +71,15 @@ def run_folder(config) -> Path:
 def checkpoint_path(config) -> Path:
     """The checkpoint of a run: ``<checkpoints>/<experiment>/<run name>/last.pt`` (:func:`checkpoints_dir`)."""
     return checkpoints_dir() / config.experiment / config.run_name / "last.pt"
+
+
+def first_phase_path(config) -> Path:
+    """Where a run leaves the state at the end of a first phase that every target shares (a magnitude-pruning
+    run's trained dense model), for the runs whose parameters differ from its own in ``target`` alone:
+    ``<checkpoints>/<experiment>/first-phase/<model>-s<seed>-<digest of the other parameters>.pt``."""
+    shared = {k: v for k, v in config.to_dict().items() if k not in ("target", "run_name", "device", "threads")}
+    digest = hashlib.sha256(json.dumps(shared, sort_keys=True).encode()).hexdigest()[:16]
+    return checkpoints_dir() / config.experiment / "first-phase" / f"{config.model}-s{config.seed}-{digest}.pt"
 
 
 def git_commit() -> str:

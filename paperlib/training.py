@@ -25,6 +25,7 @@ import os
 import platform
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from tqdm import tqdm
@@ -70,6 +71,7 @@ class RunState:
     gate_medians: dict = field(default_factory=dict)
     git_commits: list = field(default_factory=list)  # HEAD at the start and at every resumption
     wall_time: float = 0.0
+    first_phase_of: str | None = None  # the run whose first phase this one took over (records.first_phase_path)
 
 
 #: The name checkpoints written before the methods were split pickled their state under.
@@ -242,11 +244,11 @@ class Runner:
         return chosen or {0, 1, self.epochs_planned // 2, self.epochs_planned}
 
     # ----- checkpoints --------------------------------------------------------
-    def save_checkpoint(self) -> None:
-        """Rank 0 writes the checkpoint (every process holds the same state)."""
+    def save_checkpoint(self, path: Path | None = None) -> None:
+        """Rank 0 writes the checkpoint (every process holds the same state); by default the run's own."""
         if not self.dist.is_main:
             return
-        path = records.checkpoint_path(self.config)
+        path = path or records.checkpoint_path(self.config)
         path.parent.mkdir(parents=True, exist_ok=True)
         payload = {
             "config": self.config.to_dict(), "state": self.state, "model": self.method.model,
@@ -261,16 +263,21 @@ class Runner:
         tmp.replace(path)
 
     def load_checkpoint(self) -> bool:
-        """Resume from the last finished epoch if a checkpoint of the same parameters exists."""
-        path = records.checkpoint_path(self.config)
+        """Resume from the last finished epoch if a checkpoint of the same parameters exists, else from the end
+        of a first phase that a run of another target left (:attr:`~paperlib.methods.Method.target_free_first_phase`)."""
+        path, ignore = records.checkpoint_path(self.config), ()
+        if not path.exists() and self.method.target_free_first_phase:
+            path, ignore = records.first_phase_path(self.config), ("target", "run_name")
         if not path.exists():
             return False
         payload = _upgrade_checkpoint(torch.load(path, map_location=self.device, weights_only=False))
-        differences = config_differences(payload["config"], self.config)
+        differences = config_differences(payload["config"], self.config, ignore=ignore)
         if differences:
             raise RuntimeError(f"checkpoint {path} was made with other parameters ({'; '.join(differences)}); "
                                f"delete it to start afresh")
         self.state = payload["state"]
+        if ignore:
+            self.state.first_phase_of = payload["config"]["run_name"]
         self.method.load_state_dict(payload, payload["model"].to(self.device), self.state.phase)
         self.train_loader.load_state_dict(payload["loader"])
         # Generator states are CPU byte tensors; map_location moved them to the run's device.
@@ -314,6 +321,8 @@ class Runner:
                                       "sync_batchnorm": self.sync_batchnorm, "gate_noise": "shared"}
         if len(self.state.git_commits) > 1:
             metrics["git_commits_resumed_at"] = self.state.git_commits[1:]
+        if self.state.first_phase_of:  # absent when the run trained its first phase itself
+            metrics["first_phase_of"] = self.state.first_phase_of
         return metrics
 
     def write(self, status: str) -> None:
@@ -360,6 +369,8 @@ class Runner:
                 started = time.time()
                 phase = self._phase_at(self.state.epoch)
                 if phase != self.state.phase:  # e.g. magnitude pruning between training and fine-tuning
+                    if self.state.phase == "train" and self.method.target_free_first_phase:
+                        self.save_checkpoint(records.first_phase_path(self.config))  # for the other targets
                     label = self.method.enter_phase(phase)
                     self.state.phase = phase
                     self._finish_epoch(label, {}, started)

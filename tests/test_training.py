@@ -223,3 +223,27 @@ def test_bf16_autocast_needs_cuda(workspace):
         pytest.skip("CUDA is present")
     with pytest.raises(ValueError, match="autocast_bf16 needs CUDA; this run would train on cpu"):
         training.Runner(config, progress=False)
+
+
+def test_a_pruning_run_of_another_target_takes_over_the_trained_dense_model(workspace):
+    """App. L trains one dense model and prunes it at each target: a magnitude-pruning run starts from the dense
+    phase another target's run finished, and ends with the numbers it would have had training it itself."""
+    params = dict(experiment="shared", dataset="mnist", model="mlp", method="magnitude_pruning",
+                  sparsity="unstructured", preset="cpu", epochs=2, finetune_epochs=2, batch_size=16)
+    first = training.run_experiment(progress=False, **params, target=0.3)
+    assert "first_phase_of" not in first["metrics"]
+    shared = records.first_phase_path(resolve_config(**params, target=0.5))
+    assert shared == records.first_phase_path(resolve_config(**params, target=0.3)) and shared.exists()
+
+    taken_over = training.run_experiment(progress=False, **params, target=0.5)
+    assert taken_over["metrics"]["first_phase_of"] == first["metrics"]["run_name"]
+    dense_rows = [row for row in _numbers(first) if row["phase"] in ("init", "train")]
+    assert [row for row in _numbers(taken_over) if row["phase"] in ("init", "train")] == dense_rows
+
+    shared.unlink()  # the same run, training its dense phase itself
+    alone = training.run_experiment(progress=False, **params, target=0.5, run_name="alone")
+    assert "first_phase_of" not in alone["metrics"]
+    assert _numbers(taken_over) == _numbers(alone)
+    assert taken_over["metrics"]["params"] == alone["metrics"]["params"] < first["metrics"]["dense_params"]
+    other = {**params, "lr": 1e-3}  # another dense phase: not shared
+    assert records.first_phase_path(resolve_config(**other, target=0.5)) != shared
