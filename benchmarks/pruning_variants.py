@@ -14,7 +14,9 @@ gives numbers like theirs.
 It trains the dense model exactly as the magnitude-pruning run of the ``paper``
 preset does: that run's runner, dense phase and seed, so that at 200 epochs
 the weights are those the record pruned (the script checks it: its pruning of
-every layer at 20% must give the record's error). ``--init fan_out``
+every layer at 20% must give the record's error). Where a magnitude-pruning run
+of this setting has left its trained dense model (``records.first_phase_path``),
+the script takes that model instead of training one. ``--init fan_out``
 re-initialises the linear layers as the authors' gated layers are (their
 dense baseline is such a model with all gates on; book/errata.md). Copies
 of the trained model are then pruned, at each density, in four ways:
@@ -32,6 +34,7 @@ command to ``runs/pruning_variants/<model>-<init>-s<seed>.json``.
 
 import argparse
 import copy
+import dataclasses
 import json
 import sys
 import time
@@ -104,19 +107,29 @@ def main() -> None:
             if isinstance(layer, torch.nn.Linear):
                 init_weights_(layer.weight, layer.bias, mode="fan_out")
     start = time.time()
-    for epoch in range(1, args.epochs + 1):
-        runner.train_epoch()
-        print(f"epoch {epoch}", end="\r", flush=True)
+    # The records' own dense model, where a magnitude-pruning run of this setting has left it
+    # (records.first_phase_path, the end of its dense phase); else train it here.
+    dense_phase = records.first_phase_path(dataclasses.replace(config, experiment="magnitude_pruning_mnist"))
+    if args.init == "fan_in" and args.epochs == config.epochs and dense_phase.exists():
+        payload = torch.load(dense_phase, map_location=runner.device, weights_only=False)
+        model = payload["model"].to(runner.device)
+        source = f"the end of the dense phase of magnitude_pruning_mnist/{payload['config']['run_name']}"
+    else:
+        source = "trained by this script"
+        for epoch in range(1, args.epochs + 1):
+            runner.train_epoch()
+            print(f"epoch {epoch}", end="\r", flush=True)
 
     errors = {density: {label: validation_error(pruned.to(runner.device), runner.val_loader)
                         for label, pruned in variants(model, args.model, density).items()}
               for density in DENSITIES}
     result = {"model": args.model, "init": args.init, "seed": args.seed, "epochs": args.epochs,
-              "dense_val_error": validation_error(model, runner.val_loader),
+              "dense_model": source, "dense_val_error": validation_error(model, runner.val_loader),
               "pruned_val_error": {f"{d:g}": row for d, row in errors.items()}}
     record = records.runs_dir() / "magnitude_pruning_mnist" / config.run_name
-    if args.init == "fan_in" and args.epochs == config.epochs and (record / "history.csv").exists():
-        pruned_row = next(r for r in records.read_csv(record / "history.csv") if r["phase"] == "pruned")
+    pruned_row = next((r for r in records.read_csv(record / "history.csv") if r["phase"] == "pruned"), None) \
+        if (record / "history.csv").exists() else None
+    if args.init == "fan_in" and args.epochs == config.epochs and pruned_row:
         result["record"] = {"path": f"runs/magnitude_pruning_mnist/{record.name}",
                             "pruned_val_error": float(pruned_row["val_error"])}
         if result["record"]["pruned_val_error"] != errors[RECORD_TARGET]["every layer"]:
