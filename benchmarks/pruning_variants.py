@@ -34,7 +34,6 @@ command to ``runs/pruning_variants/<model>-<init>-s<seed>.json``.
 
 import argparse
 import copy
-import dataclasses
 import json
 import sys
 import time
@@ -44,7 +43,10 @@ import torch
 from torch.nn.utils import prune
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from paperlib import pruning, records, training  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from authors_training import validation_error  # noqa: E402
+
+from paperlib import comparison, pruning, records, training  # noqa: E402
 from paperlib.layers import init_weights_  # noqa: E402
 from paperlib.models import gated_layer_names  # noqa: E402
 from paperlib.presets import resolve_config  # noqa: E402
@@ -52,16 +54,6 @@ from paperlib.presets import resolve_config  # noqa: E402
 DENSITIES = (0.2, 0.1, 0.05, 0.01)
 #: The record whose dense model this script retrains (its pruned error at 20% is checked).
 RECORD_TARGET = 0.2
-
-
-@torch.no_grad()
-def validation_error(model: torch.nn.Module, loader) -> float:
-    model.eval()
-    wrong = total = 0
-    for x, y in loader:
-        wrong += int((model(x).argmax(1) != y).sum())
-        total += len(y)
-    return round(100.0 * wrong / total, 2)
 
 
 def globally_pruned(model: torch.nn.Module, density: float, names: list[str]) -> torch.nn.Module:
@@ -97,9 +89,11 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
 
-    config = resolve_config(experiment="pruning_variants", dataset="mnist", model=args.model,
+    # The configuration of the magnitude-pruning record at 20% (nothing here writes to its folders).
+    config = resolve_config(experiment="magnitude_pruning_mnist", dataset="mnist", model=args.model,
                             method="magnitude_pruning", sparsity="unstructured", target=RECORD_TARGET,
                             preset="paper", seed=args.seed)
+    records_model = args.init == "fan_in" and args.epochs == config.epochs  # the model the records pruned
     runner = training.Runner(config, progress=False)
     model = runner.method.model
     if args.init == "fan_out":
@@ -109,8 +103,8 @@ def main() -> None:
     start = time.time()
     # The records' own dense model, where a magnitude-pruning run of this setting has left it
     # (records.first_phase_path, the end of its dense phase); else train it here.
-    dense_phase = records.first_phase_path(dataclasses.replace(config, experiment="magnitude_pruning_mnist"))
-    if args.init == "fan_in" and args.epochs == config.epochs and dense_phase.exists():
+    dense_phase = records.first_phase_path(config)
+    if records_model and dense_phase.exists():
         payload = torch.load(dense_phase, map_location=runner.device, weights_only=False)
         model = payload["model"].to(runner.device)
         source = f"the end of the dense phase of magnitude_pruning_mnist/{payload['config']['run_name']}"
@@ -120,17 +114,16 @@ def main() -> None:
             runner.train_epoch()
             print(f"epoch {epoch}", end="\r", flush=True)
 
-    errors = {density: {label: validation_error(pruned.to(runner.device), runner.val_loader)
+    errors = {density: {label: round(validation_error(pruned.to(runner.device), runner.val_loader), 2)
                         for label, pruned in variants(model, args.model, density).items()}
               for density in DENSITIES}
     result = {"model": args.model, "init": args.init, "seed": args.seed, "epochs": args.epochs,
-              "dense_model": source, "dense_val_error": validation_error(model, runner.val_loader),
+              "dense_model": source, "dense_val_error": round(validation_error(model, runner.val_loader), 2),
               "pruned_val_error": {f"{d:g}": row for d, row in errors.items()}}
-    record = records.runs_dir() / "magnitude_pruning_mnist" / config.run_name
-    pruned_row = next((r for r in records.read_csv(record / "history.csv") if r["phase"] == "pruned"), None) \
-        if (record / "history.csv").exists() else None
-    if args.init == "fan_in" and args.epochs == config.epochs and pruned_row:
-        result["record"] = {"path": f"runs/magnitude_pruning_mnist/{record.name}",
+    record = records.run_folder(config)
+    pruned_row = comparison.finetuning_row(records.load_record(record), 0) if record.exists() else None
+    if records_model and pruned_row:
+        result["record"] = {"path": f"runs/{config.experiment}/{config.run_name}",
                             "pruned_val_error": float(pruned_row["val_error"])}
         if result["record"]["pruned_val_error"] != errors[RECORD_TARGET]["every layer"]:
             raise SystemExit(f"the retrained model is not the record's: pruning every layer at 20% gives "
