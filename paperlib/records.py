@@ -22,6 +22,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import subprocess
 import tempfile
 from pathlib import Path
@@ -171,6 +172,44 @@ def compress_steps(run_dir: Path) -> bool:
         raise RuntimeError(f"{compressed} does not decompress to {legacy}; kept {legacy}")
     legacy.unlink()
     return True
+
+
+#: One update of the runner's progress bar (``epoch 7:  26%|██▌  | 121/469 [00:10<00:28, 12.1it/s]``,
+#: :meth:`paperlib.training.Runner.train_epoch`), and the carriage return and spaces that clear it.
+PROGRESS_BAR = re.compile(r"epoch \d+:\s+\d+%\|[^|\r\n]*\| \d+/\d+ \[[^\]\r\n]*\] *|\r *")
+
+
+def drop_progress_bars(run_dir: Path) -> int:
+    """Remove the progress bars from a record's executed notebook; the number of outputs changed.
+
+    The bars are the within-epoch updates the runner writes to stderr while it
+    trains. In a record they are noise (a sixth of the records' notebook text),
+    and each epoch's numbers are in its stdout line and ``history.csv`` anyway.
+    Every other stderr text (a warning, a traceback) is kept, and nothing else
+    in the notebook is touched.
+    """
+    notebook = Path(run_dir) / "notebook.ipynb"
+    if not notebook.exists():
+        return 0
+    content = json.loads(notebook.read_text())
+    changed = 0
+    for cell in content.get("cells", []):
+        kept = []
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "stream" and output.get("name") == "stderr":
+                text = output["text"] if isinstance(output["text"], str) else "".join(output["text"])
+                rest = PROGRESS_BAR.sub("", text)
+                if rest != text:
+                    changed += 1
+                    if not rest.strip():
+                        continue
+                    output["text"] = rest
+            kept.append(output)
+        if "outputs" in cell:
+            cell["outputs"] = kept
+    if changed:
+        _write_atomic(notebook, json.dumps(content, indent=1, ensure_ascii=False, sort_keys=True))  # as nbformat writes
+    return changed
 
 
 def record_status(run_dir: Path) -> str | None:

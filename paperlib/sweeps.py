@@ -260,6 +260,7 @@ def _execute(notebook: str, params: dict, threads: int, commit: bool, run_dir: P
         return f"FAILED after {minutes:.1f} min ({log})  {run_dir}"
     shutil.move(str(output), run_dir / "notebook.ipynb")
     records.make_portable(run_dir)
+    records.drop_progress_bars(run_dir)
     records.compress_steps(run_dir)  # a record written by an earlier paperlib (a copy from another machine)
     if commit:
         _commit(run_dir)

@@ -1,6 +1,7 @@
 """Records: where a run's record lives, how it is written, and how records of earlier versions load."""
 
 import gzip
+import io
 import json
 
 import pytest
@@ -125,3 +126,34 @@ def test_a_resumed_partial_record_leaves_no_uncompressed_log_behind(tmp_path):
     records.write_record(tmp_path, {}, {"status": "complete"}, [{"epoch": 1}], [{"epoch": 0, "l0_density": 0.8}], {})
     assert not (tmp_path / "steps.csv").exists()
     assert records.load_record(tmp_path)["steps"] == [{"epoch": "0", "l0_density": "0.8"}]
+
+
+def test_progress_bars_leave_a_record_notebook_and_everything_else_stays(tmp_path):
+    from tqdm import tqdm
+
+    stream = io.StringIO()  # what the runner's bar writes to stderr in one epoch (training.Runner.train_epoch)
+    for _ in tqdm(range(469), desc="epoch 117", mininterval=0, leave=False, file=stream):
+        pass
+    bars = stream.getvalue()
+    assert bars.count("it/s]") > 100
+    cut = bars.index("\r", 200)  # a warning arrives between two updates of the bar
+    warning = "/x/torch/nn/functional.py:12: UserWarning: something\n  warnings.warn(\n"
+    epoch_line = "epoch=117 train_loss=0.002 val_error=0.88 l0_density=0.1999 params_pct=19.5\n"
+    cells = [{"cell_type": "code", "source": "run()", "metadata": {}, "execution_count": 1, "outputs": [
+                 {"output_type": "stream", "name": "stderr", "text": bars},
+                 {"output_type": "stream", "name": "stdout", "text": [epoch_line, bars]},
+                 {"output_type": "stream", "name": "stderr", "text": [bars[:cut], warning, bars[cut:]]},
+                 {"output_type": "display_data", "data": {"text/plain": "<Figure>"}, "metadata": {}}]},
+             {"cell_type": "markdown", "source": "# title", "metadata": {}}]
+    notebook = tmp_path / "notebook.ipynb"
+    notebook.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+
+    assert records.drop_progress_bars(tmp_path) == 2
+    outputs = json.loads(notebook.read_text())["cells"][0]["outputs"]
+    assert outputs == [cells[0]["outputs"][1],  # stdout is never touched, even where it looks like a bar
+                       {"output_type": "stream", "name": "stderr", "text": warning},
+                       cells[0]["outputs"][3]]
+    assert json.loads(notebook.read_text())["cells"][1] == cells[1]
+    before = notebook.read_bytes()
+    assert records.drop_progress_bars(tmp_path) == 0 and notebook.read_bytes() == before
+    assert records.drop_progress_bars(tmp_path / "no record") == 0
