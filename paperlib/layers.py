@@ -83,10 +83,21 @@ class L0Layer(nn.Module):
         return self._group_view(weight_z), bias_z
 
     def gated_weight_and_bias(self, median: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Weight and bias multiplied by their gates: theta = theta_tilde * z (§2)."""
+        """Weight and bias multiplied by their gates: theta = theta_tilde * z (§2).
+
+        The gated weight is laid out in memory like the weight. Where the two
+        layouts describe the same tensor (LeNet5's first convolution has one input
+        channel, so NCHW and channels_last both fit it) the product could come
+        out NCHW, and that one layout would make the convolution and everything
+        after it up to the next one run in the slower layout.
+        """
         weight_z, bias_z = self.gate_values(median)
         bias = self.bias if (self.bias is None or bias_z is None) else self.bias * bias_z
-        return self.weight * weight_z, bias
+        weight = self.weight * weight_z
+        if weight.stride() != self.weight.stride():
+            weight = torch.empty_strided(self.weight.shape, self.weight.stride(), dtype=weight.dtype,
+                                         device=weight.device).copy_(weight)
+        return weight, bias
 
     def group_gate_values(self, median: bool = True) -> torch.Tensor:
         """One value per structured group (per input neuron or output channel), unbroadcast."""
