@@ -176,7 +176,9 @@ class L0Layer(nn.Module):
 
         Gates start around 1 - rho_init in their code's reasoning, so this keeps
         the effective initial weights of gated and dense models alike. The paper
-        is silent on this detail.
+        is silent on this detail. Their code divides the biases of convolutions
+        only; this also divides the gated biases of unstructured linear layers
+        (book/errata.md).
         """
         with torch.no_grad():
             self.weight.div_(1.0 - rho_init)
