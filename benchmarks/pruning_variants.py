@@ -17,8 +17,11 @@ the weights are those the record pruned (the script checks it: its pruning of
 every layer at 20% must give the record's error). Where a magnitude-pruning run
 of this setting has left its trained dense model (``records.first_phase_path``),
 the script takes that model instead of training one. ``--init fan_out``
-re-initialises the linear layers as the authors' gated layers are (their
-dense baseline is such a model with all gates on; book/errata.md). Copies
+re-initialises the linear layers as the authors' gated layers are (book/errata.md);
+``--init authors`` also divides every gated layer's weights (and convolution
+biases) by 1 - rho_init, as their gated layers do at initialisation: that is
+their dense baseline, their gated model with every gate on
+(``baseline_model`` in their ``utils/exp_utils.py``). Copies
 of the trained model are then pruned, at each density, in four ways:
 
 * ``every layer``: each layer keeps its largest weights (App. L as written;
@@ -84,7 +87,7 @@ def main() -> None:
     parser.add_argument("--model", default="mlp", choices=["mlp", "lenet5"])
     parser.add_argument("--epochs", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--init", default="fan_in", choices=["fan_in", "fan_out"])
+    parser.add_argument("--init", default="fan_in", choices=["fan_in", "fan_out", "authors"])
     parser.add_argument("--out", type=Path, default=None, help="default: runs/pruning_variants/<name>.json")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -96,10 +99,19 @@ def main() -> None:
     records_model = args.init == "fan_in" and args.epochs == config.epochs  # the model the records pruned
     runner = training.Runner(config, progress=False)
     model = runner.method.model
-    if args.init == "fan_out":
+    if args.init in ("fan_out", "authors"):
         for layer in model.modules():
             if isinstance(layer, torch.nn.Linear):
                 init_weights_(layer.weight, layer.bias, mode="fan_out")
+    if args.init == "authors":
+        names = gated_layer_names(args.model, sparsity="unstructured")
+        rhos = config.rho_init if isinstance(config.rho_init, list) else [config.rho_init] * len(names)
+        with torch.no_grad():
+            for name, rho in zip(names, rhos, strict=True):
+                layer = model.get_submodule(name)
+                layer.weight.div_(1.0 - rho)
+                if isinstance(layer, torch.nn.Conv2d) and layer.bias is not None:
+                    layer.bias.div_(1.0 - rho)
     start = time.time()
     # The records' own dense model, where a magnitude-pruning run of this setting has left it
     # (records.first_phase_path, the end of its dense phase); else train it here.
