@@ -183,7 +183,7 @@ def drop_progress_bars(run_dir: Path) -> int:
     """Remove the progress bars from a record's executed notebook; the number of outputs changed.
 
     The bars are the within-epoch updates the runner writes to stderr while it
-    trains. In a record they are noise (a sixth of the records' notebook text),
+    trains. In a record they are noise (8.4 of the 44.5 MB of runs/ on 2026-11-23),
     and each epoch's numbers are in its stdout line and ``history.csv`` anyway.
     Every other stderr text (a warning, a traceback) is kept, and nothing else
     in the notebook is touched.

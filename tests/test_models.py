@@ -196,9 +196,9 @@ def test_a_channels_last_model_trains_in_channels_last_from_its_first_convolutio
     """Every convolution and pooling output of a training step is laid out channels_last.
 
     LeNet5's input and first weight have one channel, so NCHW and channels_last
-    describe them equally; a gate sample laid out as NCHW then made the first
-    convolution, and everything after it up to the next one, run in the slower
-    layout (unstructured LeNet5 took 1.6x a structured step on one CPU thread).
+    describe them equally; its unstructured gated weight came out NCHW and made
+    the first convolution and pooling run in the slower layout (an unstructured
+    LeNet5 step took 1.6x a structured one on one CPU thread).
     """
     torch.manual_seed(0)
     model = build_model(name, gated=True, sparsity=sparsity).to(memory_format=torch.channels_last).train()

@@ -5,6 +5,7 @@ import io
 import json
 
 import pytest
+from tqdm import tqdm
 
 from paperlib import records
 from paperlib.presets import resolve_config
@@ -129,8 +130,6 @@ def test_a_resumed_partial_record_leaves_no_uncompressed_log_behind(tmp_path):
 
 
 def test_progress_bars_leave_a_record_notebook_and_everything_else_stays(tmp_path):
-    from tqdm import tqdm
-
     stream = io.StringIO()  # what the runner's bar writes to stderr in one epoch (training.Runner.train_epoch)
     for _ in tqdm(range(469), desc="epoch 117", mininterval=0, leave=False, file=stream):
         pass
