@@ -174,6 +174,11 @@ def compress_steps(run_dir: Path) -> bool:
     return True
 
 
+def _write_notebook(path: Path, content: dict) -> None:
+    """Write an executed notebook's JSON as nbformat writes it (so that a rewrite changes only what changed)."""
+    _write_atomic(path, json.dumps(content, indent=1, ensure_ascii=False, sort_keys=True))
+
+
 #: One update of the runner's progress bar (``epoch 7:  26%|██▌  | 121/469 [00:10<00:28, 12.1it/s]``,
 #: :meth:`paperlib.training.Runner.train_epoch`), and the carriage return and spaces that clear it.
 PROGRESS_BAR = re.compile(r"epoch \d+:\s+\d+%\|[^|\r\n]*\| \d+/\d+ \[[^\]\r\n]*\] *|\r *")
@@ -208,7 +213,7 @@ def drop_progress_bars(run_dir: Path) -> int:
         if "outputs" in cell:
             cell["outputs"] = kept
     if changed:
-        _write_atomic(notebook, json.dumps(content, indent=1, ensure_ascii=False, sort_keys=True))  # as nbformat writes
+        _write_notebook(notebook, content)
     return changed
 
 
@@ -295,4 +300,4 @@ def make_portable(run_dir: Path) -> None:
         portable["input_path"] = Path(os.path.relpath(source, root)).as_posix()
     if any(papermill.get(key) != value for key, value in portable.items()):
         papermill.update(portable)
-        _write_atomic(notebook, json.dumps(content, indent=1, ensure_ascii=False, sort_keys=True))  # as nbformat writes
+        _write_notebook(notebook, content)
