@@ -43,9 +43,10 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from paperlib.benchmark import (WORKLOADS, TrainStep, config_for, cpu_model, medians_ms, random_batch,  # noqa: E402
+from paperlib.benchmark import (WORKLOADS, TrainStep, config_for, medians_ms, random_batch,  # noqa: E402
                                 time_interleaved)
 from paperlib.models import layer_densities  # noqa: E402
+from paperlib.training import device_name  # noqa: E402
 
 
 def load_authors(root: Path) -> types.ModuleType:
@@ -150,7 +151,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     models = load_authors(args.authors)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), CPU: {cpu_model()}")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), CPU: {device_name(torch.device('cpu'))}")
     rows = []
     for name in args.models:
         config = config_for(name, "constrained")

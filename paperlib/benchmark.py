@@ -29,7 +29,6 @@ biases no variant in particular.
 import argparse
 import dataclasses
 import math
-import platform
 import statistics
 import time
 from collections.abc import Callable
@@ -39,6 +38,7 @@ import torch
 from .methods import build_method
 from .models import memory_format
 from .presets import ExperimentConfig, resolve_config
+from .training import device_name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,16 +127,6 @@ def medians_ms(samples: dict[str, list[float]]) -> dict[str, float]:
     return {name: 1e3 * statistics.median(values) for name, values in samples.items()}
 
 
-def cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def device_clock(device: torch.device) -> Callable[[], float]:
     """``time.perf_counter``, after waiting for the device's queued work where the device runs asynchronously."""
     if device.type != "cuda":
@@ -178,8 +168,7 @@ def main(argv: list[str] | None = None) -> None:
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()
                           else "cpu" if args.device == "auto" else args.device)
     torch.set_num_threads(args.threads)
-    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU: {cpu_model()}"
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {device.type}, {where}")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {device.type}: {device_name(device)}")
     print(f"median of {args.repeats} interleaved repetitions x {args.steps} steps; ms per training step")
     print(f"{'model':<9} {'batch':>5} {'dense':>7} {'constr.':>8} {'penal.':>7} {'gated/dense':>11} "
           f"{'epoch (est.)':>12}" + (f" {'epoch (real)':>12}" if args.real_epoch else ""))

@@ -60,6 +60,24 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def device_name(device: torch.device) -> str:
+    """The GPU's name, or the CPU's model with the vector instructions torch's kernels use.
+
+    The instruction set is part of what a record ran on: oneDNN picks other kernels
+    (other summation orders) with AVX-512 than with AVX2, so the same run on two
+    CPUs agrees only up to float rounding, and training amplifies the difference.
+    """
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            model = next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{model} ({torch.backends.cpu.get_cpu_capability()})"
+
+
 @dataclass
 class RunState:
     """Everything of the runner that changes during a run and goes into a checkpoint."""
@@ -310,7 +328,7 @@ class Runner:
             "val_split": self.data.val_split,
             "epochs_completed": self.state.epoch, "epochs_planned": self.epochs_planned,
             "wall_time_s": round(self.state.wall_time, 1), "device": str(self.device),
-            "device_name": torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else platform.processor() or platform.machine(),
+            "device_name": device_name(self.device),
             "threads": torch.get_num_threads(), "data_source": self.data.source, "data": self.data.describe(),
             "seed": c.seed, "git_commit": self.state.git_commits[0], "paperlib_version": __version__,
             "torch_version": torch.__version__,

@@ -61,6 +61,12 @@ def test_record_contents(workspace):
     assert len(record["gate_medians"]["0"]["fc1"]) == 784
     params = json.loads((workspace / "runs" / "unit" / metrics["run_name"] / "params.json").read_text())
     assert params == resolve_config(**RUN).to_dict()
+    # Where it ran, down to the vector instructions that decide float rounding on a CPU.
+    cpu_model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                      if line.startswith("model name")), None)
+    assert metrics["device"] == "cpu"
+    assert metrics["device_name"].endswith(f"({torch.backends.cpu.get_cpu_capability()})")
+    assert cpu_model is None or metrics["device_name"].startswith(cpu_model)
 
 
 def test_complete_record_is_reused_and_never_overwritten_by_a_failure(workspace, monkeypatch):
