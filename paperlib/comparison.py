@@ -25,6 +25,7 @@ of any seed, feasible or not. :func:`authors_best_error` takes ours that way too
 
 import math
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -50,6 +51,41 @@ METRIC_LABELS = {"l0_density": "L0-density (%)", "params_pct": "params (%)", "ma
 
 #: Columns of the paper's table that tell its rows apart (besides the metric).
 ROW_KEYS = ("model", "method", "grouping", "target", "lmbda", "gates_lr", "finetune_epochs")
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where the rows of one of the paper's result tables come from: the grids whose runs fill it (the
+    ``paper``-preset grid first), the book page that shows it, and ``where`` (see :func:`compare`)."""
+
+    grids: tuple[str, ...]
+    page: str
+    where: dict | None = None
+
+
+_UNSTRUCTURED_MNIST = ("grids/unstructured_mnist_paper.yaml", "grids/magnitude_pruning_mnist_paper.yaml",
+                       "grids/unstructured_mnist.yaml", "grids/magnitude_pruning_mnist.yaml")
+_TINY = ("grids/tinyimagenet_paper.yaml", "grids/tinyimagenet.yaml")
+
+#: Every result table of the paper that our grids reproduce, in the paper's order: one home for which
+#: records a table is compared with, used by the result pages and by :func:`overview`.
+TABLES = {
+    "tab:mnist": Source(("grids/table1_mnist_paper.yaml", "grids/table1_mnist.yaml"), "results_mnist"),
+    "tab:mlp_control": Source(("grids/mlp_control_paper.yaml", "grids/mlp_control.yaml"), "results_mnist"),
+    "tab:lenet_control": Source(("grids/lenet_control_paper.yaml", "grids/lenet_control.yaml"), "results_mnist"),
+    "tab:cifar10_control": Source(("grids/cifar10_control_paper.yaml", "grids/cifar10_control.yaml"),
+                                  "results_cifar10"),
+    "tab:cifar10": Source(("grids/wrn_gates_ablation.yaml", "grids/cifar10_flagship.yaml"), "results_cifar10",
+                          where={"detach_gates": True}),
+    "tab:mnist_unstructured_comparison_mlp": Source(_UNSTRUCTURED_MNIST, "results_beyond"),
+    "tab:mnist_unstructured_comparison_lenet": Source(_UNSTRUCTURED_MNIST, "results_beyond"),
+    "tab:cifar100_control": Source(("grids/cifar100_control_paper.yaml",), "results_beyond"),
+    "tab:cifar100": Source(("grids/cifar100_control_paper.yaml",), "results_beyond"),
+    "app:all_comparisons:tiny_imagenet": Source(_TINY, "results_beyond"),
+    "tab:tiny_unstructured_comparison": Source(_TINY, "results_beyond"),
+    "tab:mp_comparison_imagenet": Source(("grids/imagenet.yaml", "grids/imagenet_magnitude_pruning.yaml"),
+                                         "results_beyond"),
+}
 
 
 def constrained_densities(record: dict, row: dict) -> list[tuple[float, float]]:
@@ -332,6 +368,35 @@ def compare(table: str, grid_files: list[str | Path], metrics: list[str] | None 
     result = result[[*keys, *values, *(c for c in ("protocol", "runs") if c in result)]]
     result.attrs["missing"] = missing
     return result
+
+
+def compare_table(table: str, metrics: list[str] | None = None, digits: int = 2) -> pd.DataFrame:
+    """:func:`compare` for one of the paper's tables, with the records :data:`TABLES` names for it."""
+    if table not in TABLES:
+        raise ValueError(f"no grid reproduces {table!r}; the tables compared: {sorted(TABLES)}")
+    source = TABLES[table]
+    return compare(table, list(source.grids), metrics, digits, source.where)
+
+
+def overview(threshold: float = 2.0) -> pd.DataFrame:
+    """One row per table of :data:`TABLES`: how many of its rows have records at the paper's protocol, at
+    the ``cpu`` budget or none, and how many of the numbers compared at the paper's protocol are within
+    ``threshold`` points of the paper's (rows quoted from Louizos et al. are not counted)."""
+    rows = []
+    for label, source in TABLES.items():
+        table = compare_table(label)
+        table = table[table["method"] != "louizos"]
+        protocol = table["protocol"]
+        paper_rows = table[protocol.str.startswith("paper")]
+        deltas = [abs(float(d)) for column in table if column.endswith(" Δ")
+                  for d in paper_rows[column].dropna()]
+        rows.append({"table": label, "page": source.page, "rows": len(table),
+                     "paper protocol": int(protocol.str.startswith("paper").sum()),
+                     "cpu budget": int(protocol.str.startswith("cpu").sum()),
+                     "no record": int((~protocol.str.startswith(("paper", "cpu"))).sum()),
+                     "numbers compared": len(deltas),
+                     f"within {threshold:g} points": sum(d <= threshold for d in deltas)})
+    return pd.DataFrame(rows)
 
 
 def misses(table: pd.DataFrame, threshold: float = 2.0) -> pd.DataFrame:

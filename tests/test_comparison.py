@@ -186,3 +186,41 @@ def test_missing_commands_name_each_command_once_with_the_rows_it_produces():
     assert "`papermill book/unstructured.ipynb out.ipynb -p method dense`: 1 row (MLP dense)" in text
     table.attrs["missing"] = {}
     assert comparison.missing_commands(table) == ""
+
+
+def test_every_compared_table_is_a_result_table_of_the_paper_shown_on_its_page():
+    """comparison.TABLES is the one home of which grids fill which table: each label is one of the paper's
+    tables, each grid file exists, and the page it names shows that table."""
+    from paperlib.paper_results import paper_results
+
+    tables = set(paper_results().query("source_kind == 'table'")["table"])
+    for label, source in comparison.TABLES.items():
+        assert label in tables, label
+        assert all((records.project_root() / grid).is_file() for grid in source.grids), source.grids
+        assert f'"{label}"' in (records.project_root() / "book" / f"{source.page}.md").read_text(), label
+    with pytest.raises(ValueError, match="no grid reproduces 'tab:model_stats'"):
+        comparison.compare_table("tab:model_stats")
+
+
+def test_overview_counts_rows_by_protocol_and_differences_at_the_papers_protocol(runs, monkeypatch):
+    grid = runs / "grid.yaml"
+    base = {"experiment": "cmp", "method": "constrained", "model": "mlp", "target": 0.33}
+    grid.write_text(yaml.safe_dump({
+        "notebook": str(records.project_root() / "book" / "mnist.ipynb"), "dataset": "mnist", "base": base,
+        "runs": [{"preset": "paper", "grouping": "model"}, {"preset": "cpu", "grouping": "layer",
+                                                           "target": [0.3, 0.3, 0.3]}]}))
+    paper = float(paper_cell("tab:mnist", model="MLP", method="constrained", grouping="model",
+                             metric="val_error_last").value)
+    _write(grid, 0, paper + 2.5, 200)  # final error 2.5 points above the paper's; best error 2.0 above
+    _write(grid, 1, 9.0, 100, _history([90.0, 9.0], [0.9, 0.3]))  # cpu: counted as a row, never compared
+    monkeypatch.setattr(comparison, "TABLES", {"tab:mnist": comparison.Source((str(grid),), "results_mnist")})
+
+    row = comparison.overview().iloc[0]
+    # Table 1 has four constrained rows (the Louizos et al. rows are quoted, not counted).
+    assert (row["rows"], row["paper protocol"], row["cpu budget"], row["no record"]) == (4, 1, 1, 2)
+    # The paper-protocol row compares its best and final errors (the pruned architecture is no number).
+    paper_best = float(paper_cell("tab:mnist", model="MLP", method="constrained", grouping="model",
+                                  metric="val_error_best").value)
+    best_delta = abs(paper + 2.0 - paper_best)
+    assert row["numbers compared"] == 2
+    assert row["within 2 points"] == int(round(best_delta, 2) <= 2.0)
