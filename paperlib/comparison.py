@@ -379,9 +379,10 @@ def compare_table(table: str, metrics: list[str] | None = None, digits: int = 2)
 
 
 def overview(threshold: float = 2.0) -> pd.DataFrame:
-    """One row per table of :data:`TABLES`: how many of its rows have records at the paper's protocol, at
-    the ``cpu`` budget or none, and how many of the numbers compared at the paper's protocol are within
-    ``threshold`` points of the paper's (rows quoted from Louizos et al. are not counted)."""
+    """One row per table of :data:`TABLES` (its label linked to its page): how many of its rows have
+    records at the paper's protocol, at the ``cpu`` budget or none, and how many of the numbers compared at
+    the paper's protocol are within ``threshold`` points of the paper's (rows quoted from Louizos et al.
+    are not counted)."""
     rows = []
     for label, source in TABLES.items():
         table = compare_table(label)
@@ -390,12 +391,12 @@ def overview(threshold: float = 2.0) -> pd.DataFrame:
         paper_rows = table[protocol.str.startswith("paper")]
         deltas = [abs(float(d)) for column in table if column.endswith(" Δ")
                   for d in paper_rows[column].dropna()]
-        rows.append({"table": label, "page": source.page, "rows": len(table),
+        rows.append({"table": f'<a href="{source.page}.html">{label}</a>', "rows": len(table),
                      "paper protocol": int(protocol.str.startswith("paper").sum()),
                      "cpu budget": int(protocol.str.startswith("cpu").sum()),
                      "no record": int((~protocol.str.startswith(("paper", "cpu"))).sum()),
                      "numbers compared": len(deltas),
-                     f"within {threshold:g} points": sum(d <= threshold for d in deltas)})
+                     f"within {threshold:g} pts": sum(d <= threshold for d in deltas)})
     return pd.DataFrame(rows)
 
 

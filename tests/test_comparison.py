@@ -223,4 +223,5 @@ def test_overview_counts_rows_by_protocol_and_differences_at_the_papers_protocol
                                   metric="val_error_best").value)
     best_delta = abs(paper + 2.0 - paper_best)
     assert row["numbers compared"] == 2
-    assert row["within 2 points"] == int(round(best_delta, 2) <= 2.0)
+    assert row["within 2 pts"] == int(round(best_delta, 2) <= 2.0)
+    assert row["table"] == '<a href="results_mnist.html">tab:mnist</a>'
