@@ -121,13 +121,15 @@ def test_two_processes_with_half_batches_match_one_process(space, two_processes)
     # steps.json: densities and multipliers are global; "loss" is rank 0's shard's (paperlib.distributed)
     _close([{k: v for k, v in row.items() if k != "loss"} for row in one["steps"]],
            [{k: v for k, v in row.items() if k != "loss"} for row in two["steps"]], "steps")
-    # Parameters: Adam divides by sqrt(v) + 1e-8, so a weight whose gradients are ~1e-9 (pixels that are almost
-    # always black) turns a rounding difference of its gradient into ~1e-6 of its value: a handful of the MLP's
-    # first-layer weights differ by a few 1e-6 (up to 1.4e-5 on an H100 node's CPU); everything else agrees to ATOL.
+    # Parameters: Adam divides by sqrt(v) + 1e-8, so a weight or gate whose gradients are ~1e-9 (pixels that are
+    # almost always black) turns a rounding difference of its gradient into ~1e-6 of its value: a handful of the
+    # MLP's first-layer weights differ by a few 1e-6 (up to 1.4e-5 on an H100 node's CPU), and on an AVX-512 CPU
+    # also the input gate of pixel 284 (row 10, column 4: 1.7e-6); everything else agrees to ATOL.
     a, b = _checkpoint("one"), _checkpoint("two")
     for (name, p), (_, q) in zip(a["model"].state_dict().items(), b["model"].state_dict().items()):
         difference = (p - q).abs()
-        assert difference.max() < 50 * ATOL and (difference > ATOL).sum() <= 1e-4 * p.numel(), name
+        handful = max(3, 1e-4 * p.numel())
+        assert difference.max() < 50 * ATOL and (difference > ATOL).sum() <= handful, name
     lambdas = [checkpoint["objective"]["multipliers"]["value"] for checkpoint in (a, b)]
     assert torch.allclose(*lambdas, rtol=0, atol=ATOL)
     assert lambdas[1].abs().sum() > 0  # the multipliers moved
