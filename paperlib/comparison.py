@@ -4,9 +4,10 @@
 :mod:`paperlib.paper_results`) and the grid files whose runs reproduce it, and
 returns one row per row of the paper's table: for each metric the paper's value
 (with its printed 95% CI), ours (mean ± 95% CI over the seeds with a complete
-record), and the difference. The ``protocol`` column says which records were
-used: the ``paper`` preset's where any exist, otherwise the ``cpu`` ones, with
-their epochs and number of seeds. Nothing here invents a number: the paper's
+record), and the difference; :data:`TABLES` names the grids of each table, so
+``compare_table(label)`` is what a page shows. The ``protocol`` column says
+which records were used: the ``paper`` preset's where any exist, otherwise the
+``cpu`` ones, with their epochs and number of seeds. Nothing here invents a number: the paper's
 come from ``paper_results.csv``, ours from ``metrics.json`` and ``history.csv``.
 
 The CI is the authors' convention, 1.96 · std / sqrt(n) (sample std), so the two
@@ -67,8 +68,8 @@ _UNSTRUCTURED_MNIST = ("grids/unstructured_mnist_paper.yaml", "grids/magnitude_p
                        "grids/unstructured_mnist.yaml", "grids/magnitude_pruning_mnist.yaml")
 _TINY = ("grids/tinyimagenet_paper.yaml", "grids/tinyimagenet.yaml")
 
-#: Every result table of the paper that our grids reproduce, in the paper's order: one home for which
-#: records a table is compared with, used by the result pages and by :func:`overview`.
+#: Every result table of the paper that our grids reproduce, page by page: one home for which records a
+#: table is compared with, used by the result pages (:func:`compare_table`) and by :func:`overview`.
 TABLES = {
     "tab:mnist": Source(("grids/table1_mnist_paper.yaml", "grids/table1_mnist.yaml"), "results_mnist"),
     "tab:mlp_control": Source(("grids/mlp_control_paper.yaml", "grids/mlp_control.yaml"), "results_mnist"),
