@@ -55,11 +55,9 @@ def test_every_run_notebook_a_result_table_links_to_is_a_page(monkeypatch):
 
     import yaml
 
-    from paperlib import report
+    from paperlib import comparison, report
 
     globs = _toc_globs([yaml.safe_load((ROOT / "_toc.yml").read_text())])
-    from paperlib import comparison
-
     grids = sorted({g for page in RESULT_PAGES for g in re.findall(r"grids/[\w.-]+\.yaml", page.read_text())}
                    | {g for source in comparison.TABLES.values() for g in source.grids})
     assert grids and globs
