@@ -148,18 +148,28 @@ def _papermill_command(notebook: str, output: Path, params: dict) -> list[str]:
             "_execute_from_argv(sys.argv[1:])", notebook, str(output), yaml.safe_dump(params, default_flow_style=True)]
 
 
-def _commit(run_dir: Path) -> None:
-    """Commit one finished record; retries while another git process holds the index."""
+def record_folders(run_dir: Path) -> list[Path]:
+    """The folders that make up one finished record: the run's, and for a bisection search also those of
+    the trainings its record lists (their records are what its notebook and the book load)."""
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    if metrics.get("kind") != "bisection search":
+        return [run_dir]
+    return [run_dir, *(run_dir.parent / evaluation["run"] for evaluation in metrics["evaluations"])]
+
+
+def _commit(folders: list[Path]) -> None:
+    """Commit one finished record (all its folders); retries while another git process holds the index."""
     root = records.project_root()
+    paths = [str(folder) for folder in folders]
     for _ in range(20):
-        added = subprocess.run(["git", "add", str(run_dir)], cwd=root, capture_output=True, text=True)
+        added = subprocess.run(["git", "add", *paths], cwd=root, capture_output=True, text=True)
         if added.returncode == 0:
-            done = subprocess.run(["git", "commit", "-q", "-m", f"runs: {run_dir.relative_to(root)}", "--",
-                                   str(run_dir)], cwd=root, capture_output=True, text=True)
+            done = subprocess.run(["git", "commit", "-q", "-m", f"runs: {folders[0].relative_to(root)}", "--",
+                                   *paths], cwd=root, capture_output=True, text=True)
             if done.returncode == 0 or "nothing to commit" in done.stdout:
                 return
         time.sleep(3)
-    print(f"could not commit {run_dir}", flush=True)
+    print(f"could not commit {folders[0]}", flush=True)
 
 
 def execute(notebook: str, dataset: str, params: dict, threads: int, commit: bool) -> str:
@@ -259,11 +269,13 @@ def _execute(notebook: str, params: dict, threads: int, commit: bool, run_dir: P
     if returncode != 0 or records.record_status(run_dir) != "complete":
         return f"FAILED after {minutes:.1f} min ({log})  {run_dir}"
     shutil.move(str(output), run_dir / "notebook.ipynb")
-    records.make_portable(run_dir)
-    records.drop_progress_bars(run_dir)
-    records.compress_steps(run_dir)  # a record written by an earlier paperlib (a copy from another machine)
+    folders = record_folders(run_dir)
+    for folder in folders:
+        records.make_portable(folder)
+        records.drop_progress_bars(folder)
+        records.compress_steps(folder)  # a record written by an earlier paperlib (a copy from another machine)
     if commit:
-        _commit(run_dir)
+        _commit(folders)
     return f"done in {minutes:.1f} min  {run_dir}"
 
 

@@ -202,3 +202,17 @@ def _command_line(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return ""
+
+
+def test_a_bisection_search_is_committed_with_the_trainings_its_record_lists(tmp_path):
+    """The search's notebook and the book load its trainings' records, so they are part of the record."""
+    search = tmp_path / "search-mlp-model-t0.5"
+    search.mkdir()
+    records.write_json(search / "metrics.json", {"kind": "bisection search", "evaluations": [
+        {"lmbda": 0.001, "run": "mlp-penalized-model-l0.001"}, {"lmbda": 1.0, "run": "mlp-penalized-model-l1"}]})
+    assert sweeps.record_folders(search) == [search, tmp_path / "mlp-penalized-model-l0.001",
+                                             tmp_path / "mlp-penalized-model-l1"]
+    run = tmp_path / "mlp-constrained-model-t0.3"
+    run.mkdir()
+    records.write_json(run / "metrics.json", {"status": "complete", "run_name": run.name})
+    assert sweeps.record_folders(run) == [run]
