@@ -223,6 +223,11 @@ def _format(mean: float, ci: float | None, digits: int = 2) -> str:
     return f"{mean:.{digits}f}" + ("" if ci is None else f" ± {ci:.{digits}f}")
 
 
+def mean_of(cell: str) -> float:
+    """The mean of a cell of a :func:`compare` table (``"1.50 ± 0.04"`` or ``"1.50"``), as a float."""
+    return float(cell.split(" ± ")[0])
+
+
 def _chosen_runs(runs: list[tuple[object, Path]]) -> tuple[str | None, list[tuple[object, Path]]]:
     """The complete runs of the protocol shown: the paper preset's if any is complete, else the cpu preset's."""
     complete = [(c, d) for c, d in runs if records.record_status(d) == "complete"]

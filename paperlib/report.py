@@ -24,6 +24,14 @@ def _fmt(value) -> str:
     return f"{value:g}"
 
 
+def in_words(items) -> str:
+    """Items for a sentence of prose: "a", "a and b", "a, b and c"."""
+    items = [str(item) for item in items]
+    if not items:
+        raise ValueError("nothing to list")
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
 def _grid_runs(grid_file: str | Path) -> list[tuple[object, Path]]:
     """(resolved configuration, record folder) of every run a grid file asks for, in grid order."""
     root = records.project_root()

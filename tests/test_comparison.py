@@ -81,8 +81,10 @@ def test_compare_prefers_paper_protocol_records_and_names_missing_rows(runs):
     row = table.loc[("MLP", "constrained", "model")]
     mean, ci = comparison.mean_ci([1.6, 1.9])
     assert row["error final (%) ours"] == f"{mean:.2f} ± {ci:.2f}"
+    assert comparison.mean_of(row["error final (%) ours"]) == pytest.approx(1.75)
     paper = paper_cell("tab:mnist", model="MLP", method="constrained", grouping="model", metric="val_error_last")
     assert row["error final (%) paper"] == f"{paper.value} ± {paper.ci}"
+    assert comparison.mean_of(row["error final (%) paper"]) == float(paper.value)
     assert row["error final (%) Δ"] == f"{mean - float(paper.value):+.2f}"
     assert row["error best (%) ours"] == row["error final (%) ours"]  # the final epochs meet the 33% target
     assert row["pruned architecture ours"] == "200-230-100 / 200-230-100"

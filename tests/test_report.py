@@ -104,3 +104,11 @@ def test_a_control_figure_draws_each_run_in_its_panel_and_says_when_a_panel_has_
     assert not right.collections and [t.get_text() for t in right.texts] == ["no complete penalized run"]
     left, right = report.plot_control([constrained, penalized]).axes
     assert not left.texts and right.collections[0].get_offsets().tolist() == [[0.1, 60.0]]
+
+
+def test_in_words_lists_items_as_a_sentence_would():
+    assert report.in_words(["1.00"]) == "1.00"
+    assert report.in_words(["10%", "5%"]) == "10% and 5%"
+    assert report.in_words(f"{v:.1f}" for v in (1, 2, 3)) == "1.0, 2.0 and 3.0"
+    with pytest.raises(ValueError, match="nothing to list"):
+        report.in_words([])
