@@ -103,6 +103,27 @@ def complete_records(grid_file: str | Path) -> list[dict]:
             if records.record_status(run_dir) == "complete"]
 
 
+def final_errors(grid_files: list[str | Path], preset: str) -> pd.DataFrame:
+    """Every complete record of the grids made with ``preset``, once each, largest final error first.
+
+    The check behind "no run collapses": a collapsed run ends with a final error far above its best
+    (``lenet5_collapse``). Each row links the run's notebook.
+    """
+    rows, seen = [], set()
+    for grid_file in grid_files:
+        for config, run_dir in _grid_runs(grid_file):
+            if config.preset != preset or run_dir in seen or records.record_status(run_dir) != "complete":
+                continue
+            seen.add(run_dir)
+            metrics = records.load_record(run_dir)["metrics"]
+            rows.append({"run": notebook_link(run_dir, config.run_name) or config.run_name, "model": config.model,
+                         "method": config.method, "target": config.target,
+                         "final error (%)": metrics["val_error_final"],
+                         "best error (%)": metrics["val_error_best"]})
+    columns = ["run", "model", "method", "target", "final error (%)", "best error (%)"]
+    return pd.DataFrame(rows, columns=columns).sort_values("final error (%)", ascending=False, ignore_index=True)
+
+
 def grid_to_show(grid_files: list[str | Path]) -> tuple[str | Path, str]:
     """Which of several grids of one figure to draw, and a sentence saying which.
 

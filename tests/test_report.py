@@ -112,3 +112,28 @@ def test_in_words_lists_items_as_a_sentence_would():
     assert report.in_words(f"{v:.1f}" for v in (1, 2, 3)) == "1.0, 2.0 and 3.0"
     with pytest.raises(ValueError, match="nothing to list"):
         report.in_words([])
+
+
+def test_final_errors_lists_each_record_of_the_preset_once_largest_first(workspace):
+    notebook = str(records.project_root() / "book" / "mnist.ipynb")
+    base = {"experiment": "errors", "model": "mlp", "method": "constrained", "grouping": "model"}
+    grids = []
+    for name, targets in (("one", [0.2, 0.5]), ("two", [0.5, 0.8])):  # the 50% run is in both grids
+        grid = workspace / f"{name}.yaml"
+        grid.write_text(yaml.safe_dump({"notebook": notebook, "dataset": "mnist", "base": base,
+                                        "grid": {"target": targets, "preset": ["paper", "cpu"]}}))
+        grids.append(grid)
+    final = {(0.2, "paper"): 1.5, (0.5, "paper"): 33.6, (0.2, "cpu"): 80.0}  # 80% (cpu) must not be listed
+    for config, folder in report._grid_runs(grids[0]):
+        error = final[(config.target, config.preset)] if (config.target, config.preset) in final else None
+        if error is not None:
+            metrics = {"status": "complete", "run_name": config.run_name, "val_error_final": error,
+                       "val_error_best": error / 2}
+            records.write_record(folder, config.to_dict(), metrics, [], [], {})
+
+    table = report.final_errors(grids, "paper")
+    assert list(table["final error (%)"]) == [33.6, 1.5]
+    assert list(table["best error (%)"]) == [16.8, 0.75]
+    assert list(table["target"]) == [0.5, 0.2]
+    assert all(name.startswith("mlp-constrained-model-t0.") for name in table["run"])
+    assert report.final_errors(grids, "cpu")["final error (%)"].tolist() == [80.0]
