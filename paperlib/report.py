@@ -6,6 +6,7 @@ complete and, where it is not, the status and the command that would produce
 it. Nothing here invents a number: every cell comes from a ``metrics.json``.
 """
 
+import json
 import os
 from pathlib import Path
 
@@ -122,6 +123,13 @@ def final_errors(grid_files: list[str | Path], preset: str) -> pd.DataFrame:
                          "best error (%)": metrics["val_error_best"]})
     columns = ["run", "model", "method", "target", "final error (%)", "best error (%)"]
     return pd.DataFrame(rows, columns=columns).sort_values("final error (%)", ascending=False, ignore_index=True)
+
+
+def complete_searches(grid_file: str | Path) -> list[dict]:
+    """The complete bisection searches of a grid (``book/bisection.ipynb``), in grid order: each one's
+    ``metrics.json``, whose ``evaluations`` list its trainings, with ``path`` added."""
+    return [{**json.loads((run_dir / "metrics.json").read_text()), "path": run_dir}
+            for _, run_dir in _grid_runs(grid_file) if records.record_status(run_dir) == "complete"]
 
 
 def grid_to_show(grid_files: list[str | Path]) -> tuple[str | Path, str]:

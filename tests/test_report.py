@@ -137,3 +137,19 @@ def test_final_errors_lists_each_record_of_the_preset_once_largest_first(workspa
     assert list(table["target"]) == [0.5, 0.2]
     assert all(name.startswith("mlp-constrained-model-t0.") for name in table["run"])
     assert report.final_errors(grids, "cpu")["final error (%)"].tolist() == [80.0]
+
+
+def test_complete_searches_reads_each_finished_bisection_search_of_a_grid(workspace):
+    grid = workspace / "bisection.yaml"
+    grid.write_text(yaml.safe_dump({
+        "notebook": str(records.project_root() / "book" / "bisection.ipynb"), "dataset": "mnist",
+        "base": {"experiment": "search", "preset": "paper", "epochs": 3, "target": 0.5},
+        "grid": {"grouping": ["model", "layer"]}}))
+    (model_search, model_folder), (_, layer_folder) = report._grid_runs(grid)
+    assert model_search.grouping == "model"
+    for folder, status in ((model_folder, "complete"), (layer_folder, "partial")):
+        folder.mkdir(parents=True)
+        (folder / "metrics.json").write_text(json.dumps({"status": status, "grouping": folder.name, "num_trainings": 6}))
+
+    (search,) = report.complete_searches(grid)
+    assert search["path"] == model_folder and search["grouping"] == model_folder.name and search["num_trainings"] == 6
