@@ -134,7 +134,7 @@ def test_final_errors_lists_each_record_of_the_preset_once_largest_first(workspa
     table = report.final_errors(grids, "paper")
     assert list(table["final error (%)"]) == [33.6, 1.5]
     assert list(table["best error (%)"]) == [16.8, 0.75]
-    assert list(table["target"]) == [0.5, 0.2]
+    assert list(table["target"]) == [0.5, 0.2] and set(table["grouping"]) == {"model"}
     assert all(name.startswith("mlp-constrained-model-t0.") for name in table["run"])
     assert report.final_errors(grids, "cpu")["final error (%)"].tolist() == [80.0]
 
