@@ -33,7 +33,7 @@ import pandas as pd
 
 from . import records
 from .paper_results import paper_results
-from .report import _grid_runs, notebook_link
+from .report import grid_runs, notebook_link
 
 #: A constraint "holds" at an epoch when the expected density exceeds its target by at most this much.
 FEASIBILITY_TOLERANCE = 0.01
@@ -320,7 +320,7 @@ def compare(table: str, grid_files: list[str | Path], metrics: list[str] | None 
         raise ValueError(f"the paper has no table labelled {table!r}; "
                          f"labels: {sorted(paper['table'].unique())}")
     metrics = metrics or [m for m in METRIC_LABELS if m in set(cells["metric"])]
-    by_grid = {grid: [(config, folder) for config, folder in _grid_runs(grid)
+    by_grid = {grid: [(config, folder) for config, folder in grid_runs(grid)
                       if all(getattr(config, name) == value for name, value in (where or {}).items())]
                for grid in grid_files}
     ours = [run for runs in by_grid.values() for run in runs]
@@ -425,7 +425,7 @@ def distance_to_target(grid_files: list[str | Path]) -> pd.DataFrame:
     their targets (the largest gap over its constraints, in points; positive: above the target)."""
     rows = []
     for grid in grid_files:
-        for config, folder in _grid_runs(grid):
+        for config, folder in grid_runs(grid):
             if config.method != "constrained" or records.record_status(folder) != "complete":
                 continue
             record = records.load_record(folder)

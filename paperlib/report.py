@@ -33,7 +33,7 @@ def in_words(items) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def _grid_runs(grid_file: str | Path) -> list[tuple[object, Path]]:
+def grid_runs(grid_file: str | Path) -> list[tuple[object, Path]]:
     """(resolved configuration, record folder) of every run a grid file asks for, in grid order."""
     root = records.project_root()
     spec = yaml.safe_load((root / grid_file).read_text())
@@ -77,7 +77,7 @@ def grid_table(grid_file: str | Path) -> pd.DataFrame:
     produces the missing rows.
     """
     rows = []
-    for config, run_dir in _grid_runs(grid_file):
+    for config, run_dir in grid_runs(grid_file):
         hyper = config.lmbda if config.method == "penalized" else config.target
         row = {"model": config.model, "method": config.method, "grouping": config.grouping,
                "λ_pen" if config.method == "penalized" else "target": _fmt(hyper),
@@ -100,7 +100,7 @@ def grid_table(grid_file: str | Path) -> pd.DataFrame:
 
 def complete_records(grid_file: str | Path) -> list[dict]:
     """The complete records of a grid's runs, in grid order."""
-    return [records.load_record(run_dir) for _, run_dir in _grid_runs(grid_file)
+    return [records.load_record(run_dir) for _, run_dir in grid_runs(grid_file)
             if records.record_status(run_dir) == "complete"]
 
 
@@ -112,7 +112,7 @@ def final_errors(grid_files: list[str | Path], preset: str) -> pd.DataFrame:
     """
     rows, seen = [], set()
     for grid_file in grid_files:
-        for config, run_dir in _grid_runs(grid_file):
+        for config, run_dir in grid_runs(grid_file):
             if config.preset != preset or run_dir in seen or records.record_status(run_dir) != "complete":
                 continue
             seen.add(run_dir)
@@ -129,7 +129,7 @@ def complete_searches(grid_file: str | Path) -> list[dict]:
     """The complete bisection searches of a grid (``book/bisection.ipynb``), in grid order: each one's
     ``metrics.json``, whose ``evaluations`` list its trainings, with ``path`` added."""
     return [{**json.loads((run_dir / "metrics.json").read_text()), "path": run_dir}
-            for _, run_dir in _grid_runs(grid_file) if records.record_status(run_dir) == "complete"]
+            for _, run_dir in grid_runs(grid_file) if records.record_status(run_dir) == "complete"]
 
 
 def grid_to_show(grid_files: list[str | Path]) -> tuple[str | Path, str]:
@@ -143,7 +143,7 @@ def grid_to_show(grid_files: list[str | Path]) -> tuple[str | Path, str]:
     """
     done = []
     for grid_file in grid_files:
-        statuses = [records.record_status(run_dir) for _, run_dir in _grid_runs(grid_file)]
+        statuses = [records.record_status(run_dir) for _, run_dir in grid_runs(grid_file)]
         done.append((grid_file, statuses.count("complete"), len(statuses)))
     chosen = next((d for d in done if d[1] == d[2]), None) or next((d for d in done if d[1]), done[0])
     sentence = f"Shown: `{chosen[0]}` ({chosen[1]} of {chosen[2]} runs complete)."

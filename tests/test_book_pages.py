@@ -61,7 +61,7 @@ def test_every_run_notebook_a_result_table_links_to_is_a_page(monkeypatch):
     grids = sorted({g for page in RESULT_PAGES for g in re.findall(r"grids/[\w.-]+\.yaml", page.read_text())}
                    | {g for source in comparison.TABLES.values() for g in source.grids})
     assert grids and globs
-    linked = [run_dir / "notebook" for grid in grids for _, run_dir in report._grid_runs(grid)]
+    linked = [run_dir / "notebook" for grid in grids for _, run_dir in report.grid_runs(grid)]
     assert linked
     missing = [str(p.relative_to(ROOT)) for p in linked
                if not any(fnmatch(p.relative_to(ROOT).as_posix(), pattern) for pattern in globs)]

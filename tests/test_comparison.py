@@ -9,7 +9,7 @@ import yaml
 
 from paperlib import comparison, records
 from paperlib.paper_results import paper_cell
-from paperlib.report import _grid_runs
+from paperlib.report import grid_runs
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ def _history(errors, densities):
 
 def _write(grid, index: int, final_error: float, epochs: int, history=None) -> None:
     """A complete record of the grid's run ``index``, made with exactly the parameters the preset gives today."""
-    config, folder = _grid_runs(grid)[index]
+    config, folder = grid_runs(grid)[index]
     metrics = {"status": "complete", "run_name": config.run_name, "method": config.method,
                "grouping": config.grouping, "target": config.target, "l0_density": 0.33,
                "l0_density_per_layer": {"fc1": 0.3, "fc2": 0.4, "fc3": 0.9}, "params_pct": 30.0, "macs_pct": 30.0,
@@ -106,7 +106,7 @@ def test_a_record_made_with_an_earlier_preset_is_labelled(runs):
     grid.write_text(yaml.safe_dump({"notebook": str(records.project_root() / "book" / "mnist.ipynb"),
                                     "dataset": "mnist", "base": base}))
     _write(grid, 0, 1.7, 100)
-    folder = _grid_runs(grid)[0][1]
+    folder = grid_runs(grid)[0][1]
     params = records.load_record(folder)["params"]
     assert comparison.compare("tab:mnist", [grid]).loc[1, "protocol"] == "cpu, 100 ep, 1 seed"
     records.write_json(folder / "params.json", {**params, "dual_lr": 3e-3})  # what the old cpu preset used
@@ -124,11 +124,11 @@ def test_the_protocol_says_which_seeds_trained_on_a_gpu(runs):
         _write(grid, index, 1.7, 200)
     assert comparison.compare("tab:mnist", [grid]).loc[1, "protocol"] == "paper, 200 ep, 3 seeds"
     for index in (1, 2):
-        folder = _grid_runs(grid)[index][1]
+        folder = grid_runs(grid)[index][1]
         metrics = records.load_record(folder)["metrics"]
         records.write_json(folder / "metrics.json", {**metrics, "device": "cuda"})
     assert comparison.compare("tab:mnist", [grid]).loc[1, "protocol"] == "paper, 200 ep, 3 seeds, 2 on GPU"
-    folder = _grid_runs(grid)[0][1]
+    folder = grid_runs(grid)[0][1]
     records.write_json(folder / "metrics.json", {**records.load_record(folder)["metrics"], "device": "cuda"})
     assert comparison.compare("tab:mnist", [grid]).loc[1, "protocol"] == "paper, 200 ep, 3 seeds, on GPU"
 

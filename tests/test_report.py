@@ -124,7 +124,7 @@ def test_final_errors_lists_each_record_of_the_preset_once_largest_first(workspa
                                         "grid": {"target": targets, "preset": ["paper", "cpu"]}}))
         grids.append(grid)
     final = {(0.2, "paper"): 1.5, (0.5, "paper"): 33.6, (0.2, "cpu"): 80.0}  # 80% (cpu) must not be listed
-    for config, folder in report._grid_runs(grids[0]):
+    for config, folder in report.grid_runs(grids[0]):
         error = final[(config.target, config.preset)] if (config.target, config.preset) in final else None
         if error is not None:
             metrics = {"status": "complete", "run_name": config.run_name, "val_error_final": error,
@@ -145,7 +145,7 @@ def test_complete_searches_reads_each_finished_bisection_search_of_a_grid(worksp
         "notebook": str(records.project_root() / "book" / "bisection.ipynb"), "dataset": "mnist",
         "base": {"experiment": "search", "preset": "paper", "epochs": 3, "target": 0.5},
         "grid": {"grouping": ["model", "layer"]}}))
-    (model_search, model_folder), (_, layer_folder) = report._grid_runs(grid)
+    (model_search, model_folder), (_, layer_folder) = report.grid_runs(grid)
     assert model_search.grouping == "model"
     for folder, status in ((model_folder, "complete"), (layer_folder, "partial")):
         folder.mkdir(parents=True)
