@@ -136,15 +136,33 @@ def finetuning_row(record: dict, finetune_epochs: int) -> dict | None:
     return record["history"][pruned[0] + finetune_epochs]
 
 
+def best_finetuned_error(record: dict, finetune_epochs: int) -> float | None:
+    """The lowest validation error of a magnitude-pruning record over its first ``finetune_epochs`` epochs of
+    fine-tuning (0: the pruned model's error), or None if the run did not get that far.
+
+    App. L's columns are the "Best Val. Error (%) after fine-tuning for # epochs"
+    (`tab:mnist_unstructured_comparison_mlp`): the best so far, not the error of
+    the checkpoint. The paper's values never rise from 50 to 100 to 200 epochs and
+    often repeat (3.69, 3.69, 3.69 for the MLP at 5%), as a best so far does.
+    """
+    if finetuning_row(record, finetune_epochs) is None:
+        return None
+    start = next(i for i, row in enumerate(record["history"]) if row["phase"] == "pruned")
+    return min(float(row["val_error"]) for row in record["history"][start:start + finetune_epochs + 1])
+
+
 def our_value(record: dict, metric: str, finetune_epochs: int | None = None):
     """A record's value of one of the paper's metrics (percentages in percent); for magnitude pruning at
-    ``finetune_epochs`` the error of that checkpoint of fine-tuning (the paper's App. L columns)."""
+    ``finetune_epochs``, App. L's columns: the best error so far (:func:`best_finetuned_error`), and the
+    error of that checkpoint as the last."""
     m = record["metrics"]
     if finetune_epochs is not None and m["method"] == "magnitude_pruning":
         row = finetuning_row(record, finetune_epochs)
         if row is None or metric not in ("val_error_best", "val_error_last", "l0_density"):
             return None
-        return 100.0 * m["target"] if metric == "l0_density" else float(row["val_error"])
+        if metric == "l0_density":
+            return 100.0 * m["target"]
+        return best_finetuned_error(record, finetune_epochs) if metric == "val_error_best" else float(row["val_error"])
     if metric == "l0_density":
         return None if m["l0_density"] is None else 100.0 * m["l0_density"]
     if metric == "pruned_architecture":
