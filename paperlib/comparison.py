@@ -22,6 +22,8 @@ penalized and dense runs it is the best error over training. The paper does not
 say how its "best" column was taken; the authors' code
 (``get_results/neurips/comparison_tables.py``) takes the lowest error of any epoch
 of any seed, feasible or not. :func:`authors_best_error` takes ours that way too.
+A magnitude-pruning row of App. L is the best error of the fine-tuning so far
+(:func:`best_finetuned_error`).
 """
 
 import math
