@@ -129,13 +129,21 @@ def authors_best_error(runs: list[dict]) -> float:
     return min(float(row["val_error"]) for record in runs for row in record["history"] if row["phase"] == "train")
 
 
+def _finetuning_rows(record: dict, finetune_epochs: int) -> list[dict] | None:
+    """The history rows of a magnitude-pruning record from the pruned model through ``finetune_epochs``
+    epochs of fine-tuning, or None if the run did not get that far (App. L)."""
+    history = record["history"]
+    start = next((i for i, row in enumerate(history) if row["phase"] == "pruned"), None)
+    if start is None or start + finetune_epochs >= len(history):
+        return None
+    return history[start:start + finetune_epochs + 1]
+
+
 def finetuning_row(record: dict, finetune_epochs: int) -> dict | None:
     """The history row of a magnitude-pruning record after ``finetune_epochs`` epochs of fine-tuning
     (0: the pruned model before fine-tuning), or None if the run did not get that far (App. L)."""
-    pruned = [i for i, row in enumerate(record["history"]) if row["phase"] == "pruned"]
-    if not pruned or pruned[0] + finetune_epochs >= len(record["history"]):
-        return None
-    return record["history"][pruned[0] + finetune_epochs]
+    rows = _finetuning_rows(record, finetune_epochs)
+    return None if rows is None else rows[-1]
 
 
 def best_finetuned_error(record: dict, finetune_epochs: int) -> float | None:
@@ -147,10 +155,8 @@ def best_finetuned_error(record: dict, finetune_epochs: int) -> float | None:
     the checkpoint. The paper's values never rise from 50 to 100 to 200 epochs and
     often repeat (3.69, 3.69, 3.69 for the MLP at 5%), as a best so far does.
     """
-    if finetuning_row(record, finetune_epochs) is None:
-        return None
-    start = next(i for i, row in enumerate(record["history"]) if row["phase"] == "pruned")
-    return min(float(row["val_error"]) for row in record["history"][start:start + finetune_epochs + 1])
+    rows = _finetuning_rows(record, finetune_epochs)
+    return None if rows is None else min(float(row["val_error"]) for row in rows)
 
 
 def our_value(record: dict, metric: str, finetune_epochs: int | None = None):
