@@ -24,6 +24,11 @@ validation error with their evaluation gates (the medians), and the groups
 kept per layer at test time (median > 0, the pruned architecture before
 purging removes units orphaned by another layer). The result is written to
 ``runs/authors_code/<model>-<grouping>-t<target>-s<seed>.json`` with this command.
+
+After every epoch the run saves its state (their model, both optimisers, the
+multipliers, the loader's position, the random generator and the history) to
+``<checkpoints>/authors_code/<name>.pt`` (:func:`paperlib.records.checkpoints_dir`);
+the same command resumes from there, to the same numbers.
 """
 
 import argparse
@@ -85,8 +90,21 @@ def main() -> None:
     val = data.loader("val", 500)
 
     name = f"{args.model}-{args.grouping}-t{args.target:g}-s{args.seed}"
-    history, start = [], time.time()
-    for epoch in range(1, args.epochs + 1):
+    checkpoint = records.checkpoints_dir() / "authors_code" / f"{name}.pt"
+    history, elapsed = [], 0.0
+    if checkpoint.exists():
+        state = torch.load(checkpoint, weights_only=False)
+        model.load_state_dict(state["model"])
+        step.primal.load_state_dict(state["primal"])
+        step.dual.load_state_dict(state["dual"])
+        with torch.no_grad():
+            step.multipliers.copy_(state["multipliers"])
+        train.load_state_dict(state["loader"])
+        torch.set_rng_state(state["rng"])
+        history, elapsed = state["history"], state["elapsed"]
+        print(f"resumed from {checkpoint} after epoch {len(history)}", flush=True)
+    start = time.time() - elapsed
+    for epoch in range(len(history) + 1, args.epochs + 1):
         densities = []
         for x, y in train:
             step(x.contiguous(), y)
@@ -96,11 +114,17 @@ def main() -> None:
         history.append({"epoch": epoch, "l0_density_epoch_mean": float(torch.stack(densities).mean()),
                         **{f"density[{i}]": float(d) for i, d in enumerate(reg.l0_layer)},
                         "l0_density": float(reg.l0_model),
-                        "lambda": [float(m) for m in step.multipliers],
+                        "lambda": [float(m) for m in step.multipliers.detach()],
                         "val_error": validation_error(model, val), "kept_groups": kept_groups(model)})
         last = history[-1]
         print(f"epoch={epoch} l0_density={last['l0_density']:.4f} val_error={last['val_error']:.2f} "
               f"kept={'-'.join(map(str, last['kept_groups']))}", flush=True)
+        checkpoint.parent.mkdir(parents=True, exist_ok=True)
+        torch.save({"model": model.state_dict(), "primal": step.primal.state_dict(), "dual": step.dual.state_dict(),
+                    "multipliers": step.multipliers.detach().clone(), "loader": train.state_dict(),
+                    "rng": torch.get_rng_state(), "history": history, "elapsed": time.time() - start},
+                   checkpoint.with_suffix(".tmp"))
+        checkpoint.with_suffix(".tmp").replace(checkpoint)
 
     out = args.out or records.runs_dir() / "authors_code" / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -46,7 +46,7 @@ import torch.nn as nn
 from torch.nn.utils import skip_init
 
 from .layers import ConvBN, L0Conv2d, L0Layer, L0Linear
-from .models import BasicBlock, Bottleneck, WideBasicBlock, gated_layers
+from .models import BasicBlock, Bottleneck, WideBasicBlock, build_model, gated_layer_names, gated_layers
 
 _CONVS = (nn.Conv2d, L0Conv2d)
 _LINEARS = (nn.Linear, L0Linear)
@@ -151,6 +151,32 @@ def pruned_architecture(model: nn.Module) -> list[int]:
     purger = _Purger(_scales_by_layer(model, median_scales(model)))
     purger.purge(model)
     return [purger.kept_groups[layer] for layer in layers]
+
+
+def keep_first(model_name: str, kept: list[int]) -> nn.Sequential:
+    """The dense ``model_name`` purged to a pruned architecture: the first ``kept[i]`` groups of its i-th gated layer.
+
+    The inverse of :func:`pruned_architecture`, to count an architecture the
+    paper gives by its shape (Table 1's 20-21-34-407 LeNet5) or only through its
+    parameters and MACs (`tab:lenet_control`). The counts do not depend on which
+    groups survive, as long as a linear layer reading a flattened convolution
+    keeps features of surviving channels only; the first ones do whenever
+    ``kept`` is a pruned architecture (LeNet5's fc1 keeps at most 16 features
+    per conv2 channel, and here the first 16 · conv2 of them).
+    """
+    names = gated_layer_names(model_name)
+    if len(kept) != len(names):
+        raise ValueError(f"{model_name} has {len(names)} gated layers ({', '.join(names)}); got {len(kept)} counts")
+    model = build_model(model_name, gated=False)
+    modules = dict(model.named_modules())
+    scales = {}
+    for name, count in zip(names, kept):
+        layer = modules[name]
+        size = layer.out_channels if isinstance(layer, _CONVS) else layer.in_features
+        if not 0 <= count <= size:
+            raise ValueError(f"layer {name!r} has {size} groups; cannot keep {count}")
+        scales[name] = (torch.arange(size) < count).float()
+    return purge_groups(model, scales)
 
 
 # --------------------------------------------------------------------------- #

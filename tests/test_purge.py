@@ -18,7 +18,7 @@ from paperlib.counting import count_macs, count_params
 from paperlib.gates import BETA, median_gates
 from paperlib.layers import L0Conv2d, L0Layer, L0Linear
 from paperlib.models import LeNet5, build_model, gated_layers
-from paperlib.purge import (Residual, ScatterChannels, SelectFeatures, median_scales, pruned_architecture, purge,
+from paperlib.purge import (Residual, ScatterChannels, SelectFeatures, keep_first, median_scales, pruned_architecture, purge,
                             purge_groups)
 
 OFF, ON = -5.0, 5.0  # log_alpha values whose median gate is exactly 0 and exactly 1
@@ -182,6 +182,29 @@ def test_pruned_architecture_on_hand_made_gates():
     with torch.no_grad():
         fc2.fill_(OFF)
     assert pruned_architecture(lenet) == [7, 3, 21, 0]
+
+
+@pytest.mark.parametrize("kept", [(20, 50, 800, 500), (20, 21, 34, 407), (20, 42, 89, 500), (3, 1, 16, 1)])
+def test_keep_first_counts_a_lenet5_architecture_as_a_closed_form_does(kept):
+    c1, c2, f1, f2 = kept
+    # conv1 5x5 on 28x28 -> 24x24, pool -> 12x12; conv2 5x5 -> 8x8, pool -> 4x4; fc1 reads f1 of 16 * c2 features.
+    params = c1 * (25 + 1) + c2 * (c1 * 25 + 1) + f2 * (f1 + 1) + 10 * (f2 + 1)
+    plain_macs = c1 * 24 * 24 * 25 + c2 * 8 * 8 * c1 * 25 + f1 * f2 + f2 * 10
+    purged = keep_first("lenet5", list(kept))
+    assert count_params(purged) == params
+    assert count_macs(purged, (1, 28, 28), "plain") == plain_macs
+
+
+def test_keep_first_counts_an_mlp_architecture_as_a_closed_form_does():
+    purged = keep_first("mlp", [198, 233, 100])  # Table 1's constrained model-wise MLP
+    assert count_params(purged) == 233 * (198 + 1) + 100 * (233 + 1) + 10 * (100 + 1)
+
+
+def test_keep_first_says_what_does_not_fit():
+    with pytest.raises(ValueError, match="lenet5 has 4 gated layers"):
+        keep_first("lenet5", [20, 50, 800])
+    with pytest.raises(ValueError, match="has 50 groups; cannot keep 51"):
+        keep_first("lenet5", [20, 51, 800, 500])
 
 
 def test_dense_shortcut_stem_and_classifier_are_copied(gated_models):
