@@ -162,7 +162,8 @@ def keep_first(model_name: str, kept: list[int]) -> nn.Sequential:
     groups survive, as long as a linear layer reading a flattened convolution
     keeps features of surviving channels only; the first ones do whenever
     ``kept`` is a pruned architecture (LeNet5's fc1 keeps at most 16 features
-    per conv2 channel, and here the first 16 · conv2 of them).
+    per conv2 channel, and here the first 16 · conv2 of them). Asked for more,
+    purging drops the features behind closed channels, as it would in training.
     """
     names = gated_layer_names(model_name)
     if len(kept) != len(names):

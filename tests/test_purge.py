@@ -18,8 +18,8 @@ from paperlib.counting import count_macs, count_params
 from paperlib.gates import BETA, median_gates
 from paperlib.layers import L0Conv2d, L0Layer, L0Linear
 from paperlib.models import LeNet5, build_model, gated_layers
-from paperlib.purge import (Residual, ScatterChannels, SelectFeatures, keep_first, median_scales, pruned_architecture, purge,
-                            purge_groups)
+from paperlib.purge import (Residual, ScatterChannels, SelectFeatures, keep_first, median_scales, pruned_architecture,
+                            purge, purge_groups)
 
 OFF, ON = -5.0, 5.0  # log_alpha values whose median gate is exactly 0 and exactly 1
 BOUND = BETA * math.log(11.0)  # |log_alpha| below this: fractional median
