@@ -399,8 +399,8 @@ def resolve_config(**overrides) -> ExperimentConfig:
 NOT_COMPARED = ("device", "threads")
 
 
-def config_differences(recorded: dict, config: ExperimentConfig, ignore: tuple[str, ...] = ()) -> list[str]:
-    """``name: recorded X, now Y`` for every parameter of ``config`` that a record or checkpoint has otherwise.
+def differing_parameters(recorded: dict, config: ExperimentConfig, ignore: tuple[str, ...] = ()) -> list[str]:
+    """The parameters of ``config`` that a record or checkpoint has otherwise, in ``config``'s order.
 
     Parameters the recorded configuration predates take their defaults;
     parameters that ``config``'s method does not use (:data:`UNUSED_BY_METHOD`)
@@ -409,9 +409,16 @@ def config_differences(recorded: dict, config: ExperimentConfig, ignore: tuple[s
     """
     defaults = ExperimentConfig().to_dict()
     skipped = set(ignore) | set(UNUSED_BY_METHOD[config.method])
-    return [f"{name}: recorded {recorded.get(name, defaults[name])!r}, now {value!r}"
-            for name, value in config.to_dict().items()
+    return [name for name, value in config.to_dict().items()
             if name not in skipped and recorded.get(name, defaults[name]) != value]
+
+
+def config_differences(recorded: dict, config: ExperimentConfig, ignore: tuple[str, ...] = ()) -> list[str]:
+    """``name: recorded X, now Y`` for every parameter of :func:`differing_parameters`."""
+    defaults = ExperimentConfig().to_dict()
+    current = config.to_dict()
+    return [f"{name}: recorded {recorded.get(name, defaults[name])!r}, now {current[name]!r}"
+            for name in differing_parameters(recorded, config, ignore)]
 
 
 #: Hyper-parameters named in a run's name when they differ from the preset's value.

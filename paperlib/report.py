@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import yaml
 
-from . import plots, records, sweeps
+from . import plots, presets, records, sweeps
 
 
 def _fmt(value) -> str:
@@ -102,6 +102,24 @@ def complete_records(grid_file: str | Path) -> list[dict]:
     """The complete records of a grid's runs, in grid order."""
     return [records.load_record(run_dir) for _, run_dir in grid_runs(grid_file)
             if records.record_status(run_dir) == "complete"]
+
+
+def counterpart(record: dict, candidates: list[dict], differing: tuple[str, ...]) -> dict | None:
+    """The first of ``candidates`` that trained what ``record`` trained except for the ``differing``
+    parameters, which must all differ (a clamped run's unclamped twin, say); None if there is none.
+
+    Parameters are compared as a resumed run compares them with its checkpoint
+    (:func:`~paperlib.presets.differing_parameters`): those a candidate predates
+    take their defaults, those the method does not use are skipped, and so are
+    the run's name, its experiment and the machine it ran on.
+    """
+    config = presets.ExperimentConfig(**record["params"])
+    unknown = [name for name in differing if name not in config.to_dict()]
+    if unknown:
+        raise ValueError(f"{unknown} are not parameters of a run (see paperlib.presets.ExperimentConfig)")
+    ignore = (*presets.NOT_COMPARED, "experiment", "run_name")
+    return next((other for other in candidates
+                 if set(presets.differing_parameters(other["params"], config, ignore)) == set(differing)), None)
 
 
 def final_errors(grid_files: list[str | Path], preset: str) -> pd.DataFrame:

@@ -153,3 +153,28 @@ def test_complete_searches_reads_each_finished_bisection_search_of_a_grid(worksp
 
     (search,) = report.complete_searches(grid)
     assert search["path"] == model_folder and search["grouping"] == model_folder.name and search["num_trainings"] == 6
+
+
+def test_counterpart_pairs_runs_that_differ_only_in_the_named_parameters():
+    def rec(name, **params):
+        base = {"experiment": "e", "run_name": name, "model": "mlp", "method": "constrained", "target": 0.2,
+                "seed": 0, "dual_lr": 1e-4, "clamp_log_alpha": False}
+        return {"params": {**base, **params}}
+
+    clamped = rec("c", experiment="clamp", clamp_log_alpha=True)
+    other_seed = rec("s1", seed=1)
+    other_dual_lr = rec("lr", dual_lr=1e-3)
+    twin = rec("twin", threads=2, lmbda=0.0)  # the machine, and a parameter constrained runs do not use, differ
+    clamped_too = rec("c2", experiment="x", clamp_log_alpha=True)
+    candidates = [other_seed, other_dual_lr, clamped_too, twin]
+    assert report.counterpart(clamped, candidates, ("clamp_log_alpha",)) is twin
+    assert report.counterpart(clamped, candidates, ("clamp_log_alpha", "dual_lr")) is other_dual_lr
+    assert report.counterpart(clamped, [other_seed, clamped_too], ("clamp_log_alpha",)) is None
+    # A record that predates an option is compared at the option's default.
+    older = {"params": {k: v for k, v in twin["params"].items() if k != "linear_init"}}
+    assert report.counterpart({"params": {**clamped["params"], "linear_init": "fan_in"}}, [older],
+                              ("clamp_log_alpha",)) is older
+    assert report.counterpart({"params": {**clamped["params"], "linear_init": "fan_out"}}, [older],
+                              ("clamp_log_alpha",)) is None
+    with pytest.raises(ValueError, match="not parameters"):
+        report.counterpart(clamped, candidates, ("clamp",))
