@@ -10,8 +10,10 @@ which records were used: the ``paper`` preset's where any exist, otherwise the
 ``cpu`` ones, with their epochs and number of seeds. Nothing here invents a number: the paper's
 come from ``paper_results.csv``, ours from ``metrics.json`` and ``history.csv``.
 
-The CI is the authors' convention, 1.96 · std / sqrt(n) (sample std), so the two
-columns are comparable; with one seed there is no CI.
+The CI is the authors' convention, 1.96 · std / sqrt(n) (sample std,
+:func:`paperlib.intervals.mean_ci`), so the two columns are comparable; with one
+seed there is no CI. Whether a difference exceeds what the runs' spread explains
+is :func:`agreement`'s question.
 
 "Best" validation errors are only comparable when they are taken at epochs where
 the constraint holds: early in training a constrained model is still dense and
@@ -34,6 +36,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import records
+from .intervals import difference_interval, mean_ci
 from .paper_results import paper_results
 from .report import grid_runs, notebook_link
 
@@ -64,6 +67,8 @@ class Source:
     grids: tuple[str, ...]
     page: str
     where: dict | None = None
+    #: How many runs each of the paper's cells aggregates, as its caption says (None: it does not say).
+    paper_runs: int | None = None
 
 
 _UNSTRUCTURED_MNIST = ("grids/unstructured_mnist_paper.yaml", "grids/magnitude_pruning_mnist_paper.yaml",
@@ -73,18 +78,20 @@ _TINY = ("grids/tinyimagenet_paper.yaml", "grids/tinyimagenet.yaml")
 #: Every result table of the paper that our grids reproduce, page by page: one home for which records a
 #: table is compared with, used by the result pages (:func:`compare_table`) and by :func:`overview`.
 TABLES = {
-    "tab:mnist": Source(("grids/table1_mnist_paper.yaml", "grids/table1_mnist.yaml"), "results_mnist"),
-    "tab:mlp_control": Source(("grids/mlp_control_paper.yaml", "grids/mlp_control.yaml"), "results_mnist"),
-    "tab:lenet_control": Source(("grids/lenet_control_paper.yaml", "grids/lenet_control.yaml"), "results_mnist"),
+    "tab:mnist": Source(("grids/table1_mnist_paper.yaml", "grids/table1_mnist.yaml"), "results_mnist", paper_runs=5),
+    "tab:mlp_control": Source(("grids/mlp_control_paper.yaml", "grids/mlp_control_seeds_paper.yaml",
+                               "grids/mlp_control.yaml"), "results_mnist", paper_runs=5),
+    "tab:lenet_control": Source(("grids/lenet_control_paper.yaml", "grids/lenet_control.yaml"), "results_mnist",
+                                paper_runs=5),
     "tab:cifar10_control": Source(("grids/cifar10_control_paper.yaml", "grids/cifar10_control.yaml"),
-                                  "results_cifar10"),
+                                  "results_cifar10", paper_runs=5),
     "tab:cifar10": Source(("grids/wrn_gates_ablation.yaml", "grids/cifar10_flagship.yaml"), "results_cifar10",
-                          where={"detach_gates": True}),
-    "tab:mnist_unstructured_comparison_mlp": Source(_UNSTRUCTURED_MNIST, "results_beyond"),
-    "tab:mnist_unstructured_comparison_lenet": Source(_UNSTRUCTURED_MNIST, "results_beyond"),
-    "tab:cifar100_control": Source(("grids/cifar100_control_paper.yaml",), "results_beyond"),
-    "tab:cifar100": Source(("grids/cifar100_control_paper.yaml",), "results_beyond"),
-    "app:all_comparisons:tiny_imagenet": Source(_TINY, "results_beyond"),
+                          where={"detach_gates": True}, paper_runs=5),
+    "tab:mnist_unstructured_comparison_mlp": Source(_UNSTRUCTURED_MNIST, "results_beyond", paper_runs=3),
+    "tab:mnist_unstructured_comparison_lenet": Source(_UNSTRUCTURED_MNIST, "results_beyond", paper_runs=3),
+    "tab:cifar100_control": Source(("grids/cifar100_control_paper.yaml",), "results_beyond", paper_runs=5),
+    "tab:cifar100": Source(("grids/cifar100_control_paper.yaml",), "results_beyond", paper_runs=5),
+    "app:all_comparisons:tiny_imagenet": Source(_TINY, "results_beyond", paper_runs=3),
     "tab:tiny_unstructured_comparison": Source(_TINY, "results_beyond"),
     "tab:mp_comparison_imagenet": Source(("grids/imagenet.yaml", "grids/imagenet_magnitude_pruning.yaml"),
                                          "results_beyond"),
@@ -180,14 +187,6 @@ def our_value(record: dict, metric: str, finetune_epochs: int | None = None):
     if metric == "val_error_last":
         return m["val_error_final"]
     return m[metric]
-
-
-def mean_ci(values: list[float]) -> tuple[float, float | None]:
-    """Mean and the half-width of its 95% CI, 1.96 · std / sqrt(n) (the authors' convention); no CI for n = 1."""
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return mean, None
-    return mean, 1.96 * statistics.stdev(values) / math.sqrt(len(values))
 
 
 def _number(text: str) -> float | None:
@@ -336,7 +335,8 @@ def compare(table: str, grid_files: list[str | Path], metrics: list[str] | None 
     notebooks). Rows the paper reports but our grids do not run, or whose
     records are not complete yet, show the paper's value and "not run"; the
     commands that would produce them are in ``attrs["missing"]``
-    (``{row description: command}``). ``where`` keeps only the runs whose
+    (``{row description: command}``), and our values behind each row, one
+    ``{metric: [value per run]}`` per row, are in ``attrs["values"]``. ``where`` keeps only the runs whose
     configuration has these values (e.g. ``{"detach_gates": True}`` where a
     grid also varies what the paper's table holds fixed).
     """
@@ -350,7 +350,7 @@ def compare(table: str, grid_files: list[str | Path], metrics: list[str] | None 
                       if all(getattr(config, name) == value for name, value in (where or {}).items())]
                for grid in grid_files}
     ours = [run for runs in by_grid.values() for run in runs]
-    rows, missing = [], {}
+    rows, values_by_row, missing = [], [], {}
     # A row's density has no fine-tuning column and its errors "0" epochs: one row of the paper's table.
     cells = cells.assign(finetune_epochs=cells["finetune_epochs"].replace("", "0")) \
         if (cells["finetune_epochs"] != "").any() else cells
@@ -363,6 +363,7 @@ def compare(table: str, grid_files: list[str | Path], metrics: list[str] | None 
         matching = [(c, d) for c, d in ours if _matches(c, key)]
         preset, chosen = _chosen_runs(matching)
         loaded = [records.load_record(d) for _, d in chosen]
+        values_by_row.append({})
         for metric in metrics:
             label = METRIC_LABELS[metric]
             printed = row_cells[row_cells["metric"] == metric]
@@ -374,6 +375,7 @@ def compare(table: str, grid_files: list[str | Path], metrics: list[str] | None 
             else:
                 row[f"{label} paper"] = None
             values = [v for v in (our_value(r, metric, key["finetune_epochs"]) for r in loaded) if v is not None]
+            values_by_row[-1][metric] = values
             if metric == "pruned_architecture":
                 row[f"{label} ours"] = " / ".join(values) or None
                 continue
@@ -399,6 +401,7 @@ def compare(table: str, grid_files: list[str | Path], metrics: list[str] | None 
               if f"{label} {side}" in result]
     result = result[[*keys, *values, *(c for c in ("protocol", "runs") if c in result)]]
     result.attrs["missing"] = missing
+    result.attrs["values"] = values_by_row
     return result
 
 
@@ -430,6 +433,38 @@ def overview(threshold: float = 2.0) -> pd.DataFrame:
                      "numbers compared": len(deltas),
                      f"within {threshold:g} pts": sum(d <= threshold for d in deltas)})
     return pd.DataFrame(rows)
+
+
+def agreement(table: str, metric: str = "val_error_last", level: float = 0.95) -> pd.DataFrame:
+    """Whether ours differs from the paper's by more than chance, row by row of the paper's ``table``.
+
+    For every row with records at the paper's protocol and a printed CI: ours
+    minus the paper's mean, and the half-width of the interval that difference
+    falls in with probability ``level`` if our runs and the paper's came from
+    one distribution (:func:`paperlib.intervals.difference_interval`, with the
+    number of runs the table's caption states). The paper's CI alone is not
+    that interval: one run of ours falls outside a 5-run CI about half the time
+    by chance.
+    """
+    runs = TABLES[table].paper_runs if table in TABLES else None
+    if runs is None:
+        raise ValueError(f"the paper does not say how many runs {table!r} aggregates; "
+                         f"tables that do: {sorted(t for t, s in TABLES.items() if s.paper_runs)}")
+    compared = compare_table(table, [metric])
+    label = METRIC_LABELS[metric]
+    rows = []
+    for (_, row), values in zip(compared.iterrows(), compared.attrs["values"]):
+        paper, ours = row[f"{label} paper"], values.get(metric)
+        if not ours or not str(row["protocol"]).startswith("paper") or " ± " not in str(paper):
+            continue
+        paper_mean, paper_ci = (float(part) for part in paper.split(" ± "))
+        delta = statistics.fmean(ours) - paper_mean
+        half = difference_interval(paper_ci, runs, ours, level)
+        rows.append({"table": table, "row": f"{row['model']} {row['method']} {row['grouping']} {row['target / λ_pen']}",
+                     "paper": paper, "ours": row[f"{label} ours"], "Δ": delta, f"{level:.0%} chance interval": half,
+                     "beyond chance": abs(delta) > half, "protocol": row["protocol"]})
+    return pd.DataFrame(rows, columns=["table", "row", "paper", "ours", "Δ", f"{level:.0%} chance interval",
+                                       "beyond chance", "protocol"])
 
 
 def misses(table: pd.DataFrame, threshold: float = 2.0) -> pd.DataFrame:

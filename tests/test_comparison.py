@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from paperlib import comparison, records
+from paperlib import comparison, intervals, records
 from paperlib.paper_results import paper_cell
 from paperlib.report import grid_runs
 
@@ -34,13 +34,6 @@ def _write(grid, index: int, final_error: float, epochs: int, history=None) -> N
                "val_error_final": final_error, "epochs_completed": epochs}
     history = history or _history([90.0, final_error], [0.9, 0.33])
     records.write_record(folder, config.to_dict(), metrics, history, [], {})
-
-
-def test_mean_ci_is_the_authors_convention():
-    mean, ci = comparison.mean_ci([1.0, 2.0, 4.0])
-    assert mean == pytest.approx(7 / 3)
-    assert ci == pytest.approx(1.96 * statistics.stdev([1.0, 2.0, 4.0]) / math.sqrt(3))
-    assert comparison.mean_ci([1.5]) == (1.5, None)
 
 
 def test_best_error_is_taken_only_where_every_constraint_holds():
@@ -79,7 +72,7 @@ def test_compare_prefers_paper_protocol_records_and_names_missing_rows(runs):
 
     table = comparison.compare("tab:mnist", [grid]).set_index(["model", "method", "grouping"])
     row = table.loc[("MLP", "constrained", "model")]
-    mean, ci = comparison.mean_ci([1.6, 1.9])
+    mean, ci = 1.75, 1.96 * statistics.stdev([1.6, 1.9]) / math.sqrt(2)  # the authors' CI
     assert row["error final (%) ours"] == f"{mean:.2f} ± {ci:.2f}"
     assert comparison.mean_of(row["error final (%) ours"]) == pytest.approx(1.75)
     paper = paper_cell("tab:mnist", model="MLP", method="constrained", grouping="model", metric="val_error_last")
@@ -231,3 +224,37 @@ def test_overview_counts_rows_by_protocol_and_differences_at_the_papers_protocol
     assert row["numbers compared"] == 2
     assert row["within 2 pts"] == int(round(best_delta, 2) <= 2.0)
     assert row["table"] == '<a href="results_mnist.html">tab:mnist</a>'
+
+
+def test_agreement_tests_each_difference_against_the_spread_behind_the_papers_ci(runs, monkeypatch):
+    grid = runs / "grid.yaml"
+    base = {"experiment": "agree", "method": "constrained", "model": "mlp", "preset": "paper"}
+    grid.write_text(yaml.safe_dump({
+        "notebook": str(records.project_root() / "book" / "mnist.ipynb"), "dataset": "mnist", "base": base,
+        "runs": [{"grouping": "model", "target": 0.33, "seed": 0}, {"grouping": "model", "target": 0.33, "seed": 1},
+                 {"grouping": "layer", "target": [0.3, 0.3, 0.3], "seed": 0}]}))
+    monkeypatch.setitem(comparison.TABLES, "tab:mnist", comparison.Source((str(grid),), "results_mnist", paper_runs=5))
+    paper = {g: paper_cell("tab:mnist", model="MLP", method="constrained", grouping=g, metric="val_error_last")
+             for g in ("model", "layer")}
+    ci = {g: float(cell.ci) for g, cell in paper.items()}
+    far = paper["layer"].value_num + 10 * ci["layer"]  # ten CIs off: beyond any chance
+    _write(grid, 0, paper["model"].value_num - 0.02, 200)
+    _write(grid, 1, paper["model"].value_num + 0.04, 200)
+    _write(grid, 2, far, 200)
+
+    table = comparison.agreement("tab:mnist").set_index("row")
+    model, layer = table.loc["MLP constrained model 33%"], table.loc["MLP constrained layer [30, 30, 30]%"]
+    assert model["Δ"] == pytest.approx(0.01)
+    # Two runs of ours: Welch's interval, from the paper's 5-run spread and ours.
+    assert model["95% chance interval"] == pytest.approx(
+        intervals.difference_interval(ci["model"], 5, [paper["model"].value_num - 0.02,
+                                                              paper["model"].value_num + 0.04]))
+    assert not model["beyond chance"]
+    # One run: the prediction interval, t with 4 dof times the paper's spread times sqrt(1 + 1/5).
+    spread = ci["layer"] * math.sqrt(5) / 1.96
+    assert layer["95% chance interval"] == pytest.approx(2.7764 * spread * math.sqrt(1.2), rel=1e-4)
+    assert layer["beyond chance"] and layer["Δ"] == pytest.approx(10 * ci["layer"])
+    # Rows without a record, and Louizos et al.'s quoted rows, are not tested.
+    assert len(table) == 2
+    with pytest.raises(ValueError, match="does not say how many runs"):
+        comparison.agreement("tab:mp_comparison_imagenet")

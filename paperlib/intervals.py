@@ -1,0 +1,92 @@
+"""Intervals for numbers aggregated over runs: the paper's CI, and how far ours may fall from it by chance.
+
+The paper prints a cell as the mean over its runs ± the half-width of a 95% CI,
+1.96 · std / sqrt(n) with the sample std (the authors' convention, their
+``get_results/``); :func:`mean_ci` computes ours the same way.
+
+That CI is about the paper's *mean*. One run of ours, even one drawn from
+exactly the distribution the paper's runs came from, falls outside it far more
+often than 5% of the time: it carries the whole run-to-run spread. Whether a
+difference is larger than chance therefore needs the spread behind the CI
+(:func:`spread_from_ci`) and Student's t: :func:`difference_interval` is the
+95% interval of ours minus the paper's mean under the hypothesis that our runs
+and the paper's are draws of one distribution (a prediction interval for one
+run of ours, Welch's interval for several).
+"""
+
+import math
+import statistics
+
+import numpy as np
+
+#: The normal quantile of the authors' 95% CI.
+CI_Z = 1.96
+
+
+def mean_ci(values: list[float]) -> tuple[float, float | None]:
+    """Mean and the half-width of its 95% CI, 1.96 · std / sqrt(n) (the authors' convention); no CI for n = 1."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, None
+    return mean, CI_Z * statistics.stdev(values) / math.sqrt(len(values))
+
+
+def spread_from_ci(ci: float, runs: int) -> float:
+    """The sample standard deviation over ``runs`` runs behind a CI printed the authors' way."""
+    return ci * math.sqrt(runs) / CI_Z
+
+
+def student_t_cdf(x: float, dof: float) -> float:
+    """P(T <= x) for Student's t with ``dof`` degrees of freedom (any real dof > 0).
+
+    Simpson's rule on the density over [0, |x|] in the variable u = arctan(t),
+    which maps the heavy tails onto a finite interval and leaves a smooth integrand.
+    """
+    if dof <= 0:
+        raise ValueError(f"degrees of freedom must be positive, got {dof}")
+    log_norm = math.lgamma((dof + 1) / 2) - math.lgamma(dof / 2) - 0.5 * math.log(dof * math.pi)
+    u = np.linspace(0.0, math.atan(abs(x)), 2001)
+    t = np.tan(u)
+    integrand = np.exp(log_norm - (dof + 1) / 2 * np.log1p(t * t / dof)) * (1 + t * t)  # density · dt/du
+    weights = np.ones_like(u)
+    weights[1:-1:2], weights[2:-1:2] = 4, 2
+    half = float(weights @ integrand) * (u[1] - u[0]) / 3
+    return 0.5 + math.copysign(half, x)
+
+
+def student_t_quantile(p: float, dof: float) -> float:
+    """The x with P(T <= x) = p, for Student's t with ``dof`` degrees of freedom (bisection on the CDF)."""
+    if not 0 < p < 1:
+        raise ValueError(f"p must be in (0, 1), got {p}")
+    if p < 0.5:
+        return -student_t_quantile(1 - p, dof)
+    low, high = 0.0, 1.0
+    while student_t_cdf(high, dof) < p:
+        low, high = high, 2 * high
+    for _ in range(50):
+        middle = (low + high) / 2
+        low, high = (middle, high) if student_t_cdf(middle, dof) < p else (low, middle)
+    return (low + high) / 2
+
+
+def difference_interval(paper_ci: float, paper_runs: int, ours: list[float], level: float = 0.95) -> float:
+    """Half-width of the interval that mean(ours) − the paper's mean falls in with probability ``level``
+    when our runs and the paper's ``paper_runs`` runs are draws of one normal distribution.
+
+    With several runs of ours, Welch's interval (Welch–Satterthwaite degrees of
+    freedom). With one, nothing measures our spread, so it is taken to be the
+    paper's: the prediction interval for one more run, with ``paper_runs − 1``
+    degrees of freedom.
+    """
+    if paper_runs < 2:
+        raise ValueError(f"a CI needs at least 2 runs, the paper's cell has {paper_runs}")
+    if not ours:
+        raise ValueError("no runs of ours to compare")
+    paper_var = spread_from_ci(paper_ci, paper_runs) ** 2 / paper_runs
+    if len(ours) == 1:
+        our_var, dof = paper_var * paper_runs, paper_runs - 1
+    else:
+        our_var = statistics.variance(ours) / len(ours)
+        denominator = paper_var ** 2 / (paper_runs - 1) + our_var ** 2 / (len(ours) - 1)
+        dof = (paper_var + our_var) ** 2 / denominator if denominator else paper_runs + len(ours) - 2
+    return student_t_quantile(1 - (1 - level) / 2, dof) * math.sqrt(paper_var + our_var)
