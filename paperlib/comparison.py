@@ -461,9 +461,10 @@ def agreement(table: str, metric: str = "val_error_last", level: float = 0.95) -
         delta = statistics.fmean(ours) - paper_mean
         half = difference_interval(paper_ci, runs, ours, level)
         rows.append({"table": table, "row": f"{row['model']} {row['method']} {row['grouping']} {row['target / λ_pen']}",
-                     "paper": paper, "ours": row[f"{label} ours"], "Δ": delta, f"{level:.0%} chance interval": half,
-                     "beyond chance": abs(delta) > half, "protocol": row["protocol"]})
-    return pd.DataFrame(rows, columns=["table", "row", "paper", "ours", "Δ", f"{level:.0%} chance interval",
+                     "paper": paper, "ours": row[f"{label} ours"], "our runs": len(ours), "Δ": delta,
+                     f"{level:.0%} chance interval": half, "beyond chance": abs(delta) > half,
+                     "protocol": row["protocol"]})
+    return pd.DataFrame(rows, columns=["table", "row", "paper", "ours", "our runs", "Δ", f"{level:.0%} chance interval",
                                        "beyond chance", "protocol"])
 
 

@@ -244,7 +244,7 @@ def test_agreement_tests_each_difference_against_the_spread_behind_the_papers_ci
 
     table = comparison.agreement("tab:mnist").set_index("row")
     model, layer = table.loc["MLP constrained model 33%"], table.loc["MLP constrained layer [30, 30, 30]%"]
-    assert model["Δ"] == pytest.approx(0.01)
+    assert model["Δ"] == pytest.approx(0.01) and model["our runs"] == 2 and layer["our runs"] == 1
     # Two runs of ours: Welch's interval, from the paper's 5-run spread and ours.
     assert model["95% chance interval"] == pytest.approx(
         intervals.difference_interval(ci["model"], 5, [paper["model"].value_num - 0.02,
