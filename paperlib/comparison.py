@@ -336,8 +336,8 @@ def compare(table: str, grid_files: list[str | Path], metrics: list[str] | None 
     records are not complete yet, show the paper's value and "not run"; the
     commands that would produce them are in ``attrs["missing"]``
     (``{row description: command}``), and our values behind each row, one
-    ``{metric: [value per run]}`` per row, are in ``attrs["values"]``. ``where`` keeps only the runs whose
-    configuration has these values (e.g. ``{"detach_gates": True}`` where a
+    ``{metric: [value per run]}`` per row, are in ``attrs["values"]``. ``where``
+    keeps only the runs whose configuration has these values (e.g. ``{"detach_gates": True}`` where a
     grid also varies what the paper's table holds fixed).
     """
     paper = paper_results()
@@ -460,12 +460,13 @@ def agreement(table: str, metric: str = "val_error_last", level: float = 0.95) -
         paper_mean, paper_ci = (float(part) for part in paper.split(" ± "))
         delta = statistics.fmean(ours) - paper_mean
         half = difference_interval(paper_ci, runs, ours, level)
-        rows.append({"table": table, "row": f"{row['model']} {row['method']} {row['grouping']} {row['target / λ_pen']}",
-                     "paper": paper, "ours": row[f"{label} ours"], "our runs": len(ours), "Δ": delta,
-                     f"{level:.0%} chance interval": half, "beyond chance": abs(delta) > half,
-                     "protocol": row["protocol"]})
-    return pd.DataFrame(rows, columns=["table", "row", "paper", "ours", "our runs", "Δ", f"{level:.0%} chance interval",
-                                       "beyond chance", "protocol"])
+        description = f"{row['model']} {row['method']} {row['grouping']} {row['target / λ_pen']}"
+        rows.append({"table": table, "row": description, "paper": paper, "ours": row[f"{label} ours"],
+                     "our runs": len(ours), "Δ": delta, f"{level:.0%} chance interval": half,
+                     "beyond chance": abs(delta) > half, "protocol": row["protocol"]})
+    columns = ["table", "row", "paper", "ours", "our runs", "Δ", f"{level:.0%} chance interval", "beyond chance",
+               "protocol"]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def misses(table: pd.DataFrame, threshold: float = 2.0) -> pd.DataFrame:
