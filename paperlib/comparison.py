@@ -248,9 +248,15 @@ def _format(mean: float, ci: float | None, digits: int = 2) -> str:
     return f"{mean:.{digits}f}" + ("" if ci is None else f" ± {ci:.{digits}f}")
 
 
+def split_cell(cell: str) -> tuple[float, float | None]:
+    """The mean and CI of a cell of a :func:`compare` table (``"1.50 ± 0.04"``, or ``"1.50"``: no CI)."""
+    mean, _, ci = cell.partition(" ± ")
+    return float(mean), float(ci) if ci else None
+
+
 def mean_of(cell: str) -> float:
     """The mean of a cell of a :func:`compare` table (``"1.50 ± 0.04"`` or ``"1.50"``), as a float."""
-    return float(cell.split(" ± ")[0])
+    return split_cell(cell)[0]
 
 
 def _chosen_runs(runs: list[tuple[object, Path]]) -> tuple[str | None, list[tuple[object, Path]]]:
@@ -457,7 +463,7 @@ def agreement(table: str, metric: str = "val_error_last", level: float = 0.95) -
         paper, ours = row[f"{label} paper"], values.get(metric)
         if not ours or not str(row["protocol"]).startswith("paper") or " ± " not in str(paper):
             continue
-        paper_mean, paper_ci = (float(part) for part in paper.split(" ± "))
+        paper_mean, paper_ci = split_cell(paper)
         delta = statistics.fmean(ours) - paper_mean
         half = difference_interval(paper_ci, runs, ours, level)
         description = f"{row['model']} {row['method']} {row['grouping']} {row['target / λ_pen']}"

@@ -84,7 +84,8 @@ class ExperimentConfig:
 # command line, so nothing in their launch scripts overrides them. Each such
 # choice is in book/errata.md.
 # ---------------------------------------------------------------------------
-#: The authors' published launch never clamps log_alpha (gates.py, book/errata.md): every paper configuration turns it off.
+#: The authors' published launch never clamps log_alpha (gates.py, book/errata.md): every paper
+#: configuration turns it off.
 _UNCLAMPED = dict(clamp_log_alpha=False)
 _MNIST = dict(optimizer="adam", lr=7e-4, gates_optimizer="adam", gates_lr=7e-4,
               # Table 7 prints 1e-3; the authors' mnist_defaults.yml (used by both MNIST launch scripts) says 1e-4.
