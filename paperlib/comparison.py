@@ -230,15 +230,20 @@ def _matches(config, key: dict) -> bool:
     return key["target"] is not None and math.isclose(target, key["target"])
 
 
+def target_label(target: float | list[float] | None) -> str:
+    """A target density as the tables print it: ``"30%"``, or ``"[50, 30, 70, 10]%"`` layer by layer."""
+    if target is None:
+        return ""
+    if isinstance(target, list):
+        return "[" + ", ".join(f"{100 * t:g}" for t in target) + "]%"
+    return f"{100 * target:g}%"
+
+
 def _describe(key: dict) -> str:
     if key["lmbda_printed"]:
         hyper = f"λ_pen {key['lmbda']:g}" if key["lmbda"] is not None else f"λ_pen {key['lmbda_printed']}"
-    elif key["target"] is None:
-        hyper = ""
-    elif isinstance(key["target"], list):
-        hyper = "[" + ", ".join(f"{100 * t:g}" for t in key["target"]) + "]%"
     else:
-        hyper = f"{100 * key['target']:g}%"
+        hyper = target_label(key["target"])
     if key["gates_lr"] is not None:
         hyper += f"{', ' if hyper else ''}gates lr {key['gates_lr']:g}"
     return hyper
@@ -490,8 +495,9 @@ def misses(table: pd.DataFrame, threshold: float = 2.0) -> pd.DataFrame:
 
 
 def distance_to_target(grid_files: list[str | Path]) -> pd.DataFrame:
-    """For every complete constrained record of the grids: how far its final expected densities are from
-    their targets (the largest gap over its constraints, in points; positive: above the target)."""
+    """For every complete constrained record of the grids (with its model, grouping and target): how far
+    its final expected densities are from their targets (the largest gap over its constraints, in points;
+    positive: above the target)."""
     rows = []
     for grid in grid_files:
         for config, folder in grid_runs(grid):
@@ -502,10 +508,12 @@ def distance_to_target(grid_files: list[str | Path]) -> pd.DataFrame:
                     for density, target in constrained_densities(record, record["history"][-1])]
             worst = max(gaps, key=abs)
             rows.append({"run": notebook_link(folder, config.run_name) or config.run_name,
+                         "model": config.model, "grouping": config.grouping, "target": target_label(config.target),
                          "protocol": f"{config.preset}, {record['metrics']['epochs_completed']} ep",
                          "sparsity": config.sparsity, "largest gap (points)": worst,
                          "within 1 point": abs(worst) <= 100 * FEASIBILITY_TOLERANCE})
-    return pd.DataFrame(rows, columns=["run", "protocol", "sparsity", "largest gap (points)", "within 1 point"])
+    return pd.DataFrame(rows, columns=["run", "model", "grouping", "target", "protocol", "sparsity",
+                                       "largest gap (points)", "within 1 point"])
 
 
 def missing_commands(table: pd.DataFrame) -> str:

@@ -139,6 +139,7 @@ def test_distance_to_target_takes_the_largest_gap_over_the_constraints(runs):
     assert row["largest gap (points)"] == pytest.approx(-1.2)  # fc2, 1.2 points below its target
     assert not row["within 1 point"]
     assert row["protocol"] == "cpu, 100 ep"
+    assert (row["model"], row["grouping"], row["target"]) == ("mlp", "layer", "[30, 30, 30]%")
 
 
 def test_magnitude_pruning_is_read_at_the_papers_fine_tuning_checkpoints():
