@@ -184,11 +184,12 @@ TABLE_STYLES = [
 ]
 
 
-def show(table: pd.DataFrame, digits: int = 2):
+def show(table: pd.DataFrame, digits: int = 2, caption: str | None = None):
     """A table for the page: numbers rounded, empty cells as dashes, compact enough for the page's width.
 
-    Descriptive columns with one value in every row move to the caption, and
-    so does the command that produces the rows not complete yet. The first
+    The caption is ``caption``, followed by the descriptive columns with one
+    value in every row, which move there, and by the command that produces the
+    rows not complete yet. The first
     column, ``run``, links to each run's notebook or, for a run without one,
     gives its status (``not run``, ``partial``, ...).
     """
@@ -202,16 +203,18 @@ def show(table: pd.DataFrame, digits: int = 2):
                 if c in table and table[c].nunique() == 1
                 and (c == "epochs" or table[c].notna().all())]
     values = {c: table[c].dropna().iloc[0] for c in constant}
-    caption = [", ".join(f"{c}: {v if isinstance(v, str) else _fmt(v)}" for c, v in values.items())] if constant else []
+    captions = [caption] if caption else []
+    if constant:
+        captions.append(", ".join(f"{c}: {v if isinstance(v, str) else _fmt(v)}" for c, v in values.items()))
     if "command" in table.attrs:
-        caption.append(f"rows not complete yet: run <code>{table.attrs['command']}</code>")
+        captions.append(f"rows not complete yet: run <code>{table.attrs['command']}</code>")
     table = table.drop(columns=constant)
     styled = table.style.format(precision=digits, na_rep="—")
     if "epochs" in table:
         styled = styled.format("{:.0f}", subset=["epochs"], na_rep="—")
     styled = (styled.hide(axis="index")
               .set_table_styles(TABLE_STYLES, overwrite=False))
-    return styled.set_caption("; ".join(caption)) if caption else styled
+    return styled.set_caption("; ".join(captions)) if captions else styled
 
 
 def layer_densities(record: dict) -> pd.DataFrame:

@@ -3,6 +3,7 @@
 import json
 import re
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -178,3 +179,15 @@ def test_counterpart_pairs_runs_that_differ_only_in_the_named_parameters():
                               ("clamp_log_alpha",)) is None
     with pytest.raises(ValueError, match="not parameters"):
         report.counterpart(clamped, candidates, ("clamp",))
+
+
+def test_show_keeps_constant_columns_and_the_command_in_a_given_caption():
+    """A caption given to show() must not hide what show() moves there: a constant column's value and the
+    command that completes the table."""
+    table = pd.DataFrame({"model": ["mlp", "mlp"], "target": ["20%", "35%"], "gap": [1.5, 1.2]})
+    table.attrs["command"] = "python -m paperlib.sweeps grids/x.yaml"
+    html = report.show(table, caption="Misses by cell").to_html()
+    caption = html[html.index("<caption>"):html.index("</caption>")]
+    assert caption.startswith("<caption>Misses by cell; model: mlp; ")
+    assert "python -m paperlib.sweeps grids/x.yaml" in caption
+    assert ">model<" not in html  # the column itself moved to the caption
