@@ -78,6 +78,15 @@ def device_name(device: torch.device) -> str:
     return f"{model} ({torch.backends.cpu.get_cpu_capability()})"
 
 
+def time_left(epochs_done: int, epochs_planned: int, wall_time_s: float) -> str:
+    """`` (about N min left)`` at the mean pace of the epochs done so far; empty before the first or after
+    the last (the runner prints it after each epoch, so a user sees how long the run will take)."""
+    if epochs_done < 1 or epochs_done >= epochs_planned:
+        return ""
+    minutes = (epochs_planned - epochs_done) * wall_time_s / epochs_done / 60
+    return f" (about {minutes:.0f} min left)" if minutes >= 1 else " (under a minute left)"
+
+
 @dataclass
 class RunState:
     """Everything of the runner that changes during a run and goes into a checkpoint."""
@@ -369,8 +378,8 @@ class Runner:
         distributed.barrier()
         if self.progress:
             shown = {k: row[k] for k in ("epoch", "train_loss", "val_error", "l0_density", "params_pct") if k in row}
-            print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()),
-                  flush=True)
+            line = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items())
+            print(f"{line}{time_left(self.state.epoch, self.epochs_planned, self.state.wall_time)}", flush=True)
 
     # ----- the run -------------------------------------------------------------
     def run(self) -> dict:

@@ -56,7 +56,7 @@ def test_mnist_dual_learning_rate_is_the_one_the_authors_ran():
 def test_every_paper_configuration_leaves_log_alpha_unclamped():
     """The authors' clamp is skipped under DistributedDataParallel, and every run used torchrun."""
     assert all(values["clamp_log_alpha"] is False for values in PAPER.values())
-    assert resolve_config(dataset="cifar10", preset="cpu", target=0.7).clamp_log_alpha is True  # as its records ran
+    assert resolve_config(dataset="cifar100", preset="cpu", target=0.7).clamp_log_alpha is True  # as its records ran
 
 
 def test_tinyimagenet_unstructured_dual_lr_follows_the_target_also_for_per_layer_lists():
@@ -117,7 +117,7 @@ def test_papermill_strings_are_converted():
 
 def test_zero_epochs_and_empty_model_mean_the_presets_values():
     config = resolve_config(dataset="cifar10", preset="cpu", model="", epochs=0, target=0.7)
-    assert (config.model, config.epochs) == ("wrn-16-1", 4)
+    assert (config.model, config.epochs) == ("wrn-16-1", 20)
 
 
 def test_run_names_differ_when_any_hyper_parameter_differs_from_the_preset():
@@ -161,3 +161,17 @@ def test_bf16_autocast_is_off_in_every_preset_named_when_on_and_only_for_residua
     assert config_differences(recorded, resolve_config(**wrn)) == []
     assert config_differences(recorded, resolve_config(**wrn, autocast_bf16=True, run_name="x"), ignore=("run_name",)) \
         == ["autocast_bf16: recorded False, now True"]
+
+
+def test_cifar10_cpu_protocol_compresses_the_papers_schedule_and_scales_its_dual_lr_alike():
+    """Table 8's WideResNet run, compressed from 200 epochs to the CPU's: the milestones keep their
+    fractions of training and the dual learning rate grows by the same factor, so that a multiplier
+    can grow as much per fraction of training as in the paper."""
+    paper = resolve_config(dataset="cifar10", preset="paper", target=0.5)
+    cpu = resolve_config(dataset="cifar10", preset="cpu", target=0.5)
+    factor = paper.epochs / cpu.epochs
+    assert [m * factor for m in cpu.lr_milestones] == paper.lr_milestones
+    assert cpu.dual_lr == pytest.approx(paper.dual_lr * factor)
+    same = ("optimizer", "lr", "gates_optimizer", "gates_lr", "weight_decay", "batch_size", "rho_init", "lr_gamma",
+            "clamp_log_alpha", "detach_gates", "momentum")
+    assert {k: getattr(cpu, k) for k in same} == {k: getattr(paper, k) for k in same}

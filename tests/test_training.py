@@ -253,3 +253,9 @@ def test_a_pruning_run_of_another_target_takes_over_the_trained_dense_model(work
     assert taken_over["metrics"]["params"] == alone["metrics"]["params"] < first["metrics"]["dense_params"]
     other = {**params, "lr": 1e-3}  # another dense phase: not shared
     assert records.first_phase_path(resolve_config(**other, target=0.5)) != shared
+
+
+def test_time_left_extrapolates_the_mean_pace_of_the_epochs_done():
+    assert training.time_left(5, 20, 5 * 240.0) == " (about 60 min left)"  # 15 epochs x 4 min
+    assert training.time_left(19, 20, 19 * 20.0) == " (under a minute left)"
+    assert training.time_left(0, 20, 10.0) == "" and training.time_left(20, 20, 4800.0) == ""
