@@ -4,18 +4,24 @@
 ``params.json``         every resolved parameter of the run
 ``metrics.json``        final numbers and provenance (status, densities, counts,
                         errors, device, data source, git commit, versions)
-``history.csv``         one row per epoch (training dynamics)
-``steps.csv.gz``        density and multipliers every few steps (dual dynamics),
-                        gzip-compressed CSV (``steps.csv`` in records made
-                        before 2026-11-23; :func:`compress_steps` converts them)
-``gate_medians.json``   test-time gate medians per layer at chosen epochs
+``history.csv.gz``      one row per epoch (training dynamics)
+``steps.csv.gz``        density and multipliers every few steps (dual dynamics)
+``gate_medians.json.gz`` test-time gate medians per layer at chosen epochs
+``notebook.ipynb``      the executed notebook (added by :mod:`paperlib.sweeps`)
 =====================  =======================================================
+
+The data files are gzip-compressed (``pandas.read_csv`` reads the CSVs as they
+are). Records made before 2026-11-24 have ``history.csv`` and
+``gate_medians.json`` (before 2026-11-23 also ``steps.csv``) uncompressed:
+:func:`load_record` reads both, and :func:`compact_record` converts them
+without changing a number.
 
 Every file is written to a temporary name and moved into place
 (``os.replace`` is atomic), so a record is never half-written. A record whose
 status is ``complete`` is never overwritten by a partial or failed run.
 """
 
+import base64
 import csv
 import gzip
 import hashlib
@@ -100,8 +106,11 @@ def git_commit() -> str:
     return commit + ("-dirty" if dirty else "")
 
 
-#: The steps log of a record, and the uncompressed name it had before.
-STEPS_FILE, LEGACY_STEPS_FILE = "steps.csv.gz", "steps.csv"
+#: A record's data files: what :func:`load_record` calls each, its file, and the uncompressed file it was
+#: in records made before (read as well; :func:`compact_record` converts them).
+DATA_FILES = {"history": ("history.csv.gz", "history.csv"),
+              "steps": ("steps.csv.gz", "steps.csv"),
+              "gate_medians": ("gate_medians.json.gz", "gate_medians.json")}
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -123,8 +132,16 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def write_json(path: Path, obj) -> None:
-    """Write ``obj`` as indented JSON, atomically."""
-    _write_atomic(Path(path), json.dumps(obj, indent=1, sort_keys=False) + "\n")
+    """Write ``obj`` as JSON, atomically: indented to be read by people, compact under gzip (``.gz``)."""
+    path = Path(path)
+    text = json.dumps(obj, separators=(",", ":")) if path.suffix == ".gz" else json.dumps(obj, indent=1)
+    _write_atomic(path, text + "\n")
+
+
+def read_json(path: Path):
+    """The object in a JSON file (gzip-compressed if its name ends in ``.gz``)."""
+    data = Path(path).read_bytes()
+    return json.loads(gzip.decompress(data) if Path(path).suffix == ".gz" else data)
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
@@ -155,23 +172,85 @@ def read_csv(path: Path) -> list[dict]:
     return list(csv.DictReader(io.StringIO(text)))
 
 
-def compress_steps(run_dir: Path) -> bool:
-    """Replace a record's ``steps.csv`` by ``steps.csv.gz`` holding the same bytes; whether it did.
+def compact_record(run_dir: Path) -> list[str]:
+    """Compress a record's uncompressed data files (:data:`DATA_FILES`) and its notebook's figures; what changed.
 
-    The compressed file is checked to decompress to the original before the
-    original is removed, so the conversion never changes a number.
+    Each compressed file is checked to hold what the uncompressed one held (the
+    same CSV bytes; the same JSON object) before that one is removed, so the
+    conversion never changes a number. The figures are re-encoded by
+    :func:`compress_notebook_figures`.
     """
     run_dir = Path(run_dir)
-    legacy, compressed = run_dir / LEGACY_STEPS_FILE, run_dir / STEPS_FILE
-    if not legacy.exists():
-        return False
-    original = legacy.read_bytes()
-    _write_atomic(compressed, original.decode())
-    if gzip.decompress(compressed.read_bytes()) != original:
-        compressed.unlink()
-        raise RuntimeError(f"{compressed} does not decompress to {legacy}; kept {legacy}")
-    legacy.unlink()
-    return True
+    changed = []
+    for name, (current, legacy) in DATA_FILES.items():
+        source, target = run_dir / legacy, run_dir / current
+        if not source.exists():
+            continue
+        if legacy.endswith(".json"):
+            original = read_json(source)
+            write_json(target, original)
+            same = read_json(target) == original
+        else:
+            original = source.read_bytes()
+            _write_atomic(target, original.decode())
+            same = gzip.decompress(target.read_bytes()) == original
+        if not same:
+            target.unlink()
+            raise RuntimeError(f"{target} does not hold what {source} holds; kept {source}")
+        source.unlink()
+        changed.append(legacy)
+    if compress_notebook_figures(run_dir):
+        changed.append("notebook.ipynb")
+    return changed
+
+
+def palette_png(data: bytes) -> bytes:
+    """A PNG re-encoded with a palette of at most 256 colours (no dithering), same size in pixels.
+
+    The figures of a run page are plots: lines, text and flat fills in a few
+    colours with anti-aliased edges, which a palette of 256 keeps to the eye
+    at about a third of matplotlib's RGBA bytes. Returns ``data`` unchanged
+    when it is already a palette image, has transparent pixels, or would not
+    get smaller.
+    """
+    from PIL import Image  # torchvision's dependency; imported here, where figures are handled
+
+    image = Image.open(io.BytesIO(data))
+    if image.mode == "P":
+        return data
+    if image.mode in ("RGBA", "LA") and image.getchannel("A").getextrema()[0] < 255:
+        return data
+    palette = image.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    buffer = io.BytesIO()
+    palette.save(buffer, "PNG", optimize=True)
+    return buffer.getvalue() if buffer.tell() < len(data) else data
+
+
+def compress_notebook_figures(run_dir: Path) -> int:
+    """Re-encode the PNG figures of a record's executed notebook with :func:`palette_png`; how many changed.
+
+    Nothing else in the notebook changes (nbval does not compare images, so
+    ``pytest --nbval`` checks the record as before).
+    """
+    notebook = Path(run_dir) / "notebook.ipynb"
+    if not notebook.exists():
+        return 0
+    content = json.loads(notebook.read_text())
+    changed = 0
+    for cell in content.get("cells", []):
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if "image/png" not in data:
+                continue
+            encoded = data["image/png"] if isinstance(data["image/png"], str) else "".join(data["image/png"])
+            original = base64.b64decode(encoded)
+            smaller = palette_png(original)
+            if smaller is not original:
+                data["image/png"] = base64.b64encode(smaller).decode() + "\n"
+                changed += 1
+    if changed:
+        _write_notebook(notebook, content)
+    return changed
 
 
 def _write_notebook(path: Path, content: dict) -> None:
@@ -240,10 +319,12 @@ def load_record(run_dir: Path) -> dict:
     record = {"path": str(run_dir),
               "params": json.loads((run_dir / "params.json").read_text()),
               "metrics": {RENAMED_METRICS.get(key, key): value for key, value in metrics.items()}}
-    steps = next((run_dir / name for name in (STEPS_FILE, LEGACY_STEPS_FILE) if (run_dir / name).exists()), None)
-    for name, path, reader in (("history", run_dir / "history.csv", read_csv), ("steps", steps, read_csv),
-                               ("gate_medians", run_dir / "gate_medians.json", lambda p: json.loads(p.read_text()))):
-        record[name] = reader(path) if path is not None and path.exists() else None
+    for name, files in DATA_FILES.items():
+        path = next((run_dir / file for file in files if (run_dir / file).exists()), None)
+        if path is None:
+            record[name] = None
+        else:
+            record[name] = read_json(path) if ".json" in path.name else read_csv(path)
     return record
 
 
@@ -260,11 +341,13 @@ def write_record(run_dir: Path, params: dict, metrics: dict, history: list[dict]
         raise RuntimeError(f"refusing to overwrite the complete record in {run_dir} with a "
                            f"{metrics['status']} one")
     write_json(run_dir / "params.json", params)
-    write_csv(run_dir / "history.csv", history)
-    write_csv(run_dir / STEPS_FILE, steps)
-    (run_dir / LEGACY_STEPS_FILE).unlink(missing_ok=True)  # the log of a partial record made before
+    (history_file, _), (steps_file, _), (medians_file, _) = DATA_FILES.values()
+    write_csv(run_dir / history_file, history)
+    write_csv(run_dir / steps_file, steps)
     if gate_medians:
-        write_json(run_dir / "gate_medians.json", gate_medians)
+        write_json(run_dir / medians_file, gate_medians)
+    for _, legacy in DATA_FILES.values():
+        (run_dir / legacy).unlink(missing_ok=True)  # written by this run before it was stopped, by an older paperlib
     write_json(run_dir / "metrics.json", metrics)
 
 

@@ -118,6 +118,19 @@ def record_folder(notebook: str, params: dict, dataset: str, defaults: dict | No
     return run_folder(params, dataset, defaults)
 
 
+def check_parameters(grid: str, notebook: str, sets: list[dict], defaults: dict) -> None:
+    """Raise if a grid gives a notebook a parameter that its parameters cell does not declare.
+
+    papermill only warns about such a parameter and the notebook runs without
+    it: the run would train the notebook's default under the grid's record
+    folder's name (:func:`record_folder` reads every parameter).
+    """
+    unknown = sorted({name for params in sets for name in params} - set(defaults))
+    if unknown:
+        raise ValueError(f"grid file {grid} gives {notebook} the parameter(s) {unknown}, which its parameters cell "
+                         f"does not declare (it declares {sorted(defaults)}); add them to the notebook first")
+
+
 def kernel_config() -> Config:
     """Configuration of the kernel manager that runs a notebook: CurveZMQ keys for its connection.
 
@@ -273,7 +286,7 @@ def _execute(notebook: str, params: dict, threads: int, commit: bool, run_dir: P
     for folder in folders:
         records.make_portable(folder)
         records.drop_progress_bars(folder)
-        records.compress_steps(folder)  # a record written by an earlier paperlib (a copy from another machine)
+        records.compact_record(folder)  # its figures; the data files of a record made by an earlier paperlib
     if commit:
         _commit(folders)
     return f"done in {minutes:.1f} min  {run_dir}"
@@ -347,12 +360,13 @@ def main(argv: list[str] | None = None) -> int:
             if key not in spec:
                 raise ValueError(f"grid file {grid} must name a {key!r}")
         sets = expand_grid(spec)
-        if "dataset" in notebook_defaults(spec["notebook"]):  # a notebook that can train on several datasets
+        defaults = notebook_defaults(spec["notebook"])
+        check_parameters(grid, spec["notebook"], sets, defaults)
+        if "dataset" in defaults:  # a notebook that can train on several datasets
             sets = [{"dataset": spec["dataset"], **params} for params in sets]
         threads = args.threads or spec.get("threads", 1)
         runs += [(spec["notebook"], spec["dataset"], params, threads) for params in sets]
         if args.dry_run:
-            defaults = notebook_defaults(spec["notebook"])
             for params in sets:
                 run_dir = record_folder(spec["notebook"], params, spec["dataset"], defaults)
                 print(f"{records.record_status(run_dir) or 'missing':9s} {run_dir}")

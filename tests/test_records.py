@@ -1,9 +1,11 @@
 """Records: where a run's record lives, how it is written, and how records of earlier versions load."""
 
+import base64
 import gzip
 import io
 import json
 
+import numpy as np
 import pytest
 from tqdm import tqdm
 
@@ -98,28 +100,85 @@ def test_git_commit_outside_git_is_the_one_the_copy_was_declared_from(tmp_path, 
     assert records.git_commit() != "0123abc"  # inside git the variable is not read
 
 
-def test_the_steps_log_is_compressed_and_an_old_uncompressed_one_converts_without_a_change(tmp_path):
+def test_the_data_files_are_compressed_and_old_uncompressed_ones_convert_without_a_change(tmp_path):
     steps = [{"epoch": 0.5 * i, "l0_density": 1 / (i + 1), "lambda_0": None} for i in range(50)]
-    records.write_record(tmp_path / "new", {}, {"status": "complete"}, [{"epoch": 1}], steps, {})
+    medians = {"0": {"fc1": [0.25, 1.0]}}
+    records.write_record(tmp_path / "new", {}, {"status": "complete"}, [{"epoch": 1}], steps, medians)
     compressed = (tmp_path / "new" / "steps.csv.gz").read_bytes()
     assert compressed[:2] == b"\x1f\x8b" and not (tmp_path / "new" / "steps.csv").exists()
+    assert sorted(path.name for path in (tmp_path / "new").iterdir()) == [
+        "gate_medians.json.gz", "history.csv.gz", "metrics.json", "params.json", "steps.csv.gz"]
+    assert records.load_record(tmp_path / "new")["gate_medians"] == medians
     records.write_record(tmp_path / "again", {}, {"status": "complete"}, [{"epoch": 1}], steps, {})
     assert (tmp_path / "again" / "steps.csv.gz").read_bytes() == compressed  # no timestamp: same rows, same bytes
     rows = records.load_record(tmp_path / "new")["steps"]
     assert [float(row["l0_density"]) for row in rows] == pytest.approx([1 / (i + 1) for i in range(50)], rel=1e-5)
 
-    old = tmp_path / "old"  # a record made before the log was compressed
+    old = tmp_path / "old"  # a record made before its data files were compressed
     old.mkdir()
-    for name in ("params.json", "metrics.json", "history.csv"):
+    for name in ("params.json", "metrics.json"):
         (old / name).write_bytes((tmp_path / "new" / name).read_bytes())
-    legacy = b"epoch,l0_density\n0,0.5\n0.25,0.499\n"
-    (old / "steps.csv").write_bytes(legacy)
-    before = records.load_record(old)["steps"]
-    assert records.compress_steps(old) and not records.compress_steps(old)
-    assert not (old / "steps.csv").exists()
-    assert gzip.decompress((old / "steps.csv.gz").read_bytes()) == legacy
-    assert records.load_record(old)["steps"] == before == [{"epoch": "0", "l0_density": "0.5"},
-                                                            {"epoch": "0.25", "l0_density": "0.499"}]
+    legacy = {"steps.csv": b"epoch,l0_density\n0,0.5\n0.25,0.499\n",
+              "history.csv": b"epoch,phase,val_error\n0,init,90.2\n1,train,7.25\n",
+              "gate_medians.json": b'{\n "0": {\n  "fc1": [\n   0.9684,\n   0.1\n  ]\n }\n}\n'}
+    for name, data in legacy.items():
+        (old / name).write_bytes(data)
+    before = records.load_record(old)
+    assert before["gate_medians"] == {"0": {"fc1": [0.9684, 0.1]}} and before["history"][1]["val_error"] == "7.25"
+    assert sorted(records.compact_record(old)) == sorted(legacy) and records.compact_record(old) == []
+    assert not any((old / name).exists() for name in legacy)
+    assert gzip.decompress((old / "steps.csv.gz").read_bytes()) == legacy["steps.csv"]
+    assert gzip.decompress((old / "history.csv.gz").read_bytes()) == legacy["history.csv"]
+    assert json.loads(gzip.decompress((old / "gate_medians.json.gz").read_bytes())) == {"0": {"fc1": [0.9684, 0.1]}}
+    assert records.load_record(old) == before
+    assert before["steps"] == [{"epoch": "0", "l0_density": "0.5"}, {"epoch": "0.25", "l0_density": "0.499"}]
+
+
+def _figure_png(dpi: int = 80) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3))
+    for k in range(6):
+        ax.plot(range(50), [((i * (k + 1)) % 17) / 17 for i in range(50)], label=f"layer {k}")
+    ax.legend()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def test_notebook_figures_become_palette_pngs_of_the_same_picture_and_nothing_else_changes(tmp_path):
+    from PIL import Image
+
+    original = _figure_png()
+    cells = [{"cell_type": "code", "source": "plot()", "outputs": [
+        {"output_type": "display_data", "metadata": {}, "data": {
+            "image/png": base64.b64encode(original).decode() + "\n", "text/plain": "<Figure size 480x240>"}},
+        {"output_type": "stream", "name": "stdout", "text": "epoch=1 val_error=7.25\n"}]}]
+    notebook = tmp_path / "notebook.ipynb"
+    notebook.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    assert records.compress_notebook_figures(tmp_path) == 1
+    assert records.compress_notebook_figures(tmp_path) == 0  # a palette image is left as it is
+    after = json.loads(notebook.read_text())["cells"][0]["outputs"]
+    assert after[1] == cells[0]["outputs"][1] and after[0]["data"]["text/plain"] == "<Figure size 480x240>"
+    smaller = base64.b64decode(after[0]["data"]["image/png"])
+    assert len(smaller) < 0.6 * len(original)
+    before, now = Image.open(io.BytesIO(original)).convert("RGB"), Image.open(io.BytesIO(smaller)).convert("RGB")
+    assert now.size == before.size
+    # the same picture: under one level of 255 on average; only anti-aliased edge pixels differ by more
+    difference = np.abs(np.asarray(before, dtype=int) - np.asarray(now, dtype=int))
+    assert difference.mean() < 1.0 and np.percentile(difference, 99.9) < 32
+
+
+def test_a_transparent_figure_is_left_as_it_is():
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGBA", (40, 20), (255, 0, 0, 0)).save(buffer, "PNG")
+    assert records.palette_png(buffer.getvalue()) == buffer.getvalue()
 
 
 def test_a_resumed_partial_record_leaves_no_uncompressed_log_behind(tmp_path):

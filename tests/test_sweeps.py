@@ -70,6 +70,26 @@ def test_several_grids_are_listed_in_order_with_their_record_status(tmp_path, mo
     assert "t0.2" in lines[0] and "t0.4" in lines[1] and "t0.6" in lines[2]
 
 
+def test_a_grid_parameter_the_notebook_does_not_declare_stops_the_sweep_before_any_run(tmp_path, monkeypatch):
+    """papermill would only warn, and the notebook would train its default under the grid's run name."""
+    monkeypatch.setenv("PAPERLIB_RUNS", str(tmp_path / "runs"))
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(yaml.safe_dump({"notebook": "book/mnist.ipynb", "dataset": "mnist",
+                                    "base": {"experiment": "x", "preset": "cpu", "target": 0.5},
+                                    "runs": [{"seed": 1}, {"gates_learning_rate": 0.1}]}))
+    with pytest.raises(ValueError, match=r"\['gates_learning_rate'\], which its parameters cell does not declare"):
+        sweeps.main([str(grid), "--dry-run"])
+    assert not (tmp_path / "runs").exists()
+
+
+def test_every_grid_gives_its_notebook_only_parameters_it_declares_and_names_its_preset():
+    for grid in sorted((records.project_root() / "grids").glob("*.yaml")):
+        spec = yaml.safe_load(grid.read_text())
+        sets = sweeps.expand_grid(spec)
+        sweeps.check_parameters(grid.name, spec["notebook"], sets, sweeps.notebook_defaults(spec["notebook"]))
+        assert all(params.get("preset") in ("cpu", "paper") for params in sets), f"{grid.name} leaves the preset to auto"
+
+
 def test_submitit_local_executor_runs_each_missing_run_once_and_skips_complete_ones(tmp_path, monkeypatch):
     """``--executor local --wait``: one job per missing run (a job array), a complete record is not resubmitted."""
     make_mnist(tmp_path / "data", n_train=32, n_test=16)
