@@ -105,7 +105,7 @@ def _counted_epoch(runner: training.Runner, monkeypatch) -> tuple[dict, int]:
         with counter:
             runner.train_epoch()
     runner.train_loader = loader
-    return counter.events, max(1, len(loader) // 20)
+    return counter.events, training.steps_log_interval(len(loader), runner.epochs_planned)
 
 
 def _assert_no_sync_between_logged_steps(events: dict, log_every: int, steps: int) -> None:

@@ -259,3 +259,13 @@ def test_time_left_extrapolates_the_mean_pace_of_the_epochs_done():
     assert training.time_left(5, 20, 5 * 240.0) == " (about 60 min left)"  # 15 epochs x 4 min
     assert training.time_left(19, 20, 19 * 20.0) == " (under a minute left)"
     assert training.time_left(0, 20, 10.0) == "" and training.time_left(20, 20, 4800.0) == ""
+
+
+def test_the_steps_log_holds_20_rows_an_epoch_and_at_most_about_1000_a_run():
+    assert training.steps_log_interval(391, 20) == 19  # CIFAR-10 at the CPU protocol: 20 rows an epoch, 400 in all
+    assert training.steps_log_interval(469, 200) == 93  # MNIST at the paper's: 5 an epoch, about 1,000 in all
+    for steps, epochs in ((391, 20), (469, 200), (469, 40), (10_000, 90)):
+        rows = epochs * len(range(0, steps, training.steps_log_interval(steps, epochs)))
+        expected = min(20 * epochs, training.STEPS_LOG_ROWS)
+        assert 0.9 * expected <= rows <= 1.25 * expected, (steps, epochs, rows)
+    assert training.steps_log_interval(3, 1) == 1  # an epoch of fewer than 20 steps logs every step
