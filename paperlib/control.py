@@ -1,0 +1,309 @@
+"""Control of the density: does a constraint end at its target in one run, where a penalty must be tuned?
+
+The paper's headline claim (§5.4; the control tables and the comparison figure of
+App. K): a constrained run ends at the density it was asked for, model-wise or on
+every layer, while the density a penalized run reaches depends on lambda_pen in a
+way that cannot be known before training. This module turns a control table's
+records into the page's answer (book/results_cifar10.md): one row per run
+(:func:`run_rows`), the per-layer densities of layer-wise runs
+(:func:`layer_rows`), the paper's points (:func:`paper_points`), the figure
+(:func:`plot_comparison`) and the verdict in words (:func:`verdict`).
+
+Errors of a smaller model trained for fewer epochs are not the paper's, so the
+comparable quantity is each run's error *cost*: its final error minus the final
+error of a dense model trained at the same protocol (:func:`run_rows`). The
+paper prints no dense WideResNet-28-10; its cost is taken against its own
+densest run of the table (:func:`paper_reference_error`).
+"""
+
+import math
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from .comparison import FEASIBILITY_TOLERANCE, constrained_densities
+from .paper_results import paper_results
+from .report import notebook_link
+
+#: Within this many points of its target on every constrained layer, a run "hits" its target
+#: (the 1 point of :data:`~paperlib.comparison.FEASIBILITY_TOLERANCE`).
+HIT_POINTS = 100 * FEASIBILITY_TOLERANCE
+
+
+def short_layer_name(layer: str) -> str:
+    """``stage2.1.conv1.conv`` -> ``s2.1``: a gated WideResNet block's column heading; other names unchanged."""
+    if layer.startswith("stage") and ".conv1" in layer:
+        return "s" + layer[len("stage"):layer.index(".conv1")]
+    return layer
+
+
+def largest_gap(record: dict) -> float:
+    """The final expected density's largest distance from its target over a constrained run's
+    constraints, in points (positive: above the target, where the constraint is violated)."""
+    gaps = [100 * (density - target) for density, target in constrained_densities(record, record["history"][-1])]
+    return max(gaps, key=abs)
+
+
+def setting(metrics: dict) -> str:
+    """What a run was asked for, as the paper's tables print it: ``target 20%``, ``λ_pen 0.01``, ``dense``."""
+    if metrics["method"] == "constrained":
+        return f"target {100 * metrics['target']:g}%"
+    if metrics["method"] == "penalized":
+        return f"λ_pen {metrics['lmbda']:g}"
+    return metrics["method"]
+
+
+#: The columns of :func:`run_rows`.
+RUN_COLUMNS = ["run", "method", "grouping", "setting", "target", "lmbda", "seed", "L0-density (%)",
+               "largest gap (points)", "hit", "params (%)", "MACs (%)", "error final (%)", "cost (points)", "epochs"]
+
+
+def run_rows(runs: list[dict], dense: dict | None) -> pd.DataFrame:
+    """One row per run: its setting, final densities and counts, final error, and error cost.
+
+    ``largest gap`` and ``hit`` are for constrained runs (:func:`largest_gap`,
+    :data:`HIT_POINTS`); ``cost`` is the run's final error minus the ``dense``
+    run's (None without one).
+    """
+    dense_error = dense["metrics"]["val_error_final"] if dense else None
+    rows = []
+    for run in runs:
+        m = run["metrics"]
+        gap = largest_gap(run) if m["method"] == "constrained" else None
+        rows.append({
+            "run": notebook_link(run["path"], m["run_name"]) or m["run_name"],
+            "method": m["method"], "grouping": m["grouping"] if m["method"] != "dense" else None,
+            "setting": setting(m), "target": m["target"], "lmbda": m["lmbda"], "seed": m["seed"],
+            "L0-density (%)": 100 * m["l0_density"] if m["l0_density"] is not None else 100.0,
+            "largest gap (points)": gap, "hit": None if gap is None else abs(gap) <= HIT_POINTS,
+            "params (%)": m["params_pct"], "MACs (%)": m["macs_pct"],
+            "error final (%)": m["val_error_final"],
+            "cost (points)": None if dense_error is None else m["val_error_final"] - dense_error,
+            "epochs": m["epochs_completed"],
+        })
+    return pd.DataFrame(rows, columns=RUN_COLUMNS)
+
+
+def layer_rows(runs: list[dict]) -> pd.DataFrame:
+    """The final expected density of every gated layer of each layer-wise run (%), beside its setting."""
+    rows = []
+    for run in runs:
+        m = run["metrics"]
+        if m["grouping"] != "layer" or m["method"] == "dense":
+            continue
+        row = {"run": notebook_link(run["path"], m["run_name"]) or m["run_name"], "setting": setting(m),
+               "seed": m["seed"]}
+        row.update({short_layer_name(layer): 100 * density for layer, density in m["l0_density_per_layer"].items()})
+        if m["method"] == "constrained":
+            row["largest gap (points)"] = largest_gap(run)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+#: The paper's metrics a control figure plots, and their labels.
+POINT_METRICS = {"l0_density": "L0-density (%)", "params_pct": "params (%)", "macs_pct": "MACs (%)",
+                 "val_error_last": "error final (%)"}
+
+
+def paper_points(table: str) -> pd.DataFrame:
+    """The paper's rows of a control table: method, grouping, target or lambda (numbers), the metrics
+    of :data:`POINT_METRICS`, and ``status``: the text of a row the paper reports as failed (a
+    collapse), whose metrics are NaN."""
+    cells = paper_results()
+    cells = cells[(cells["table"] == table) & cells["metric"].isin([*POINT_METRICS, "status"])]
+    rows = {}
+    for _, cell in cells.iterrows():
+        key = (cell["method"], cell["grouping"], cell["target"], cell["lmbda"])
+        row = rows.setdefault(key, {"method": cell["method"], "grouping": cell["grouping"],
+                                    "target": float(cell["target"]) if cell["target"] else None,
+                                    "lmbda": float(cell["lmbda"]) if cell["lmbda"] else None,
+                                    **dict.fromkeys(POINT_METRICS.values(), math.nan), "status": None})
+        if cell["metric"] == "status":
+            row["status"] = cell["value"]
+        else:
+            row[POINT_METRICS[cell["metric"]]] = cell["value_num"]
+    return pd.DataFrame(list(rows.values()))
+
+
+def paper_reference_error(points: pd.DataFrame) -> tuple[float, str]:
+    """The paper's final error of its densest run in a control table, and that run's setting: the
+    reference of the paper's error cost where it prints no dense model."""
+    densest = points.loc[points["L0-density (%)"].idxmax()]
+    label = (f"target {100 * densest['target']:g}%" if densest["method"] == "constrained"
+             else f"λ_pen {densest['lmbda']:g}")
+    return densest["error final (%)"], f"{densest['method']}, {densest['grouping']}-wise, {label}"
+
+
+def plot_comparison(ours: pd.DataFrame, paper: pd.DataFrame, title: str = "") -> plt.Figure:
+    """The control figure: density, parameters and MACs against the target (constrained) and against
+    lambda_pen (penalized), ours filled and the paper's hollow; and each run's error cost against its
+    density: ours against our dense run (:func:`run_rows`), the paper's against its densest run
+    (:func:`paper_reference_error`).
+    """
+    fig, axes = plt.subplots(2, 4, figsize=(13, 6.2))
+    metrics = ["L0-density (%)", "params (%)", "MACs (%)"]
+    styles = {"model": ("o", "C0"), "layer": ("s", "C3")}
+    for row, (method, x_key, x_label) in enumerate((("constrained", "target", "target density (%)"),
+                                                    ("penalized", "lmbda", "λ_pen"))):
+        for col, metric in enumerate(metrics):
+            ax = axes[row, col]
+            for grouping, (marker, color) in styles.items():
+                for source, frame, filled in (("ours", ours, True), ("paper", paper, False)):
+                    chosen = frame[(frame["method"] == method) & (frame["grouping"] == grouping)].dropna(
+                        subset=[metric])
+                    if chosen.empty:
+                        continue
+                    x = 100 * chosen[x_key] if method == "constrained" else chosen[x_key]
+                    ax.scatter(x, chosen[metric], marker=marker, s=36, linewidths=1.2,
+                               facecolors=color if filled else "none", edgecolors=color,
+                               label=f"{source}, {grouping}-wise")
+            if method == "constrained":
+                ax.plot([0, 100], [0, 100], ls="--", lw=0.8, color="0.4")
+                ax.set(xlim=(0, 100))
+            else:
+                ax.set(xscale="log")
+            ax.set(ylim=(0, 105), xlabel=x_label, ylabel=metric if col == 0 else None,
+                   title=f"{method}: {metric.split(' (')[0]}")
+            ax.grid(alpha=0.3)
+    costs = axes[0, 3]
+    reference, _ = paper_reference_error(paper)
+    paper = paper.assign(**{"cost (points)": paper["error final (%)"] - reference})
+    for method, color in (("constrained", "C0"), ("penalized", "C3")):
+        for source, frame, filled in (("ours", ours, True), ("paper", paper, False)):
+            chosen = frame[frame["method"] == method].dropna(subset=["cost (points)"])
+            if not chosen.empty:
+                costs.scatter(chosen["L0-density (%)"], chosen["cost (points)"], s=30, linewidths=1.2,
+                              facecolors=color if filled else "none", edgecolors=color, label=f"{source}, {method}")
+    costs.axhline(0, ls=":", color="k", lw=1)
+    costs.set(xlabel="L0-density (%)", ylabel="error cost (points)", xlim=(0, 100),
+              title="error cost against density")
+    costs.grid(alpha=0.3)
+    costs.legend(fontsize=7, loc="upper right")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    for ax in axes[:, :3].flat:  # the legend of every density panel, once
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            if label not in labels:
+                handles.append(handle)
+                labels.append(label)
+    axes[1, 3].axis("off")
+    if handles:
+        axes[1, 3].legend(handles, labels, loc="center", fontsize=9, title="filled: ours; hollow: paper")
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+def verdict(rows: pd.DataFrame, expected: dict[str, int]) -> str:
+    """The page's answer in a few sentences, from :func:`run_rows`: how many constrained runs hit their
+    targets, how far the penalized runs' densities scatter, and what the densities cost in error.
+
+    ``expected`` is the number of runs of each method the table asks for; a missing run is said to be
+    missing, so a page never claims more than its records show.
+    """
+    sentences = []
+    constrained = rows[rows["method"] == "constrained"]
+    if len(constrained):
+        hits = int(constrained["hit"].sum())
+        misses = constrained[~constrained["hit"].astype(bool)]
+        text = (f"**Constraint.** {hits} of {len(constrained)} constrained runs ended within {HIT_POINTS:g} point "
+                f"of their target on every constrained layer")
+        if len(misses):
+            worst = misses.loc[misses["largest gap (points)"].abs().idxmax()]
+            text += (f"; the largest miss is {worst['largest gap (points)']:+.2f} points "
+                     f"({worst['grouping']}-wise {worst['setting']})")
+        sentences.append(text + ".")
+    penalized = rows[rows["method"] == "penalized"]
+    if len(penalized):
+        lowest, highest = penalized.loc[penalized["lmbda"].idxmin()], penalized.loc[penalized["lmbda"].idxmax()]
+        sentences.append(
+            f"**Penalty.** The {len(penalized)} penalized runs ended between "
+            f"{penalized['L0-density (%)'].min():.1f}% and {penalized['L0-density (%)'].max():.1f}% density "
+            f"(λ_pen {lowest['lmbda']:g}: {lowest['L0-density (%)']:.1f}%; λ_pen {highest['lmbda']:g}: "
+            f"{highest['L0-density (%)']:.1f}%).")
+    costs = rows.dropna(subset=["cost (points)"])
+    costs = costs[costs["method"] != "dense"]
+    if len(costs):
+        sentences.append(
+            f"**Cost.** Against the dense model at the same budget, the sparse runs' final errors differ by "
+            f"{costs['cost (points)'].min():+.2f} to {costs['cost (points)'].max():+.2f} points.")
+    missing = {method: count - int((rows["method"] == method).sum()) for method, count in expected.items()}
+    missing = {method: count for method, count in missing.items() if count > 0}
+    if missing:
+        parts = [f"{count} {method}" for method, count in missing.items()]
+        sentences.append(f"**Not yet run:** {', '.join(parts)} (the command is below the table).")
+    return " ".join(sentences) if sentences else "No run of this table has a complete record yet."
+
+
+
+def first_feasible_epoch(record: dict) -> int | None:
+    """The first training epoch at whose end every constraint holds (within :data:`HIT_POINTS`), or None."""
+    for row in record["history"]:
+        if row["phase"] == "train" and all(100 * (density - target) <= HIT_POINTS
+                                           for density, target in constrained_densities(record, row)):
+            return int(row["epoch"])
+    return None
+
+
+def dual_lr_rows(runs: list[dict]) -> pd.DataFrame:
+    """Constrained runs that differ in their dual learning rate: how soon every constraint held, the
+    largest violation at any epoch end after that, the final largest gap and the final error."""
+    rows = []
+    for run in sorted(runs, key=lambda r: r["params"]["dual_lr"]):
+        first = first_feasible_epoch(run)
+        later = [row for row in run["history"] if row["phase"] == "train" and first is not None
+                 and int(row["epoch"]) > first]
+        violations = [max(100 * (density - target) for density, target in constrained_densities(run, row))
+                      for row in later]
+        rows.append({"run": notebook_link(run["path"], run["metrics"]["run_name"]) or run["metrics"]["run_name"],
+                     "dual lr": run["params"]["dual_lr"], "first feasible epoch": first,
+                     "largest violation after it (points)": max(violations) if violations else None,
+                     "final largest gap (points)": largest_gap(run),
+                     "error final (%)": run["metrics"]["val_error_final"],
+                     "epochs": run["metrics"]["epochs_completed"]})
+    return pd.DataFrame(rows)
+
+
+def plot_layer_traces(runs: list[dict]) -> plt.Figure:
+    """Each gated layer's expected density (top) and multiplier (bottom) against epochs, one column per run
+    (layer-wise constrained runs, e.g. at several dual learning rates); the targets dashed."""
+    fig, axes = plt.subplots(2, len(runs), figsize=(4.2 * len(runs), 5.4), sharex=True, sharey="row", squeeze=False)
+    for column, run in enumerate(runs):
+        frame = pd.DataFrame(run["history"]).apply(pd.to_numeric, errors="coerce")
+        layers = list(run["metrics"]["l0_density_per_layer"])
+        for index, layer in enumerate(layers):
+            axes[0, column].plot(frame["epoch"], 100 * frame[f"density[{layer}]"], lw=1.2,
+                                 label=short_layer_name(layer))
+            if f"lambda_{index}" in frame:
+                axes[1, column].plot(frame["epoch"], frame[f"lambda_{index}"], lw=1.2)
+        for target in {t for _, t in constrained_densities(run, run["history"][-1])}:
+            axes[0, column].axhline(100 * target, ls="--", color="k", lw=0.8)
+        axes[0, column].set(title=f"dual lr {run['params']['dual_lr']:g}", ylim=(0, 100))
+        axes[1, column].set(xlabel="epoch")
+        for ax in axes[:, column]:
+            ax.grid(alpha=0.3)
+    axes[0, 0].set(ylabel="expected L0-density (%)")
+    axes[1, 0].set(ylabel="multiplier λ (end of epoch)")
+    axes[0, -1].legend(fontsize=7, ncol=2, loc="upper right", title="gated block", title_fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+#: The hyper-parameters a protocol table compares, in the order a reader checks them.
+PROTOCOL_FIELDS = ("model", "epochs", "batch_size", "optimizer", "lr", "lr_milestones", "lr_gamma", "weight_decay",
+                   "gates_optimizer", "gates_lr", "dual_lr", "dual_restarts", "rho_init", "clamp_log_alpha")
+
+
+def protocol_table(dataset: str) -> pd.DataFrame:
+    """The ``paper`` and ``cpu`` presets of a dataset side by side (from :mod:`paperlib.presets`, never typed),
+    with a mark on the rows where they differ."""
+    from .presets import resolve_config
+
+    paper, cpu = (resolve_config(dataset=dataset, preset=preset, target=0.5) for preset in ("paper", "cpu"))
+    rows = [{"parameter": name, "paper": str(getattr(paper, name)), "CPU protocol": str(getattr(cpu, name)),
+             "differs": "yes" if getattr(paper, name) != getattr(cpu, name) else ""} for name in PROTOCOL_FIELDS]
+    return pd.DataFrame(rows)
+
+
+def epoch_minutes(runs: list[dict]) -> pd.Series:
+    """Minutes per training epoch of each run (its ``wall_time_s`` over its epochs, evaluation included)."""
+    return pd.Series([r["metrics"]["wall_time_s"] / r["metrics"]["epochs_completed"] / 60 for r in runs], dtype=float)

@@ -1,0 +1,121 @@
+"""paperlib.control: the control table's rows, layer densities, paper points and verdict, on records made here."""
+
+import pandas as pd
+import pytest
+
+from paperlib import control
+
+LAYERS = ["stage1.0.conv1.conv", "stage2.0.conv1.conv"]
+
+
+def record(method, grouping="model", target=None, lmbda=None, densities=(0.5, 0.5), error=10.0, seed=0):
+    """A record as records.load_record returns it, with the final epoch's densities (one per layer)."""
+    model_density = sum(densities) / len(densities)
+    history = [{"epoch": "1", "phase": "train", "l0_density": str(model_density),
+                **{f"density[{layer}]": str(d) for layer, d in zip(LAYERS, densities)}}]
+    metrics = {"run_name": f"{method}-{grouping}-{target}-{lmbda}-s{seed}", "method": method, "grouping": grouping,
+               "target": target, "lmbda": lmbda, "seed": seed,
+               "l0_density": None if method == "dense" else model_density,
+               "l0_density_per_layer": dict(zip(LAYERS, densities)), "params_pct": 100 * model_density,
+               "macs_pct": 90 * model_density, "val_error_final": error, "epochs_completed": 1}
+    return {"path": "/nowhere", "metrics": metrics, "history": history}
+
+
+def test_largest_gap_is_the_worst_layer_of_a_layer_wise_run_and_the_model_of_a_model_wise_one():
+    assert control.largest_gap(record("constrained", "layer", 0.2, densities=(0.205, 0.17))) == pytest.approx(-3.0)
+    assert control.largest_gap(record("constrained", "model", 0.2, densities=(0.205, 0.215))) == pytest.approx(1.0)
+
+
+def test_run_rows_mark_hits_within_one_point_and_costs_against_the_dense_run():
+    dense = record("dense", error=8.0)
+    runs = [record("constrained", "layer", 0.2, densities=(0.205, 0.195), error=9.5),
+            record("constrained", "model", 0.5, densities=(0.52, 0.52), error=8.5),
+            record("penalized", "model", lmbda=0.01, densities=(0.3, 0.4), error=9.0), dense]
+    rows = control.run_rows(runs, dense)
+    assert rows["hit"].tolist()[:2] == [True, False] and rows["hit"].iloc[2] is None
+    assert rows["cost (points)"].tolist() == pytest.approx([1.5, 0.5, 1.0, 0.0])
+    assert rows["setting"].tolist() == ["target 20%", "target 50%", "λ_pen 0.01", "dense"]
+    assert rows["L0-density (%)"].iloc[3] == 100.0  # a dense model keeps every group
+    assert control.run_rows(runs, None)["cost (points)"].isna().all()
+
+
+def test_layer_rows_give_each_gated_block_a_short_column():
+    rows = control.layer_rows([record("constrained", "layer", 0.2, densities=(0.25, 0.2)),
+                               record("constrained", "model", 0.2)])
+    assert len(rows) == 1 and list(rows.columns) == ["run", "setting", "seed", "s1.0", "s2.0", "largest gap (points)"]
+    assert rows[["s1.0", "s2.0", "largest gap (points)"]].iloc[0].tolist() == pytest.approx([25.0, 20.0, 5.0])
+
+
+def test_paper_points_of_the_cifar10_control_table_match_its_printed_cells():
+    points = control.paper_points("tab:cifar10_control")
+    layer20 = points[(points["method"] == "constrained") & (points["grouping"] == "layer") & (points["target"] == 0.2)]
+    assert layer20[["L0-density (%)", "params (%)", "MACs (%)", "error final (%)"]].iloc[0].tolist() == [
+        20.00, 16.24, 16.10, 4.28]  # the table's first row
+    assert len(points[points["method"] == "constrained"]) == 10 and len(points[points["method"] == "penalized"]) == 10
+    collapsed = points[(points["method"] == "penalized") & (points["grouping"] == "layer") & (points["lmbda"] == 1.0)]
+    assert collapsed["L0-density (%)"].isna().all() and "collapse" in collapsed["status"].iloc[0]
+    error, label = control.paper_reference_error(points)
+    assert label.startswith("penalized") and error == points.loc[points["L0-density (%)"].idxmax(), "error final (%)"]
+
+
+def test_the_verdict_counts_hits_scatter_cost_and_what_is_missing():
+    dense = record("dense", error=8.0)
+    runs = [record("constrained", "layer", 0.2, densities=(0.205, 0.195), error=9.5),
+            record("constrained", "model", 0.5, densities=(0.53, 0.53), error=8.5),
+            record("penalized", "model", lmbda=0.01, densities=(0.3, 0.4), error=9.0),
+            record("penalized", "model", lmbda=1.0, densities=(0.05, 0.05), error=12.0), dense]
+    text = control.verdict(control.run_rows(runs, dense), {"constrained": 10, "penalized": 2, "dense": 1})
+    assert "1 of 2 constrained runs ended within 1 point" in text and "+3.00 points (model-wise target 50%)" in text
+    assert "between 5.0% and 35.0% density" in text and "+0.50 to +4.00 points" in text
+    assert "Not yet run:** 8 constrained" in text and "penalized" not in text.split("Not yet run")[1]
+    assert control.verdict(control.run_rows([], None), {}) == "No run of this table has a complete record yet."
+
+
+def test_the_figure_has_the_papers_points_hollow_beside_ours():
+    dense = record("dense", error=8.0)
+    ours = control.run_rows([record("constrained", "model", 0.5, densities=(0.5, 0.5), error=9.0), dense], dense)
+    paper = control.paper_points("tab:cifar10_control")
+    fig = control.plot_comparison(ours, paper)
+    faces = [collection.get_facecolors() for collection in fig.axes[0].collections]
+    assert any(len(f) and f[0][3] > 0 for f in faces) and any(len(f) == 0 or f[0][3] == 0 for f in faces)
+    costs = [collection.get_offsets() for collection in fig.axes[3].collections]
+    ours_constrained, paper_constrained = costs[0], costs[1]
+    assert ours_constrained.tolist() == [[50.0, 1.0]]  # 9.0 - 8.0 at 50% density
+    reference, _ = control.paper_reference_error(paper)
+    assert len(paper_constrained) == 10 and min(y for _, y in paper_constrained) == pytest.approx(
+        paper.loc[paper["method"] == "constrained", "error final (%)"].min() - reference)
+
+
+def _trajectory(densities_by_epoch, dual_lr, target=0.2):
+    """A layer-wise record whose epoch ends have these (layer, layer) densities."""
+    run = record("constrained", "layer", target, densities=densities_by_epoch[-1])
+    run["history"] = [{"epoch": str(epoch), "phase": "train", "l0_density": str(sum(d) / 2),
+                       **{f"density[{layer}]": str(x) for layer, x in zip(LAYERS, d)}}
+                      for epoch, d in enumerate(densities_by_epoch, start=1)]
+    run["params"] = {"dual_lr": dual_lr}
+    return run
+
+
+def test_dual_lr_rows_say_when_every_constraint_first_held_and_how_far_it_slipped_after():
+    slow = _trajectory([(0.5, 0.4), (0.3, 0.25), (0.21, 0.2), (0.225, 0.2), (0.205, 0.2)], 1e-4)
+    fast = _trajectory([(0.2, 0.19), (0.2, 0.2), (0.19, 0.2)], 1e-2)
+    never = _trajectory([(0.5, 0.5), (0.4, 0.3)], 1e-5)
+    rows = control.dual_lr_rows([fast, slow, never])
+    assert rows["dual lr"].tolist() == [1e-5, 1e-4, 1e-2]
+    assert rows["first feasible epoch"].tolist()[1:] == [3, 1] and pd.isna(rows["first feasible epoch"].iloc[0])
+    assert rows["largest violation after it (points)"].tolist()[1:] == pytest.approx([2.5, 0.0])
+    assert rows["final largest gap (points)"].tolist() == pytest.approx([20.0, 0.5, -1.0])
+    fig = control.plot_layer_traces([slow, fast])
+    assert [line.get_ydata()[-1] for line in fig.axes[0].get_lines()[:2]] == pytest.approx([20.5, 20.0])
+
+
+def test_the_protocol_table_reads_both_presets_and_marks_what_the_cpu_changes():
+    table = control.protocol_table("cifar10").set_index("parameter")
+    assert table.loc["epochs", "paper"] == "200" and table.loc["model", "CPU protocol"] == "wrn-16-1"
+    assert set(table.index[table["differs"] == "yes"]) == {"model", "epochs", "lr_milestones", "dual_lr"}
+
+
+def test_epoch_minutes_divide_wall_time_by_epochs():
+    runs = [{"metrics": {"wall_time_s": 4800.0, "epochs_completed": 20}},
+            {"metrics": {"wall_time_s": 600.0, "epochs_completed": 4}}]
+    assert control.epoch_minutes(runs).tolist() == pytest.approx([4.0, 2.5])
