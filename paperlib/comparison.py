@@ -37,6 +37,7 @@ import pandas as pd
 
 from . import records
 from .intervals import difference_interval, mean_ci
+from .paper_numbers import ref
 from .paper_results import paper_results
 from .report import grid_runs, notebook_link
 
@@ -425,7 +426,7 @@ def compare_table(table: str, metrics: list[str] | None = None, digits: int = 2)
 
 
 def overview(threshold: float = 2.0) -> pd.DataFrame:
-    """One row per table of :data:`TABLES` (its label linked to its page): how many of its rows have
+    """One row per table of :data:`TABLES` (its number in the paper, linked to its page): how many of its rows have
     records at the paper's protocol, at the ``cpu`` budget or none, and how many of the numbers compared at
     the paper's protocol are within ``threshold`` points of the paper's (rows quoted from Louizos et al.
     are not counted)."""
@@ -437,7 +438,7 @@ def overview(threshold: float = 2.0) -> pd.DataFrame:
         paper_rows = table[protocol.str.startswith("paper")]
         deltas = [abs(float(d)) for column in table if column.endswith(" Δ")
                   for d in paper_rows[column].dropna()]
-        rows.append({"table": f'<a href="{source.page}.html">{label}</a>', "rows": len(table),
+        rows.append({"table": f'<a href="{source.page}.html">{ref(label)}</a>', "rows": len(table),
                      "paper protocol": int(protocol.str.startswith("paper").sum()),
                      "cpu budget": int(protocol.str.startswith("cpu").sum()),
                      "no record": int((~protocol.str.startswith(("paper", "cpu"))).sum()),
@@ -472,7 +473,7 @@ def agreement(table: str, metric: str = "val_error_last", level: float = 0.95) -
         delta = statistics.fmean(ours) - paper_mean
         half = difference_interval(paper_ci, runs, ours, level)
         description = f"{row['model']} {row['method']} {row['grouping']} {row['target / λ_pen']}"
-        rows.append({"table": table, "row": description, "paper": paper, "ours": row[f"{label} ours"],
+        rows.append({"table": ref(table), "row": description, "paper": paper, "ours": row[f"{label} ours"],
                      "our runs": len(ours), "Δ": delta, f"{level:.0%} chance interval": half,
                      "beyond chance": abs(delta) > half, "protocol": row["protocol"]})
     columns = ["table", "row", "paper", "ours", "our runs", "Δ", f"{level:.0%} chance interval", "beyond chance",

@@ -1,6 +1,6 @@
 """Control of the density: does a constraint end at its target in one run, where a penalty must be tuned?
 
-The paper's headline claim (§5.4; the control tables and the comparison figure of
+The paper's headline claim (§5.5; the control tables and the comparison figure of
 App. K): a constrained run ends at the density it was asked for, model-wise or on
 every layer, while the density a penalized run reaches depends on lambda_pen in a
 way that cannot be known before training. This module turns a control table's

@@ -61,7 +61,6 @@ rank 0 is the record marked failed (otherwise it stays partial).
 """
 
 import os
-import socket
 from dataclasses import dataclass
 
 import torch
@@ -205,28 +204,3 @@ def reduce_means(means: dict, count: int, device: torch.device) -> dict:
     dist.all_reduce(totals)
     return {**means, **{k: (totals[i] / totals[-1]).item() for i, k in enumerate(keys)}}
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _worker(rank: int, world_size: int, port: int, argv: list[str], env: dict) -> None:
-    os.environ.update(env, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
-                      LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    from .run import main
-
-    main(argv)
-
-
-def launch_local(world_size: int, argv: list[str], env: dict | None = None, worker=_worker) -> None:
-    """Run ``python -m paperlib.run *argv`` in ``world_size`` processes on this machine, as ``torchrun`` would.
-
-    For tests and notebooks without ``torchrun``; the processes start with
-    ``spawn`` and this process's environment plus ``env``. Raises if any fails.
-    ``worker(rank, world_size, port, argv, env)`` replaces :func:`_worker` (tests).
-    """
-    import torch.multiprocessing as mp
-
-    mp.spawn(worker, args=(world_size, free_port(), list(argv), dict(env or {})), nprocs=world_size, join=True)

@@ -1,7 +1,7 @@
 """Hard-concrete stochastic gates (paper §2 and App. A; Louizos et al., 2018).
 
 A gate ``z`` in [0, 1] is obtained by stretching a binary-concrete sample ``s`` to
-the interval (gamma, zeta) and clamping it back to [0, 1] (eq. 5):
+the interval (gamma, zeta) and clamping it back to [0, 1] (eq. 7):
 
     s = sigmoid((log u - log(1 - u) + log_alpha) / beta),   u ~ Unif(0, 1)
     z = clamp(s * (zeta - gamma) + gamma, 0, 1)
@@ -35,14 +35,14 @@ EPS = 1e-6
 #: (``utils/exp_utils.py``), and every published launch script uses ``torchrun``.
 #: Several of the paper's MNIST cells nevertheless match clamped runs better
 #: (book/results_mnist.md, book/errata.md). The bounds put a floor of
-#: P(z != 0) = 0.047 under every gate (eq. 7), which makes the App. L targets of
+#: P(z != 0) = 0.047 under every gate (eq. 8), which makes the App. L targets of
 #: 1% unreachable.
 LOG_ALPHA_MIN = math.log(1e-2)
 LOG_ALPHA_MAX = math.log(1e2)
 
 
 def sample_gates(log_alpha: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Draw one reparametrised gate sample per entry of ``log_alpha`` (eq. 5).
+    """Draw one reparametrised gate sample per entry of ``log_alpha`` (eq. 7).
 
     The sample is differentiable with respect to ``log_alpha``. One sample per
     gate is used for a whole minibatch, as in the authors' code.
@@ -54,7 +54,7 @@ def sample_gates(log_alpha: torch.Tensor, generator: torch.Generator | None = No
 
 
 def prob_active(log_alpha: torch.Tensor) -> torch.Tensor:
-    """Closed-form P(z != 0) of each gate (eq. 7).
+    """Closed-form P(z != 0) of each gate (eq. 8).
 
     P(z != 0) = sigmoid(log_alpha - beta * log(-gamma / zeta)). Differentiable in
     ``log_alpha``; summing it gives the expected L0-norm.
@@ -63,7 +63,7 @@ def prob_active(log_alpha: torch.Tensor) -> torch.Tensor:
 
 
 def median_gates(log_alpha: torch.Tensor) -> torch.Tensor:
-    """Deterministic test-time gates: the median of each gate's distribution (eq. 8).
+    """Deterministic test-time gates: the median of each gate's distribution (eq. 9).
 
     z_hat = clamp(sigmoid(log_alpha / beta) * (zeta - gamma) + gamma, 0, 1).
     Note the division by beta, which Louizos et al.'s eq. 13 omits (App. A.1).
@@ -99,7 +99,7 @@ def initial_density(rho_init: float) -> float:
     """Expected L0-density of a freshly initialised model, ignoring the init noise (eq. 11).
 
     Equals (1 - rho) / (1 - (1 - psi) rho) with psi = (-gamma / zeta) ** beta:
-    92.03% for rho = 0.3 and 98.95% for rho = 0.05 (App. J.4).
+    92.03% for rho = 0.3 and 98.95% for rho = 0.05 (App. J.6).
     """
     return float(prob_active(torch.tensor(initial_log_alpha(rho_init), dtype=torch.float64)))
 

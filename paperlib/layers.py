@@ -71,8 +71,8 @@ class L0Layer(nn.Module):
     def gate_values(self, median: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Gates broadcast to the weight's shape and to the bias's shape.
 
-        ``median=True`` gives the deterministic test-time gates (eq. 8), else one
-        reparametrised sample per gate (eq. 5). The bias gate is None when the
+        ``median=True`` gives the deterministic test-time gates (eq. 9), else one
+        reparametrised sample per gate (eq. 7). The bias gate is None when the
         bias is not gated (structured linear layers) or absent.
         """
         weight_z = self._gate_values(self.weight_log_alpha, median)
@@ -130,7 +130,7 @@ class L0Layer(nn.Module):
         return self.expected_active_params() / self.num_sparsifiable_params
 
     def expected_l2(self, detach_gates: bool = True) -> torch.Tensor:
-        """E[||theta_hat||_2^2] = sum_j P(z_j != 0) * theta_tilde_j^2 (§2, eq. 9).
+        """E[||theta_hat||_2^2] = sum_j P(z_j != 0) * theta_tilde_j^2 (§2, eq. 13).
 
         With ``detach_gates`` (the paper's fix, App. H.2) the probabilities are
         constants, so weight decay cannot switch gates off. Ungated biases of
@@ -314,7 +314,7 @@ class LayerFactory:
     A model's builder hands one factory to every block, in the manner of
     torchvision's ``norm_layer``, instead of threading ``gated, sparsity,
     rho_init`` through every constructor. :attr:`dense` makes the layers that
-    are never gated (stems, shortcuts and classifiers, App. J.3-J.5). Plain
+    are never gated (stems, shortcuts and classifiers, App. J.4-J.6). Plain
     layers are initialised by fan-in (:func:`init_weights_`); ``linear_init``
     applies to gated linear layers only, as in the authors' code, whose plain
     linear layers use fan-in.

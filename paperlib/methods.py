@@ -1,4 +1,4 @@
-"""Training methods: one class each, behind one interface (§3, §5.4, App. B, App. J.6, App. L).
+"""Training methods: one class each, behind one interface (§3, §5.5, App. B, App. J.7, App. L).
 
 ==================================  ==========================================================
 :class:`Constrained`                gated model; Lagrangian of eq. 4, simultaneous GDA (eq. 5)
@@ -6,7 +6,7 @@
 :class:`Penalized`                  gated model; loss + lambda_pen * L0-density (§2, App. B, C)
 :class:`Dense`                      plain model, no sparsity (the baseline)
 :class:`MagnitudePruning`           dense training, then L1-filter or magnitude pruning, then
-                                    fine-tuning (§5.4, App. J.6, App. L)
+                                    fine-tuning (§5.5, App. J.7, App. L)
 ==================================  ==========================================================
 
 A method owns the model it trains and its optimisers. The runner
@@ -51,7 +51,7 @@ class Step:
 
 def _optimizer(kind: str, params, lr: float, momentum: float, weight_decay: float = 0.0) -> torch.optim.Optimizer:
     """Adam or SGD with momentum, in their fused implementations (the same update, one kernel for all tensors)."""
-    if kind == "adam":  # PyTorch's default betas (0.9, 0.999); App. J.2 prints (0.9, 0.99) "as by default"
+    if kind == "adam":  # PyTorch's default betas (0.9, 0.999); App. J.3 prints (0.9, 0.99) "as by default"
         return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, fused=True)
     return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay, fused=True)
 
@@ -66,7 +66,7 @@ def torchvision_resnet50_weights() -> dict:
 class Method:
     """The interface, and what every method shares: the weights' and the gates' optimisers.
 
-    Weights of gated layers are decayed through the expected L2 norm of eq. 9,
+    Weights of gated layers are decayed through the expected L2 norm of eq. 13,
     the other weights by the optimiser; the gates have their own optimiser and
     learning rate (App. H.1), scheduled only when ``schedule_gates`` asks.
     """
@@ -101,7 +101,7 @@ class Method:
         c = self.config
         gated_weights, other_weights, gate_params = parameter_groups(self.model)
         groups = [{"params": other_weights, "weight_decay": c.weight_decay}]
-        if gated_weights:  # decayed through the expected L2 term of eq. 9 instead
+        if gated_weights:  # decayed through the expected L2 term of eq. 13 instead
             groups.append({"params": gated_weights, "weight_decay": 0.0})
         self.optimizer = _optimizer(c.optimizer, groups, c.lr, c.momentum)
         self.gates_optimizer = _optimizer(c.gates_optimizer, gate_params, c.gates_lr, c.momentum) if gate_params else None
@@ -113,7 +113,7 @@ class Method:
 
     @property
     def phases(self) -> list[tuple[str, int]]:
-        """(phase, epochs) in training order; a pretrained model is not trained again (App. J.6)."""
+        """(phase, epochs) in training order; a pretrained model is not trained again (App. J.7)."""
         return [("train", 0 if self.config.pretrained else self.config.epochs)]
 
     def enter_phase(self, phase: str) -> str:
@@ -233,11 +233,11 @@ class _Gated(Method):
     gated = True
 
     def test_time_model(self) -> nn.Module:
-        """The purged model: median gates folded into the weights, closed groups removed (App. D, eq. 8)."""
+        """The purged model: median gates folded into the weights, closed groups removed (App. D, eq. 9)."""
         return purge(self.model).to(memory_format=memory_format(self.model))
 
     def _objective(self, loss: torch.Tensor) -> torch.Tensor:
-        """f_obj: the loss plus the expected L2 norm of the gated weights (eq. 9)."""
+        """f_obj: the loss plus the expected L2 norm of the gated weights (eq. 13)."""
         return loss + expected_l2_penalty(self.model, self.config.weight_decay, self.config.detach_gates)
 
     def step_log(self, step: Step) -> dict[str, torch.Tensor]:
@@ -339,18 +339,18 @@ class Dense(Method):
 
     def build_model(self, num_classes: int) -> nn.Module:
         model = super().build_model(num_classes)
-        if self.config.pretrained:  # the paper prunes torchvision's trained ResNet50 (App. J.6)
+        if self.config.pretrained:  # the paper prunes torchvision's trained ResNet50 (App. J.7)
             model.load_state_dict(from_torchvision_resnet(torchvision_resnet50_weights()))
         return model
 
 
 class MagnitudePruning(Dense):
-    """Train dense, prune to the target density, fine-tune (§5.4, App. J.6, App. L).
+    """Train dense, prune to the target density, fine-tune (§5.5, App. J.7, App. L).
 
     Structured: L1-filter pruning (Li et al., 2017) of the layers the gated
     model gates. Unstructured: the smallest weights of those layers, kept at
     zero during fine-tuning by masks. Fine-tuning uses a constant learning rate
-    (App. J.6) and every parameter in one optimiser group.
+    (App. J.7) and every parameter in one optimiser group.
     """
 
     sparse_phases = ("pruned", "finetune")
@@ -368,7 +368,7 @@ class MagnitudePruning(Dense):
         if phase == "train":
             super()._build_optimizers(phase)
             return
-        c = self.config  # App. J.6: constant learning rate
+        c = self.config  # App. J.7: constant learning rate
         self.optimizer = _optimizer(c.optimizer, self.model.parameters(), c.finetune_lr, c.momentum, c.weight_decay)
         self.gates_optimizer = self.scheduler = self.gates_scheduler = None
 

@@ -10,7 +10,7 @@ builder            gated layers (structured)                   input
 ``resnet50``       the three convs of each of the 16 blocks     (3, 224, 224)
 =================  ==========================================  ===============
 
-Stems, shortcuts and classifiers of the residual models stay dense (App. J.2-J.4).
+Stems, shortcuts and classifiers of the residual models stay dense (App. J.4-J.6).
 ``gated=False`` builds the same architecture with plain ``nn.Linear`` /
 ``nn.Conv2d`` layers: the dense baseline and the input of magnitude pruning.
 Each architecture takes a :class:`~paperlib.layers.LayerFactory` that makes
@@ -49,7 +49,7 @@ def per_layer_rho_init(rho_init: float | Sequence[float], num_layers: int, model
 
 
 class MLP(nn.Sequential):
-    """784-300-100-10 perceptron with ReLU (App. J.2), every linear layer gated.
+    """784-300-100-10 perceptron with ReLU (App. J.3), every linear layer gated.
 
     The factory's ``rho_init`` is one value for every layer or a list with one per layer.
     """
@@ -68,7 +68,7 @@ class MLP(nn.Sequential):
 
 
 class LeNet5(nn.Sequential):
-    """LeNet5 of Louizos et al.: conv 20, conv 50 (5x5), fc 800-500-10 (App. J.2).
+    """LeNet5 of Louizos et al.: conv 20, conv 50 (5x5), fc 800-500-10 (App. J.3).
 
     Pooling comes before the ReLU. The two orders compute the same function;
     this one is the order in which the authors' MAC count (2,327,130, App. J.1)
@@ -100,7 +100,7 @@ class WideBasicBlock(nn.Module):
     """Pre-activation block of a WideResNet (Zagoruyko & Komodakis, 2016).
 
     bn1 -> relu -> conv1 -> bn2 -> relu -> conv2, plus the shortcut. Only conv1
-    is gated (App. J.3); ``self.conv1`` is the :class:`ConvBN` unit holding conv1
+    is gated (App. J.4); ``self.conv1`` is the :class:`ConvBN` unit holding conv1
     and bn2. The shortcut is the identity or a dense 1x1 convolution applied to
     the activated input. As in Louizos et al.'s and the authors' code, the
     stride sits on the dense conv2, not on the gated conv1: with this layout the
@@ -129,7 +129,7 @@ class WideBasicBlock(nn.Module):
 
 
 class WideResNet(nn.Module):
-    """WideResNet-depth-width for 32x32 inputs (App. J.3); 12 gated convs for 28-10."""
+    """WideResNet-depth-width for 32x32 inputs (App. J.4); 12 gated convs for 28-10."""
 
     def __init__(self, depth: int = 28, width: int = 10, num_classes: int = 10,
                  layers: LayerFactory = LayerFactory(rho_init=0.3)):
@@ -221,7 +221,7 @@ class Bottleneck(nn.Module):
 
 
 class ResNet(nn.Module):
-    """ResNet with a dense stem, dense shortcuts and a dense classifier (App. J.4, J.5).
+    """ResNet with a dense stem, dense shortcuts and a dense classifier (App. J.5, J.6).
 
     ``small_input=True`` is the TinyImageNet stem of the authors' code: one 3x3
     stride-2 convolution and no max-pool. Otherwise torchvision's 7x7 stride-2
@@ -264,12 +264,12 @@ class ResNet(nn.Module):
 
 
 def resnet18(num_classes: int = 200, layers: LayerFactory = LayerFactory(rho_init=0.3)) -> ResNet:
-    """ResNet18 for 64x64 TinyImageNet images: 16 gated convs (App. J.4)."""
+    """ResNet18 for 64x64 TinyImageNet images: 16 gated convs (App. J.5)."""
     return ResNet(BasicBlock, [2, 2, 2, 2], num_classes, small_input=True, layers=layers)
 
 
 def resnet50(num_classes: int = 1000, layers: LayerFactory = LayerFactory(rho_init=0.3)) -> ResNet:
-    """ResNet50 in torchvision's layout for 224x224 ImageNet images: 48 gated convs (App. J.5)."""
+    """ResNet50 in torchvision's layout for 224x224 ImageNet images: 48 gated convs (App. J.6)."""
     return ResNet(Bottleneck, [3, 4, 6, 3], num_classes, small_input=False, layers=layers)
 
 
@@ -280,7 +280,7 @@ def from_torchvision_resnet(state_dict: dict) -> dict:
     block's ``convK``/``bnK`` become the ``convK`` :class:`ConvBN` unit and
     ``downsample`` the ``shortcut`` unit; the classifier keeps its name. With it,
     :func:`resnet50` starts from torchvision's ImageNet weights, as the paper's
-    magnitude-pruning baseline does (App. J.6).
+    magnitude-pruning baseline does (App. J.7).
     """
     renamed = {}
     for name, tensor in state_dict.items():

@@ -10,7 +10,7 @@ model (``grouping="model"``) or one per gated layer (``grouping="layer"``).
 * :class:`PenalizedObjective` adds lambda_pen * density (model-wise) or
   sum_g lambda_pen_g * density_g (layer-wise).
 
-Weight decay on gated layers is the expected L2 norm of eq. 9, with the gate
+Weight decay on gated layers is the expected L2 norm of eq. 13, with the gate
 probabilities detached by default (App. H.2); other parameters get ordinary
 weight decay from the optimiser (see :func:`parameter_groups`).
 """
@@ -135,7 +135,7 @@ def lambda_from_louizos(lmbda: float, train_set_size: int, num_sparsifiable_para
 
 
 def expected_l2_penalty(model: nn.Module, weight_decay: float, detach_gates: bool = True) -> torch.Tensor:
-    """0.5 * wd * sum_j P(z_j != 0) * theta_j^2 over the gated layers (eq. 9).
+    """0.5 * wd * sum_j P(z_j != 0) * theta_j^2 over the gated layers (eq. 13).
 
     With ``detach_gates`` (default, App. H.2) the term has no gradient towards
     the gates; without it, weight decay can lower the loss by closing gates,

@@ -5,7 +5,7 @@ starts from a preset for a (dataset, model) pair and applies overrides,
 converting strings (papermill's ``-r`` passes raw strings) and validating every
 value before any training starts.
 
-* ``paper``: exactly what the paper ran on GPUs (Tables 7-11, 15, 16).
+* ``paper``: exactly what the paper ran on GPUs (Tables 5-8, 18, 19).
 * ``cpu``: a budget that fits one run on a 2-core machine in minutes. What it
   shrinks is written next to each entry: fewer epochs, a narrower/shallower
   WideResNet for CIFAR, a proportionally compressed learning-rate schedule and
@@ -49,7 +49,7 @@ class ExperimentConfig:
     linear_init: str = "fan_in"          # gated linear weights: fan_in, or fan_out as the authors' code (errata)
     clamp_log_alpha: bool = True         # clamp log_alpha to [ln 0.01, ln 100] after each step (see gates.py)
     weight_decay: float = 0.0
-    detach_gates: bool = True            # stop-grad of P(z != 0) in the L2 term (eq. 9)
+    detach_gates: bool = True            # stop-grad of P(z != 0) in the L2 term (eq. 13)
     optimizer: str = "adam"              # weights
     lr: float = 7e-4
     gates_optimizer: str = "adam"
@@ -62,7 +62,7 @@ class ExperimentConfig:
     batch_size: int = 128
     finetune_epochs: int = 0             # magnitude pruning only
     finetune_lr: float = 0.0
-    pretrained: bool = False             # start from torchvision's ImageNet ResNet50 instead of training it (App. J.6)
+    pretrained: bool = False             # start from torchvision's ImageNet ResNet50 instead of training it (App. J.7)
     histogram_epochs: list[int] = field(default_factory=list)  # save gate medians after these epochs (0 = init)
     seed: int = 0
     device: str = "auto"                 # auto picks CUDA when present
@@ -88,7 +88,7 @@ class ExperimentConfig:
 #: configuration turns it off.
 _UNCLAMPED = dict(clamp_log_alpha=False)
 _MNIST = dict(optimizer="adam", lr=7e-4, gates_optimizer="adam", gates_lr=7e-4,
-              # Table 7 prints 1e-3; the authors' mnist_defaults.yml (used by both MNIST launch scripts) says 1e-4.
+              # Table 5 prints 1e-3; the authors' mnist_defaults.yml (used by both MNIST launch scripts) says 1e-4.
               dual_lr=1e-4,
               weight_decay=0.0, batch_size=128, epochs=200, rho_init=0.5, **_UNCLAMPED)
 #: Louizos et al.'s and the authors' MLP start the input layer's gates at 0.2 (App. A.2).
@@ -99,12 +99,12 @@ _MNIST_MLP = dict(_MNIST, rho_init=[0.2, 0.5, 0.5])
 _MNIST_UNSTRUCTURED = dict(gates_lr=1e-3, dual_lr=1e-3, rho_init=0.05, finetune_lr=7e-4, finetune_epochs=200)
 _MNIST_MLP_UNSTRUCTURED = dict(_MNIST_UNSTRUCTURED, rho_init=[0.2, 0.05, 0.05])
 _WRN = dict(optimizer="sgdm", lr=0.1, gates_optimizer="sgdm", gates_lr=6.0, dual_lr=7e-4, weight_decay=5e-4,
-            batch_size=128, epochs=200, lr_milestones=[60, 120, 160], lr_gamma=0.2, rho_init=0.3)  # Table 8
+            batch_size=128, epochs=200, lr_milestones=[60, 120, 160], lr_gamma=0.2, rho_init=0.3)  # Table 6
 _RESNET18 = dict(optimizer="sgdm", lr=0.1, gates_optimizer="sgdm", gates_lr=1.0, dual_lr=8e-4, weight_decay=5e-4,
-                 batch_size=100, epochs=120, lr_milestones=[30, 60, 90], lr_gamma=0.1, rho_init=0.3)  # Table 9
+                 batch_size=100, epochs=120, lr_milestones=[30, 60, 90], lr_gamma=0.1, rho_init=0.3)  # Table 7
 _RESNET50 = dict(optimizer="sgdm", lr=0.1, gates_optimizer="sgdm", gates_lr=1.0, dual_lr=3e-4, weight_decay=1e-4,
                  batch_size=256, epochs=90, lr_milestones=[30, 60], lr_gamma=0.1, rho_init=0.05,
-                 finetune_epochs=20, finetune_lr=1e-3)  # Table 10, App. J.6
+                 finetune_epochs=20, finetune_lr=1e-3)  # Table 8, App. J.7
 
 PAPER = {
     ("mnist", "mlp"): _MNIST_MLP,
@@ -122,7 +122,7 @@ PAPER_UNSTRUCTURED = {
     ("tinyimagenet", "resnet18"): dict(gates_optimizer="adam", gates_lr=3e-2, rho_init=0.05, finetune_epochs=120,
                                        finetune_lr=1e-4),
 }
-#: Layer-wise dual learning rates where the paper gives a separate one (Tables 9, 10).
+#: Layer-wise dual learning rates where the paper gives a separate one (Tables 7, 8).
 PAPER_LAYERWISE_DUAL_LR = {("tinyimagenet", "resnet18"): 1e-4, ("imagenet", "resnet50"): 3e-5}
 #: TinyImageNet unstructured: one dual lr per target density (Table tab:optim_tiny_unstructured).
 PAPER_TINY_UNSTRUCTURED_DUAL_LR = {0.2: 9e-5, 0.1: 2e-4, 0.05: 7e-4, 0.01: 2e-3}
@@ -144,7 +144,7 @@ CPU = {
     # (pre-activation blocks, the first convolution of each block gated: 6 gated layers) at
     # 34M MACs, 1/175 of the cost. Measured 2026-11-24, two runs side by side on one thread
     # each: 1.75 steps/s, about 235 s per epoch with the evaluation, so 20 epochs take about
-    # 80 minutes. Everything else is Table 8's (optimisers, learning rates, weight decay,
+    # 80 minutes. Everything else is Table 6's (optimisers, learning rates, weight decay,
     # batch, gates at rho_init 0.3, log_alpha unclamped), with the step schedule compressed to
     # the same fractions of training ([60, 120, 160] of 200 -> [6, 12, 16] of 20) and the dual
     # learning rate scaled by the same factor (7e-4 x 200/20), so that a multiplier can grow as

@@ -1,4 +1,4 @@
-"""Magnitude-pruning baselines (§5.4 and App. J.6 structured, App. L unstructured).
+"""Magnitude-pruning baselines (§5.5 and App. J.7 structured, App. L unstructured).
 
 Both prune a trained dense model (``build_model(name, gated=False)``) layer by
 layer, on exactly the layers that the gated form of the same architecture
@@ -38,7 +38,7 @@ def num_kept(num_groups: int, density: float) -> int:
 
 
 def l1_filter_prune(dense_model: nn.Module, density: float | Sequence[float], model_name: str) -> nn.Sequential:
-    """Structured L1-norm pruning (Li et al., 2017; §5.4, App. J.6), returned purged (App. D).
+    """Structured L1-norm pruning (Li et al., 2017; §5.5, App. J.7), returned purged (App. D).
 
     ``density`` is one fraction for every prunable layer or one per layer, in
     the order of :func:`gated_layer_names`. Ties between equal norms keep

@@ -2,7 +2,7 @@
 
 A structured gated model is purged in four steps (App. D):
 
-1. every gate takes its test-time value, the median of eq. 8;
+1. every gate takes its test-time value, the median of eq. 9;
 2. a group whose gate is 0 is inactive; an active gate's value is absorbed
    multiplicatively into the weights it gates (and, for a convolution, into the
    bias, which shares the output channel's gate);
@@ -15,7 +15,7 @@ A structured gated model is purged in four steps (App. D):
 
 The core, :func:`purge_groups`, takes one vector of per-group *scales* for each
 gated layer (0 removes the group, anything else multiplies it), so that
-magnitude pruning (§5.4, App. J.6) can reuse it with 0/1 scales computed on a
+magnitude pruning (§5.5, App. J.7) can reuse it with 0/1 scales computed on a
 dense model: "steps 1 is replaced with the ranking-and-thresholding operation
 of Li et al." (App. D). :func:`purge` feeds it the median gates.
 
@@ -106,7 +106,7 @@ class Residual(nn.Module):
 
 
 def median_scales(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The median gate (eq. 8) of every group of every structured gated layer, by module name."""
+    """The median gate (eq. 9) of every group of every structured gated layer, by module name."""
     return {name: layer.group_gate_values(median=True).detach()
             for name, layer in model.named_modules()
             if isinstance(layer, L0Layer) and layer.sparsity == "structured"}

@@ -220,7 +220,7 @@ def show(table: pd.DataFrame, digits: int = 2, caption: str | None = None):
 def layer_densities(record: dict) -> pd.DataFrame:
     """Per gated layer: target, expected L0-density (eq. 3) and the test-time fraction of groups kept.
 
-    The test-time fraction counts the gates whose median (eq. 8) is non-zero at
+    The test-time fraction counts the gates whose median (eq. 9) is non-zero at
     the last saved epoch. The two differ when gates are undecided: a gate whose
     median is exactly 0 can still be active in up to half of the training
     samples (P(z != 0) = 1/2 at the median's threshold log_alpha = -beta ln 11).

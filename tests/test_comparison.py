@@ -224,7 +224,7 @@ def test_overview_counts_rows_by_protocol_and_differences_at_the_papers_protocol
     best_delta = abs(paper + 2.0 - paper_best)
     assert row["numbers compared"] == 2
     assert row["within 2 pts"] == int(round(best_delta, 2) <= 2.0)
-    assert row["table"] == '<a href="results_mnist.html">tab:mnist</a>'
+    assert row["table"] == '<a href="results_mnist.html">Table 1</a>'
 
 
 def test_agreement_tests_each_difference_against_the_spread_behind_the_papers_ci(runs, monkeypatch):

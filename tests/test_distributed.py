@@ -20,6 +20,7 @@ from paperlib import counting, distributed, methods, records, training
 from paperlib.data import DeviceLoader, TensorLoader
 from paperlib.models import build_model
 from paperlib.presets import resolve_config
+from paperlib import run
 from paperlib.run import parse
 
 RUN = dict(experiment="ddp", dataset="mnist", model="mlp", preset="cpu", grouping="layer", target=[0.3, 0.3, 0.3],
@@ -53,7 +54,7 @@ def space(tmp_path_factory):
 @pytest.fixture(scope="module")
 def two_processes(space):
     """The record of an uninterrupted two-process run."""
-    distributed.launch_local(2, _argv(**RUN, run_name="two", progress=False))
+    run.launch_local(2, _argv(**RUN, run_name="two", progress=False))
     return _record("two")
 
 
@@ -145,16 +146,16 @@ def _killed_after_first_epoch(rank, world_size, port, argv, env):
             os.kill(os.getpid(), signal.SIGKILL)
 
     training.Runner._finish_epoch = finish_then_die
-    distributed._worker(rank, world_size, port, argv, env)
+    run._worker(rank, world_size, port, argv, env)
 
 
 def test_a_killed_two_process_run_resumes_to_the_uninterrupted_numbers(space, two_processes):
     argv = _argv(**RUN, run_name="resumed", progress=False)
     with pytest.raises(Exception, match="signal|SIGKILL|exited"):
-        distributed.launch_local(2, argv, worker=_killed_after_first_epoch)
+        run.launch_local(2, argv, worker=_killed_after_first_epoch)
     killed = _record("resumed")
     assert killed["metrics"]["status"] == "partial" and killed["metrics"]["epochs_completed"] == 1
-    distributed.launch_local(2, argv)
+    run.launch_local(2, argv)
     resumed = _record("resumed")
     assert resumed["metrics"]["status"] == "complete"
     _close(two_processes["history"], resumed["history"], "history")
@@ -173,7 +174,7 @@ def _perturbed_on_rank_one(rank, world_size, port, argv, env):
 
     methods.Constrained.end_epoch = end_epoch_perturbed
     try:
-        distributed._worker(rank, world_size, port, argv, env)
+        run._worker(rank, world_size, port, argv, env)
     except RuntimeError as error:
         assert "Lagrange multipliers differ across processes" in str(error), error
         return
@@ -181,7 +182,7 @@ def _perturbed_on_rank_one(rank, world_size, port, argv, env):
 
 
 def test_multipliers_that_differ_across_processes_stop_the_run(space):
-    distributed.launch_local(2, _argv(**{**RUN, "epochs": 1}, run_name="perturbed", progress=False),
+    run.launch_local(2, _argv(**{**RUN, "epochs": 1}, run_name="perturbed", progress=False),
                              worker=_perturbed_on_rank_one)
 
 
@@ -189,7 +190,7 @@ def test_a_batch_norm_model_trains_in_two_processes(space):
     """WRN-16-1 on a tiny CIFAR-10 with the authors' batch norm under DDP: rank 0's running statistics."""
     params = dict(experiment="ddp-bn", dataset="cifar10", model="wrn-16-1", preset="cpu", target=0.5, epochs=1,
                   batch_size=16, device="cpu")
-    distributed.launch_local(2, _argv(**params, progress=False))
+    run.launch_local(2, _argv(**params, progress=False))
     record = records.load_record(records.run_folder(resolve_config(**params)))
     assert record["metrics"]["status"] == "complete"
     assert record["metrics"]["distributed"]["sync_batchnorm"] is False
@@ -224,7 +225,7 @@ def test_the_other_methods_train_in_two_processes(space, extra):
     """The penalized method, and magnitude pruning (the model changes between phases; masks on every process)."""
     params = dict(experiment="ddp-methods", dataset="mnist", model="mlp", preset="cpu", epochs=1, batch_size=16,
                   device="cpu", **extra)
-    distributed.launch_local(2, _argv(**params, progress=False))
+    run.launch_local(2, _argv(**params, progress=False))
     metrics = records.load_record(records.run_folder(resolve_config(**params)))["metrics"]
     assert metrics["status"] == "complete" and metrics["distributed"]["world_size"] == 2
     if extra["method"] == "magnitude_pruning":

@@ -1,6 +1,6 @@
 """Hard-concrete gates (paper §2, App. A): closed forms against Monte Carlo.
 
-Derivations used below (eq. 5, with L = log u - log(1 - u) ~ Logistic(0, 1)):
+Derivations used below (eq. 7, with L = log u - log(1 - u) ~ Logistic(0, 1)):
 
     s = sigmoid((L + log_alpha) / beta),   z = clamp(s (zeta - gamma) + gamma, 0, 1)
 
@@ -9,13 +9,13 @@ Derivations used below (eq. 5, with L = log u - log(1 - u) ~ Logistic(0, 1)):
     so  P(z <= t) = sigmoid(beta * logit(q_t) - log_alpha)          for 0 <= t < 1.
 
     t = 0:  q = -gamma / (zeta - gamma), logit(q) = log(-gamma / zeta)
-            P(z = 0) = 1 - sigmoid(log_alpha - beta log(-gamma / zeta))    (eq. 7)
+            P(z = 0) = 1 - sigmoid(log_alpha - beta log(-gamma / zeta))    (eq. 8)
     z = 1:  s >= (1 - gamma) / (zeta - gamma), logit = log((1 - gamma) / (zeta - 1))
             P(z = 1) = sigmoid(log_alpha - beta log((1 - gamma) / (zeta - 1)))
 
 With gamma = -0.1 and zeta = 1.1 both logs equal ln 11 (up to sign), so
 P(z != 0) = sigmoid(log_alpha + beta ln 11) and P(z = 1) = sigmoid(log_alpha - beta ln 11).
-The median of L is 0, hence the median gate of eq. 8.
+The median of L is 0, hence the median gate of eq. 9.
 """
 
 import math
@@ -92,7 +92,7 @@ def test_prob_active_against_monte_carlo(mc_samples, i):
     p = float(gates.prob_active(torch.tensor(la, dtype=torch.float64)))
     assert p == pytest.approx(1.0 - p_zero(la), abs=1e-12)
     freq = (mc_samples[i] != 0).double().mean().item()
-    assert abs(freq - p) <= _binomial_tol(p, N_MC), f"log_alpha={la}: MC P(z!=0)={freq}, eq. 7 gives {p}"
+    assert abs(freq - p) <= _binomial_tol(p, N_MC), f"log_alpha={la}: MC P(z!=0)={freq}, eq. 8 gives {p}"
 
 
 @pytest.mark.parametrize("i", range(len(LOG_ALPHAS)))
@@ -126,7 +126,7 @@ def test_median_gate_is_empirical_median(mc_samples, i):
     z = mc_samples[i]
     m = float(gates.median_gates(la))
     emp = z.median().item()
-    assert abs(emp - m) <= 0.01, f"log_alpha={float(la)}: empirical median {emp}, eq. 8 gives {m}"
+    assert abs(emp - m) <= 0.01, f"log_alpha={float(la)}: empirical median {emp}, eq. 9 gives {m}"
     # Defining property of a median, with binomial tolerance.
     tol = _binomial_tol(0.5, N_MC)
     assert (z <= m).double().mean().item() >= 0.5 - tol

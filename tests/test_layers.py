@@ -1,4 +1,4 @@
-"""Gated layers (paper §2 "Parameter grouping", App. B, App. L, eq. 9)."""
+"""Gated layers (paper §2 "Parameter grouping", App. B, App. L, eq. 13)."""
 
 import math
 
@@ -33,7 +33,7 @@ LAYER_CASES = [(k, s, b) for k in ("linear", "conv") for s in ("structured", "un
 
 
 def _expected_counts(layer):
-    """(num_sparsifiable, expected_active, expected_l2) computed by hand from App. B / eq. 7 / eq. 9."""
+    """(num_sparsifiable, expected_active, expected_l2) computed by hand from App. B / eq. 8 / eq. 13."""
     P = lambda la: torch.sigmoid(la + gates.BETA * LN11)  # noqa: E731
     W, b = layer.weight, layer.bias
     if layer.sparsity == "unstructured":
@@ -176,7 +176,7 @@ def test_train_forward_draws_fresh_sample(kind, sparsity, bias):
     x = _input(layer)
     outs = [layer(x).detach() for _ in range(3)]
     assert not torch.allclose(outs[0], outs[1]) and not torch.allclose(outs[1], outs[2])
-    # The output is the forward pass with one reparametrised sample per gate (eq. 5),
+    # The output is the forward pass with one reparametrised sample per gate (eq. 7),
     # weight gates drawn before bias gates.
     torch.manual_seed(11)
     out = layer(x)

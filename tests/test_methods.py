@@ -1,4 +1,4 @@
-"""Training methods: what one step of each computes (eq. 4-6, App. B, App. J.6, App. L)."""
+"""Training methods: what one step of each computes (eq. 4-6, App. B, App. J.7, App. L)."""
 
 import copy
 

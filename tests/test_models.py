@@ -11,7 +11,7 @@ from paperlib.layers import L0Conv2d, L0Layer, L0Linear
 from paperlib.models import (MLP, MODEL_NAMES, build_model, gated_layers, layer_densities, memory_format,
                              model_density)
 
-# Number of sparsifiable layers (App. J.2-J.5) and output classes of the paired dataset.
+# Number of sparsifiable layers (App. J.3-J.6) and output classes of the paired dataset.
 EXPECTED = {
     "mlp": dict(gated=3, classes=10, input=(1, 28, 28), params=266_000, kind=L0Linear),
     "lenet5": dict(gated=4, classes=10, input=(1, 28, 28), params=431_000, kind=None),

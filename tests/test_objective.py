@@ -1,4 +1,4 @@
-"""Constrained and penalized objectives (eq. 2, 4, 5, 6; App. B, C; eq. 9)."""
+"""Constrained and penalized objectives (eq. 2, 4, 5, 6; App. B, C; eq. 13)."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""Magnitude pruning (§5.4, App. J.6 structured; App. L unstructured)."""
+"""Magnitude pruning (§5.5, App. J.7 structured; App. L unstructured)."""
 
 import copy
 

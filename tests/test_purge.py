@@ -1,6 +1,6 @@
 """Purging (App. D, App. L): the purged model computes what the gated model computes with median gates.
 
-Gates are set through ``log_alpha``: the median of eq. 8 is exactly 0 for
+Gates are set through ``log_alpha``: the median of eq. 9 is exactly 0 for
 log_alpha <= -beta ln 11 (about -1.60), exactly 1 for log_alpha >= beta ln 11
 and fractional in between, so every layer below gets the three kinds of groups.
 Batch-norm statistics and affine parameters are randomised too, so that a

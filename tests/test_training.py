@@ -151,7 +151,7 @@ def test_pretrained_resnet50_is_pruned_without_dense_training(tmp_path, monkeypa
 
 @pytest.mark.parametrize("clamp", [True, False])
 def test_a_one_percent_unstructured_target_is_reachable_only_without_the_clamp(workspace, clamp):
-    """The clamp [ln 0.01, ln 100] puts a floor of P(z != 0) = 0.047 under every gate (eq. 7)."""
+    """The clamp [ln 0.01, ln 100] puts a floor of P(z != 0) = 0.047 under every gate (eq. 8)."""
     params = {**RUN, "sparsity": "unstructured", "target": 0.01, "epochs": 6, "gates_lr": 1.0, "dual_lr": 1e5,
               "clamp_log_alpha": clamp}
     density = training.run_experiment(progress=False, **params)["metrics"]["l0_density"]
