@@ -466,3 +466,17 @@ def default_run_name(config: ExperimentConfig, preset_config: ExperimentConfig |
                   if getattr(config, name) != getattr(preset_config, name)]
     parts += [f"s{config.seed}", config.preset + ("-smoke" if config.smoke else "")]
     return "-".join(parts)
+
+
+def current_run_name(params: dict) -> str | None:
+    """The run name a record's parameters resolve to with today's presets, or None if they no longer resolve.
+
+    A run name spells only what differs from its preset, so a record made before
+    its preset changed resolves to another name (``...-epochs100-...``) or to
+    none: such a record is of an earlier preset, not of the configuration its
+    name now stands for.
+    """
+    try:
+        return resolve_config(**{k: v for k, v in params.items() if k != "run_name"}).run_name
+    except (ValueError, TypeError):
+        return None

@@ -298,6 +298,52 @@ def plot_density_traces(runs: list[dict], label_key: str = "run_name") -> plt.Fi
     return fig
 
 
+def toc_experiments(page: str) -> list[str]:
+    """The experiment folders whose run notebooks ``_toc.yml`` lists under ``page`` (``book/runs_mnist``):
+    the table of contents is the one place that says which runs a page indexes."""
+    def find(entries):
+        for entry in entries:
+            if not isinstance(entry, dict):
+                continue
+            if entry.get("file") == page:
+                return [item["glob"].split("/")[1] for item in entry.get("sections", []) if "glob" in item]
+            for key in ("parts", "chapters", "sections"):
+                found = find(entry.get(key, []))
+                if found is not None:
+                    return found
+        return None
+
+    found = find([yaml.safe_load((records.project_root() / "_toc.yml").read_text())])
+    if found is None:
+        raise ValueError(f"_toc.yml has no page {page!r}")
+    return found
+
+
+def run_index(experiments: list[str]) -> pd.DataFrame:
+    """One row per record of these experiment folders: the run (linked to its notebook), its protocol, and its
+    final numbers, with two marks a reader needs before trusting a row: *earlier preset* (its parameters
+    resolve to another run today, :func:`~paperlib.presets.current_run_name`) and *resumed* (it was
+    stopped and resumed from a checkpoint, so its log starts mid-training)."""
+    rows = []
+    for experiment in experiments:
+        for folder in records.find_records(experiment):
+            record = records.load_record(folder)
+            m, params = record["metrics"], record["params"]
+            marks = []
+            if presets.current_run_name(params) != folder.name:
+                marks.append("earlier preset")
+            if m.get("git_commits_resumed_at"):
+                marks.append("resumed")
+            if m.get("device", "cpu").startswith("cuda"):
+                marks.append("on GPU")
+            rows.append({"run": notebook_link(folder, folder.name) or folder.name, "experiment": experiment,
+                         "protocol": f"{m['preset']}, {m['epochs_completed']} of {m['epochs_planned']} ep",
+                         "status": m["status"], **{k: v for k, v in plots.result_columns(record).items()
+                                                   if k != "epochs"},
+                         "notes": ", ".join(marks)})
+    return pd.DataFrame(rows)
+
+
 # --------------------------------------------------------------------------- #
 # Sphinx extension (``_config.yml``, ``sphinx: extra_extensions``)
 # --------------------------------------------------------------------------- #
@@ -335,8 +381,28 @@ def _title_run_page(app, doctree) -> None:
         note += nodes.emphasis("", "The executed notebook of run ")
         note += nodes.literal("", f"{experiment}/{run}")
         note += nodes.emphasis("", f", shown as it ran (the book does not re-execute it); its record is in "
-                                   f"runs/{experiment}/{run}/.")
+                                   f"runs/{experiment}/{run}/.{run_page_remarks(records.runs_dir() / experiment / run)}")
         section.insert(1, note)
+    for cell in doctree.findall(nodes.container):  # the training log scrolls in a box instead of filling screens
+        if "cell" in cell["classes"] and any("run_experiment(" in block.astext()
+                                             for block in cell.findall(nodes.literal_block)):
+            cell["classes"].append("tag_scroll-output")
+
+
+def run_page_remarks(run_dir: Path) -> str:
+    """What a reader of a run's page should know before its log: that the run was resumed (its log starts
+    where it resumed), and that its parameters are an earlier preset's (:func:`~paperlib.presets.current_run_name`)."""
+    if records.record_status(run_dir) is None:
+        return ""
+    record = records.load_record(run_dir)
+    remarks = []
+    if record["metrics"].get("git_commits_resumed_at"):
+        remarks.append(" It was stopped and resumed from a checkpoint: its log starts at the epoch it resumed from,"
+                       " and every epoch is in its history.")
+    if presets.current_run_name(record["params"]) != Path(run_dir).name:
+        remarks.append(" Its parameters are an earlier preset's: today the same name stands for another"
+                       " configuration.")
+    return "".join(remarks)
 
 
 def setup(app):

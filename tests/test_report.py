@@ -191,3 +191,41 @@ def test_show_keeps_constant_columns_and_the_command_in_a_given_caption():
     assert caption.startswith("<caption>Misses by cell; model: mlp; ")
     assert "python -m paperlib.sweeps grids/x.yaml" in caption
     assert ">model<" not in html  # the column itself moved to the caption
+
+
+def test_run_index_marks_records_of_an_earlier_preset_and_resumed_runs(workspace):
+    common = {"experiment": "index", "model": "mlp", "preset": "cpu", "epochs": 1, "batch_size": 16}
+    current = training.run_experiment(progress=False, dataset="mnist", target=0.4, **common)
+    old = training.run_experiment(progress=False, dataset="mnist", target=0.6, **common)
+    folder = records.run_folder(training.resolve_config(dataset="mnist", target=0.6, **common))
+    params = json.loads((folder / "params.json").read_text())
+    params["dual_lr"] = 3e-3  # what an earlier preset gave, under a name that today means the preset's 1e-4
+    records.write_json(folder / "params.json", params)
+    metrics = json.loads((folder / "metrics.json").read_text())
+    metrics["git_commits_resumed_at"] = ["abc"]
+    records.write_json(folder / "metrics.json", metrics)
+
+    index = report.run_index(["index"]).set_index("run")
+    assert index.loc[current["metrics"]["run_name"], "notes"] == ""
+    assert index.loc[old["metrics"]["run_name"], "notes"] == "earlier preset, resumed"
+    assert index.loc[current["metrics"]["run_name"], "protocol"] == "cpu, 1 of 1 ep"
+
+
+def test_toc_experiments_reads_the_folders_a_page_indexes_from_the_table_of_contents():
+    assert report.toc_experiments("book/runs_cifar10") == ["cifar10", "cifar10_control", "cifar10_dual_lr",
+                                                           "gates_ablation"]
+    with pytest.raises(ValueError, match="no page 'book/nothing'"):
+        report.toc_experiments("book/nothing")
+
+
+def test_a_run_page_says_when_its_run_resumed_or_is_of_an_earlier_preset(workspace):
+    common = {"experiment": "remarks", "model": "mlp", "preset": "cpu", "epochs": 1, "batch_size": 16}
+    done = training.run_experiment(progress=False, dataset="mnist", target=0.4, **common)
+    folder = records.runs_dir() / "remarks" / done["metrics"]["run_name"]
+    assert report.run_page_remarks(folder) == "" and report.run_page_remarks(workspace / "nothing") == ""
+    metrics = json.loads((folder / "metrics.json").read_text())
+    records.write_json(folder / "metrics.json", {**metrics, "git_commits_resumed_at": ["abc"]})
+    assert "resumed from a checkpoint" in report.run_page_remarks(folder)
+    params = json.loads((folder / "params.json").read_text())
+    records.write_json(folder / "params.json", {**params, "epochs": 7})
+    assert "earlier preset" in report.run_page_remarks(folder)
