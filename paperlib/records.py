@@ -232,10 +232,7 @@ def compress_notebook_figures(run_dir: Path) -> int:
     Nothing else in the notebook changes (nbval does not compare images, so
     ``pytest --nbval`` checks the record as before).
     """
-    notebook = Path(run_dir) / "notebook.ipynb"
-    if not notebook.exists():
-        return 0
-    content = json.loads(notebook.read_text())
+    notebook, content = _read_notebook(run_dir)
     changed = 0
     for cell in content.get("cells", []):
         for output in cell.get("outputs", []):
@@ -251,6 +248,12 @@ def compress_notebook_figures(run_dir: Path) -> int:
     if changed:
         _write_notebook(notebook, content)
     return changed
+
+
+def _read_notebook(run_dir: Path) -> tuple[Path, dict]:
+    """A record's executed notebook and its JSON (empty when the record has none)."""
+    notebook = Path(run_dir) / "notebook.ipynb"
+    return notebook, json.loads(notebook.read_text()) if notebook.exists() else {}
 
 
 def _write_notebook(path: Path, content: dict) -> None:
@@ -272,10 +275,7 @@ def drop_progress_bars(run_dir: Path) -> int:
     Every other stderr text (a warning, a traceback) is kept, and nothing else
     in the notebook is touched.
     """
-    notebook = Path(run_dir) / "notebook.ipynb"
-    if not notebook.exists():
-        return 0
-    content = json.loads(notebook.read_text())
+    notebook, content = _read_notebook(run_dir)
     changed = 0
     for cell in content.get("cells", []):
         kept = []

@@ -98,13 +98,19 @@ def _cells(tables: tuple[str, ...], method: str, column: str) -> pd.Series:
     return pd.Series(deltas, dtype=float)
 
 
+def _within(deltas: pd.Series, what: str) -> tuple[int, str]:
+    """How many of ``deltas`` are within :data:`POINTS` of zero, and the sentence that says so and how far
+    the others are."""
+    agree = int((deltas.abs() <= POINTS).sum())
+    others = deltas[deltas.abs() > POINTS]
+    return agree, (f"{agree} of {len(deltas)} {what} within {POINTS:g} points of the paper's"
+                   + (f"; the others {others.min():+.1f} to {others.max():+.1f}" if len(others) else ""))
+
+
 def penalized_mnist() -> Claim:
     """Penalized MNIST cells: reproduced when every final density is within :data:`POINTS` of the paper's."""
     deltas = _cells(("tab:mlp_control", "tab:lenet_control"), "penalized", "L0-density (%)")
-    agree = int((deltas.abs() <= POINTS).sum())
-    evidence = (f"{agree} of {len(deltas)} penalized cells end within {POINTS:g} points of the paper's density"
-                + (f"; the others {deltas[deltas.abs() > POINTS].min():+.1f} to "
-                   f"{deltas[deltas.abs() > POINTS].max():+.1f}" if agree < len(deltas) else ""))
+    agree, evidence = _within(deltas, "penalized cells' final densities")
     return Claim("A penalty's density follows λ_pen as printed (MNIST)",
                  f"{ref('tab:mlp_control')}, {ref('tab:lenet_control')}", "MLP and LeNet5, the paper's protocol",
                  share_verdict(agree, len(deltas)), evidence, "results_mnist")
@@ -114,10 +120,7 @@ def counts_mnist() -> Claim:
     """Parameters and MACs of the purged constrained MNIST models: reproduced when every cell is within
     :data:`POINTS` of the paper's."""
     deltas = pd.concat([_cells(MNIST_TABLES[1:], "constrained", metric) for metric in ("params (%)", "MACs (%)")])
-    agree = int((deltas.abs() <= POINTS).sum())
-    evidence = (f"{agree} of {len(deltas)} parameter and MAC percentages within {POINTS:g} points of the paper's"
-                + (f"; the others {deltas[deltas.abs() > POINTS].min():+.1f} to "
-                   f"{deltas[deltas.abs() > POINTS].max():+.1f}" if agree < len(deltas) else ""))
+    agree, evidence = _within(deltas, "parameter and MAC percentages")
     return Claim("What a target leaves: parameters and MACs (MNIST)",
                  f"{ref('tab:mlp_control')}, {ref('tab:lenet_control')}", "MLP and LeNet5, the paper's protocol",
                  share_verdict(agree, len(deltas)), evidence, "results_mnist")
