@@ -168,17 +168,20 @@ def plot_comparison(ours: pd.DataFrame, paper: pd.DataFrame, title: str = "") ->
     costs = axes[0, 3]
     reference, _ = paper_reference_error(paper)
     paper = paper.assign(**{"cost (points)": paper["error final (%)"] - reference})
-    for method, color in (("constrained", "C0"), ("penalized", "C3")):
-        for source, frame, filled in (("ours", ours, True), ("paper", paper, False)):
-            chosen = frame[frame["method"] == method].dropna(subset=["cost (points)"])
-            if not chosen.empty:
-                costs.scatter(chosen["L0-density (%)"], chosen["cost (points)"], s=30, linewidths=1.2,
-                              facecolors=color if filled else "none", edgecolors=color, label=f"{source}, {method}")
+    for method, marker in (("constrained", "o"), ("penalized", "^")):  # colours by grouping, as in the other panels
+        for grouping, (_, color) in styles.items():
+            for source, frame, filled in (("ours", ours, True), ("paper", paper, False)):
+                chosen = frame[(frame["method"] == method) & (frame["grouping"] == grouping)].dropna(
+                    subset=["cost (points)"])
+                if not chosen.empty:
+                    costs.scatter(chosen["L0-density (%)"], chosen["cost (points)"], s=30, marker=marker,
+                                  linewidths=1.2, facecolors=color if filled else "none", edgecolors=color,
+                                  label=f"{source}, {method}, {grouping}-wise")
     costs.axhline(0, ls=":", color="k", lw=1)
     costs.set(xlabel="L0-density (%)", ylabel="error cost (points)", xlim=(0, 100),
               title="error cost against density")
     costs.grid(alpha=0.3)
-    costs.legend(fontsize=7, loc="upper right")
+    costs.legend(fontsize=6, loc="upper right")
     handles, labels = axes[0, 0].get_legend_handles_labels()
     for ax in axes[:, :3].flat:  # the legend of every density panel, once
         for handle, label in zip(*ax.get_legend_handles_labels()):

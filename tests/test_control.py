@@ -78,10 +78,10 @@ def test_the_figure_has_the_papers_points_hollow_beside_ours():
     fig = control.plot_comparison(ours, paper)
     faces = [collection.get_facecolors() for collection in fig.axes[0].collections]
     assert any(len(f) and f[0][3] > 0 for f in faces) and any(len(f) == 0 or f[0][3] == 0 for f in faces)
-    costs = [collection.get_offsets() for collection in fig.axes[3].collections]
-    ours_constrained, paper_constrained = costs[0], costs[1]
-    assert ours_constrained.tolist() == [[50.0, 1.0]]  # 9.0 - 8.0 at 50% density
+    costs = {collection.get_label(): collection.get_offsets().tolist() for collection in fig.axes[3].collections}
+    assert costs["ours, constrained, model-wise"] == [[50.0, 1.0]]  # 9.0 - 8.0 at 50% density
     reference, _ = control.paper_reference_error(paper)
+    paper_constrained = costs["paper, constrained, model-wise"] + costs["paper, constrained, layer-wise"]
     assert len(paper_constrained) == 10 and min(y for _, y in paper_constrained) == pytest.approx(
         paper.loc[paper["method"] == "constrained", "error final (%)"].min() - reference)
 
