@@ -327,8 +327,14 @@ def run_index(experiments: list[str]) -> pd.DataFrame:
     rows = []
     for experiment in experiments:
         for folder in records.find_records(experiment):
+            m = json.loads((folder / "metrics.json").read_text())
+            if m.get("kind") == "bisection search":  # its trainings have their own rows
+                rows.append({"run": notebook_link(folder, folder.name) or folder.name, "experiment": experiment,
+                             "protocol": f"{m['preset']}, {m['epochs']} ep per training", "status": m["status"],
+                             "notes": f"bisection search: {m['num_trainings']} trainings"})
+                continue
             record = records.load_record(folder)
-            m, params = record["metrics"], record["params"]
+            params = record["params"]
             marks = []
             if presets.current_run_name(params) != folder.name:
                 marks.append("earlier preset")
@@ -392,8 +398,8 @@ def _title_run_page(app, doctree) -> None:
 def run_page_remarks(run_dir: Path) -> str:
     """What a reader of a run's page should know before its log: that the run was resumed (its log starts
     where it resumed), and that its parameters are an earlier preset's (:func:`~paperlib.presets.current_run_name`)."""
-    if records.record_status(run_dir) is None:
-        return ""
+    if records.record_status(run_dir) is None or not (Path(run_dir) / "params.json").exists():
+        return ""  # no record, or a bisection search's (its trainings have their own pages)
     record = records.load_record(run_dir)
     remarks = []
     if record["metrics"].get("git_commits_resumed_at"):

@@ -223,6 +223,9 @@ def test_a_run_page_says_when_its_run_resumed_or_is_of_an_earlier_preset(workspa
     done = training.run_experiment(progress=False, dataset="mnist", target=0.4, **common)
     folder = records.runs_dir() / "remarks" / done["metrics"]["run_name"]
     assert report.run_page_remarks(folder) == "" and report.run_page_remarks(workspace / "nothing") == ""
+    search = workspace / "search"  # a bisection search's record: metrics.json only
+    records.write_json(search / "metrics.json", {"status": "complete", "kind": "bisection search"})
+    assert report.run_page_remarks(search) == ""
     metrics = json.loads((folder / "metrics.json").read_text())
     records.write_json(folder / "metrics.json", {**metrics, "git_commits_resumed_at": ["abc"]})
     assert "resumed from a checkpoint" in report.run_page_remarks(folder)
