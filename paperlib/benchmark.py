@@ -10,8 +10,9 @@ batch size, of
 * ``constrained``: the gated model with constraints (Lagrangian, dual ascent with restarts);
 * ``penalized``: the gated model with an L0 penalty;
 
-and gives the time of one epoch of the dataset's training split at that batch
-size: by default estimated as (constrained ms/step) x (steps per epoch); with
+the ATen operations one dense and one constrained step dispatch at the top level
+(:func:`dispatched_ops`: on a GPU each is at least one kernel launch), and the
+time of one epoch of the dataset's training split at that batch size: by default estimated as (constrained ms/step) x (steps per epoch); with
 ``--real-epoch`` (MNIST only) it trains one real epoch through
 :mod:`paperlib.data`'s loader (needs ``PAPERLIB_DATA``), data loading and
 augmentation included.
@@ -138,6 +139,19 @@ def device_clock(device: torch.device) -> Callable[[], float]:
     return clock
 
 
+def dispatched_ops(fn: Callable[[], object]) -> int:
+    """The ATen operations one call of ``fn`` dispatches at the top level (torch.profiler, CPU activity):
+    operations without an ATen operation as parent, forward and backward alike. On a GPU each is at least
+    one kernel launch, so the count says how much of a small step is launch overhead, on any machine."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()  # warm: lazily created optimiser state and caches are not part of a step
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    return sum(1 for event in prof.events() if event.name.startswith("aten::")
+               and (event.cpu_parent is None or not event.cpu_parent.name.startswith("aten::")))
+
+
 def time_real_epoch(model_name: str, device: torch.device) -> float:
     """Seconds for one real epoch of the constrained step over MNIST's training split, on ``device``."""
     from .data import load_dataset
@@ -171,7 +185,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {device.type}: {device_name(device)}")
     print(f"median of {args.repeats} interleaved repetitions x {args.steps} steps; ms per training step")
     print(f"{'model':<9} {'batch':>5} {'dense':>7} {'constr.':>8} {'penal.':>7} {'gated/dense':>11} "
-          f"{'epoch (est.)':>12}" + (f" {'epoch (real)':>12}" if args.real_epoch else ""))
+          f"{'epoch (est.)':>12} {'ops dense':>9} {'ops constr.':>11}"
+          + (f" {'epoch (real)':>12}" if args.real_epoch else ""))
     for name in args.models:
         work = WORKLOADS[name]
         overrides = {"batch_size": args.batch_size} if args.batch_size else {}
@@ -185,8 +200,9 @@ def main(argv: list[str] | None = None) -> None:
         ms = medians_ms(time_interleaved({v: (lambda s=s: s(x, y)) for v, s in steps.items()},
                                          args.repeats, args.steps, clock=device_clock(device)))
         epoch = ms["constrained"] * math.ceil(work.train_examples / batch_size) / 1e3
+        ops = {v: dispatched_ops(lambda s=steps[v]: s(x, y)) for v in ("dense", "constrained")}
         row = (f"{name:<9} {batch_size:>5} {ms['dense']:>7.1f} {ms['constrained']:>8.1f} {ms['penalized']:>7.1f} "
-               f"{ms['constrained'] / ms['dense']:>10.2f}x {epoch:>11.1f}s")
+               f"{ms['constrained'] / ms['dense']:>10.2f}x {epoch:>11.1f}s {ops['dense']:>9} {ops['constrained']:>11}")
         if args.real_epoch and work.dataset == "mnist":
             row += f" {time_real_epoch(name, device):>11.1f}s"
         print(row, flush=True)

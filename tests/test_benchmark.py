@@ -91,6 +91,20 @@ def test_gpu_workloads_are_the_paper_presets_on_their_datasets_shapes(name):
 def test_main_estimates_an_epoch_as_steps_per_epoch_times_the_constrained_step(capsys):
     benchmark.main(["--models", "resnet18", "--batch-size", "2", "--repeats", "1", "--steps", "1", "--device", "cpu"])
     row = capsys.readouterr().out.strip().splitlines()[-1].split()
-    name, batch, constrained, epoch = row[0], int(row[1]), float(row[3]), float(row[-1].rstrip("s"))
+    name, batch, constrained, epoch = row[0], int(row[1]), float(row[3]), float(row[6].rstrip("s"))
     assert (name, batch) == ("resnet18", 2)
+    assert 0 < int(row[7]) < int(row[8])  # operations dispatched per step: dense, then constrained
     assert epoch == pytest.approx(constrained * 100_000 / 2 / 1e3, rel=0.02)
+
+
+def test_dispatched_ops_counts_top_level_aten_operations_forward_and_backward():
+    a = torch.ones(3, requires_grad=True)
+    assert benchmark.dispatched_ops(lambda: torch.add(a, 1)) == 1
+    assert benchmark.dispatched_ops(lambda: a.mul(2).sum()) == 2  # sum's own inner operations are not counted
+    two = benchmark.dispatched_ops(lambda: (a * 2).sum().backward())
+    assert two > 2  # the backward pass dispatches operations of its own
+    dense = benchmark.TrainStep(benchmark.config_for("mlp", "dense"))
+    gated = benchmark.TrainStep(benchmark.config_for("mlp", "constrained"))
+    x, y = benchmark.random_batch(benchmark.WORKLOADS["mlp"], 8, torch.contiguous_format)
+    counts = [benchmark.dispatched_ops(lambda: step(x, y)) for step in (dense, gated, dense)]
+    assert counts[0] == counts[2] < counts[1]  # the same step dispatches the same operations every time
