@@ -174,7 +174,7 @@ if __name__ == "__main__":
     print(write_numbers(sys.argv[1]))
 
 
-_NUMBER = r"(?:[A-Z](?:\.\d+)*|\d+(?:\.\d+)*)(?!\w)"
+_NUMBER = r"(?:[A-Z](?:\.\d+)*|\d+(?:\.\d+)*)(?![\w%])"
 _LIST = rf"({_NUMBER}(?:(?:\s*[-–,]\s*|\s+and\s+|\s+or\s+){_NUMBER})*)"
 _REFERENCE = re.compile(
     rf"(?P<kind>\bTables?|\bFigs?\.|\bFigures?|\b[Ee]qs?\.|\b[Ee]quations?|\bApp\.|\bAppendix|\bAppendices|§)"

@@ -42,6 +42,7 @@ def test_references_are_read_as_a_reader_reads_them():
     assert [(kind, number) for kind, number, _ in found] == [
         ("table", "7"), ("table", "9"), ("equation", "7"), ("equation", "8"), ("appendix", "J.2"),
         ("section", "5.5"), ("appendix", "A.1"), ("figure", "4"), ("table", "1")]
+    assert [n for _, n, _ in paper_numbers.references("(30% in Fig. 2, 30% and 70% in Fig. 6)")] == ["2", "6"]
     assert paper_numbers.unknown_references("eq. 14, Table 23, App. M, Figure 4, §5.7") == [
         "eq. 14 (equation 14)", "Table 23 (table 23)", "App. M (appendix M)", "§5.7 (section 5.7)"]
 
@@ -66,8 +67,12 @@ def test_the_book_names_only_numbers_the_paper_gives(path):
     assert not paper_numbers.unknown_references(text)
 
 
-@pytest.mark.parametrize("path", sorted([*ROOT.glob("book/*.md"), *ROOT.glob("book/*.ipynb")]),
-                         ids=lambda p: p.name)
+PAGES = sorted([*ROOT.glob("book/*.md"), *ROOT.glob("book/*.ipynb"), *ROOT.glob("runs/*/*/notebook.ipynb")])
+
+
+@pytest.mark.parametrize("path", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_pages_name_the_papers_parts_by_number_not_by_latex_label(path):
-    labels = re.findall(r"`((?:tab|fig|eq|app|sec):[\w:]+)`", _prose(path))
+    prose = _prose(path)
+    labels = re.findall(r"`((?:tab|fig|eq|app|sec):[\w:]+)`", prose)
     assert not labels, f"write {[paper_numbers.ref(label) for label in labels]} (paperlib.paper_numbers.ref)"
+    assert not paper_numbers.unknown_references(prose)
