@@ -148,7 +148,8 @@ def cifar10_control() -> Claim:
     rows = control.run_rows(runs, None)
     constrained = rows[rows["method"] == "constrained"]
     hits = int(constrained["hit"].sum()) if len(constrained) else 0
-    evidence = f"{len(runs)} of 21 runs complete; {hits} of {len(constrained)} constrained runs within 1 point"
+    evidence = f"{len(runs)} of 21 runs complete" + (
+        f"; {hits} of {len(constrained)} constrained runs within 1 point of every target" if len(constrained) else "")
     if len(runs) < 21:
         verdict = "in progress"
     else:
@@ -223,8 +224,13 @@ def claims() -> list[Claim]:
     ]
 
 
+#: How the verdict table names the book's pages.
+PAGE_NAMES = {"results_mnist": "MNIST", "results_dynamics": "dynamics", "results_cifar10": "CIFAR-10",
+              "results_beyond": "beyond"}
+
+
 def table(found: list[Claim]) -> pd.DataFrame:
     """The verdict table of the book's first page: one row per claim, its page linked."""
     return pd.DataFrame([{"claim": c.claim, "in the paper": c.where, "we ran": c.ran,
                           "verdict": c.verdict, "evidence": c.evidence,
-                          "page": f'<a href="{c.page}.html">{c.page.replace("_", " ")}</a>'} for c in found])
+                          "page": f'<a href="{c.page}.html">{PAGE_NAMES.get(c.page, c.page)}</a>'} for c in found])
