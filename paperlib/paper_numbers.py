@@ -1,20 +1,23 @@
 """The numbers a reader of the paper's PDF sees for its LaTeX labels: ``tab:mnist`` is Table 1.
 
 The book names the paper's tables, figures, equations, sections and appendices
-by these numbers (:func:`ref`), never by LaTeX labels. ``paper_numbers.csv``
-beside this module holds them, one row per label; it is made from the paper's
-LaTeX by :func:`number_labels` (``python -m paperlib.paper_numbers
+by these numbers (:func:`ref`), never by LaTeX labels, and names no number the
+paper does not give (:func:`unknown_references`, which the tests run over every
+page). ``paper_numbers.csv`` beside this module holds every label with its
+number, then every number without a label; it is made from the paper's LaTeX by
+:func:`number_labels` (``python -m paperlib.paper_numbers
 ../shared/paper/controlled_sparsity.tex`` rewrites it), and
 ``tests/test_paper_numbers.py`` checks it against the LaTeX where the LaTeX is
 at hand.
 
 :func:`number_labels` counts as LaTeX does for this paper (article class, the
-``subfigure`` and ``caption`` packages): one figure or table number per
-``\\caption`` in a ``figure``/``table`` environment and per
-``\\captionof{figure|table}``; one equation number per ``equation`` and per row
-of an ``align`` without ``\\nonumber``; sections 1, 2, ... and, after
-``\\appendix``, appendices A, B, ...; a label takes the number of the last of
-these before it in its scope.
+``subfigure`` and ``caption`` packages), from ``\\begin{document}`` on: one
+figure or table number per ``\\caption`` in a ``figure``/``table`` environment
+and per ``\\captionof{figure|table}``; one equation number per ``equation`` and
+per row of an ``align`` without ``\\nonumber`` (a label on an unnumbered row
+names the next numbered one); sections 1, 2, ... and, after ``\\appendix``
+(here inside ``\\appendixwithtoc``), appendices A, B, ...; a label takes the
+number of the last of these before it in its scope.
 """
 
 import csv
@@ -96,6 +99,7 @@ def number_labels(tex: str) -> tuple[dict[str, tuple[str, str]], list[tuple[str,
             sections[depth + 1:] = [0] * (2 - depth)
             current = ("appendix" if appendix else "section", section_number(depth))
             given.append(current)
+            in_float = None
         elif match["appendix"]:
             appendix, sections = True, [0, 0, 0]
         elif match["captionof"]:
