@@ -115,6 +115,13 @@ def constrained_densities(record: dict, row: dict) -> list[tuple[float, float]]:
     return [(float(row[f"density[{layer}]"]), t) for layer, t in zip(layers, targets)]
 
 
+def largest_gap(record: dict) -> float:
+    """The final expected density's largest distance from its target over a constrained run's constraints,
+    in points (positive: above the target, where the constraint is violated)."""
+    gaps = [100 * (density - target) for density, target in constrained_densities(record, record["history"][-1])]
+    return max(gaps, key=abs)
+
+
 def best_feasible_error(record: dict) -> float | None:
     """The lowest validation error over the training epochs at which the constraints hold (see module doc).
 
@@ -505,9 +512,7 @@ def distance_to_target(grid_files: list[str | Path]) -> pd.DataFrame:
             if config.method != "constrained" or records.record_status(folder) != "complete":
                 continue
             record = records.load_record(folder)
-            gaps = [100 * (density - target)
-                    for density, target in constrained_densities(record, record["history"][-1])]
-            worst = max(gaps, key=abs)
+            worst = largest_gap(record)
             rows.append({"run": notebook_link(folder, config.run_name) or config.run_name,
                          "model": config.model, "grouping": config.grouping, "target": target_label(config.target),
                          "protocol": f"{config.preset}, {record['metrics']['epochs_completed']} ep",

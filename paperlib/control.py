@@ -21,7 +21,7 @@ import math
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from .comparison import FEASIBILITY_TOLERANCE, constrained_densities
+from .comparison import FEASIBILITY_TOLERANCE, constrained_densities, largest_gap
 from .paper_results import paper_results
 from .report import notebook_link
 
@@ -35,13 +35,6 @@ def short_layer_name(layer: str) -> str:
     if layer.startswith("stage") and ".conv1" in layer:
         return "s" + layer[len("stage"):layer.index(".conv1")]
     return layer
-
-
-def largest_gap(record: dict) -> float:
-    """The final expected density's largest distance from its target over a constrained run's
-    constraints, in points (positive: above the target, where the constraint is violated)."""
-    gaps = [100 * (density - target) for density, target in constrained_densities(record, record["history"][-1])]
-    return max(gaps, key=abs)
 
 
 def setting(metrics: dict) -> str:
