@@ -14,6 +14,7 @@ import papermill
 import pytest
 from fake_data import make_cifar10_jpeg, make_cifar100, make_imagenet, make_mnist, make_tinyimagenet
 
+from paperlib import paper_numbers
 from paperlib.sweeps import kernel_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -130,10 +131,13 @@ def test_notebook_defaults_agree(name):
 
 @pytest.mark.parametrize("name", sorted(NOTEBOOKS))
 def test_notebook_explains_the_paper_and_every_figure(name):
-    """A page states what it computes as equations, cites the paper by its labels, and says what each output shows."""
+    """A page states what it computes as equations, cites the paper's equations or appendices by the numbers
+    its PDF gives them (never a number it does not give), and says what each output shows."""
     cells = json.loads((BOOK / name).read_text())["cells"]
     markdown = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
-    assert "$$" in markdown and ("`eq:" in markdown or "`app:" in markdown)
+    cited = {kind for kind, _, _ in paper_numbers.references(markdown)}
+    assert "$$" in markdown and cited & {"equation", "appendix"}
+    assert not paper_numbers.unknown_references(markdown)
     for i, cell in enumerate(cells):
         source = "".join(cell["source"])
         if cell["cell_type"] == "code" and ("plt.show()" in source or "table" in source.split("\n")[-1]):
