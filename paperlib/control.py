@@ -251,12 +251,15 @@ def dual_lr_rows(runs: list[dict]) -> pd.DataFrame:
         violations = [max(100 * (density - target) for density, target in constrained_densities(run, row))
                       for row in later]
         rows.append({"run": notebook_link(run["path"], run["metrics"]["run_name"]) or run["metrics"]["run_name"],
-                     "dual lr": run["params"]["dual_lr"], "first feasible epoch": first,
+                     "dual lr": f"{run['params']['dual_lr']:g}", "first feasible epoch": first,
                      "largest violation after it (points)": max(violations) if violations else None,
                      "final largest gap (points)": largest_gap(run),
                      "error final (%)": run["metrics"]["val_error_final"],
                      "epochs": run["metrics"]["epochs_completed"]})
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    if len(frame):
+        frame["first feasible epoch"] = frame["first feasible epoch"].astype("Int64")  # an epoch, or none
+    return frame
 
 
 def plot_layer_traces(runs: list[dict]) -> plt.Figure:

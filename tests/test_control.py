@@ -101,7 +101,7 @@ def test_dual_lr_rows_say_when_every_constraint_first_held_and_how_far_it_slippe
     fast = _trajectory([(0.2, 0.19), (0.2, 0.2), (0.19, 0.2)], 1e-2)
     never = _trajectory([(0.5, 0.5), (0.4, 0.3)], 1e-5)
     rows = control.dual_lr_rows([fast, slow, never])
-    assert rows["dual lr"].tolist() == [1e-5, 1e-4, 1e-2]
+    assert rows["dual lr"].tolist() == ["1e-05", "0.0001", "0.01"]  # as written, not rounded by the page
     assert rows["first feasible epoch"].tolist()[1:] == [3, 1] and pd.isna(rows["first feasible epoch"].iloc[0])
     assert rows["largest violation after it (points)"].tolist()[1:] == pytest.approx([2.5, 0.0])
     assert rows["final largest gap (points)"].tolist() == pytest.approx([20.0, 0.5, -1.0])
