@@ -93,7 +93,7 @@ _MNIST = dict(optimizer="adam", lr=7e-4, gates_optimizer="adam", gates_lr=7e-4,
               weight_decay=0.0, batch_size=128, epochs=200, rho_init=0.5, **_UNCLAMPED)
 #: Louizos et al.'s and the authors' MLP start the input layer's gates at 0.2 (App. A.2).
 _MNIST_MLP = dict(_MNIST, rho_init=[0.2, 0.5, 0.5])
-#: Unstructured MNIST (Table tab:optim_mnist_unstructured, App. L.1): gates at 1e-3, dual lr 1e-3, rho_init 0.05
+#: Unstructured MNIST (Table 18, App. L.1): gates at 1e-3, dual lr 1e-3, rho_init 0.05
 #: (the MLP's input layer keeps 0.2, hard-coded in the authors' MLP); magnitude pruning retrains for 200 epochs
 #: with Adam at 7e-4.
 _MNIST_UNSTRUCTURED = dict(gates_lr=1e-3, dual_lr=1e-3, rho_init=0.05, finetune_lr=7e-4, finetune_epochs=200)
@@ -118,13 +118,13 @@ PAPER = {
 PAPER_UNSTRUCTURED = {
     ("mnist", "mlp"): _MNIST_MLP_UNSTRUCTURED,
     ("mnist", "lenet5"): _MNIST_UNSTRUCTURED,
-    #: TinyImageNet: Adam on gates; the dual lr depends on the target (Table tab:optim_tiny_unstructured).
+    #: TinyImageNet: Adam on gates; the dual lr depends on the target (Table 19).
     ("tinyimagenet", "resnet18"): dict(gates_optimizer="adam", gates_lr=3e-2, rho_init=0.05, finetune_epochs=120,
                                        finetune_lr=1e-4),
 }
 #: Layer-wise dual learning rates where the paper gives a separate one (Tables 7, 8).
 PAPER_LAYERWISE_DUAL_LR = {("tinyimagenet", "resnet18"): 1e-4, ("imagenet", "resnet50"): 3e-5}
-#: TinyImageNet unstructured: one dual lr per target density (Table tab:optim_tiny_unstructured).
+#: TinyImageNet unstructured: one dual lr per target density (Table 19).
 PAPER_TINY_UNSTRUCTURED_DUAL_LR = {0.2: 9e-5, 0.1: 2e-4, 0.05: 7e-4, 0.01: 2e-3}
 
 # ---------------------------------------------------------------------------
@@ -206,7 +206,7 @@ def preset_values(preset: str, dataset: str, model: str, sparsity: str = "struct
 
 
 def tiny_unstructured_dual_lr(target) -> float | None:
-    """The dual lr Table tab:optim_tiny_unstructured gives for this target density, or None.
+    """The dual lr Table 19 gives for this target density, or None.
 
     A per-layer list of one repeated target takes that target's value; a list
     of different targets, or a target the table does not list, has no paper
