@@ -37,6 +37,11 @@ def short_layer_name(layer: str) -> str:
     return layer
 
 
+def run_link(run: dict) -> str:
+    """A run's name, linked to its executed notebook where it has one."""
+    return notebook_link(run["path"], run["metrics"]["run_name"]) or run["metrics"]["run_name"]
+
+
 def setting(metrics: dict) -> str:
     """What a run was asked for, as the paper's tables print it: ``target 20%``, ``λ_pen 0.01``, ``dense``."""
     if metrics["method"] == "constrained":
@@ -64,7 +69,7 @@ def run_rows(runs: list[dict], dense: dict | None) -> pd.DataFrame:
         m = run["metrics"]
         gap = largest_gap(run) if m["method"] == "constrained" else None
         rows.append({
-            "run": notebook_link(run["path"], m["run_name"]) or m["run_name"],
+            "run": run_link(run),
             "method": m["method"], "grouping": m["grouping"] if m["method"] != "dense" else None,
             "setting": setting(m), "target": m["target"], "lmbda": m["lmbda"], "seed": m["seed"],
             "L0-density (%)": 100 * m["l0_density"] if m["l0_density"] is not None else 100.0,
@@ -84,7 +89,7 @@ def layer_rows(runs: list[dict]) -> pd.DataFrame:
         m = run["metrics"]
         if m["grouping"] != "layer" or m["method"] == "dense":
             continue
-        row = {"run": notebook_link(run["path"], m["run_name"]) or m["run_name"], "setting": setting(m),
+        row = {"run": run_link(run), "setting": setting(m),
                "seed": m["seed"]}
         row.update({short_layer_name(layer): 100 * density for layer, density in m["l0_density_per_layer"].items()})
         if m["method"] == "constrained":
@@ -122,9 +127,7 @@ def paper_reference_error(points: pd.DataFrame) -> tuple[float, str]:
     """The paper's final error of its densest run in a control table, and that run's setting: the
     reference of the paper's error cost where it prints no dense model."""
     densest = points.loc[points["L0-density (%)"].idxmax()]
-    label = (f"target {100 * densest['target']:g}%" if densest["method"] == "constrained"
-             else f"λ_pen {densest['lmbda']:g}")
-    return densest["error final (%)"], f"{densest['method']}, {densest['grouping']}-wise, {label}"
+    return densest["error final (%)"], f"{densest['method']}, {densest['grouping']}-wise, {setting(densest)}"
 
 
 def plot_comparison(ours: pd.DataFrame, paper: pd.DataFrame, title: str = "") -> plt.Figure:
@@ -250,7 +253,7 @@ def dual_lr_rows(runs: list[dict]) -> pd.DataFrame:
                  and int(row["epoch"]) > first]
         violations = [max(100 * (density - target) for density, target in constrained_densities(run, row))
                       for row in later]
-        rows.append({"run": notebook_link(run["path"], run["metrics"]["run_name"]) or run["metrics"]["run_name"],
+        rows.append({"run": run_link(run),
                      "dual lr": f"{run['params']['dual_lr']:g}", "first feasible epoch": first,
                      "largest violation after it (points)": max(violations) if violations else None,
                      "final largest gap (points)": largest_gap(run),

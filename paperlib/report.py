@@ -395,6 +395,15 @@ def _title_run_page(app, doctree) -> None:
             cell["classes"].append("tag_scroll-output")
 
 
+def fractional_medians(record: dict) -> tuple[str, float]:
+    """The first gated layer of a record and the share of its gate medians (eq. 9) strictly between 0 and 1
+    at the last saved epoch: the gates that scale their weights at test time instead of keeping or
+    removing them."""
+    last = record["gate_medians"][max(record["gate_medians"], key=int)]
+    layer = next(iter(last))
+    return layer, sum(0.0 < m < 1.0 for m in last[layer]) / len(last[layer])
+
+
 def run_page_remarks(run_dir: Path) -> str:
     """What a reader of a run's page should know before its log: that the run was resumed (its log starts
     where it resumed), and that its parameters are an earlier preset's (:func:`~paperlib.presets.current_run_name`)."""

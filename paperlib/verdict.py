@@ -187,9 +187,7 @@ def gate_medians() -> Claim:
     medians (eq. 9) are exactly 0 or 1 at the last saved epoch."""
     shares = []
     for run in report.complete_records("grids/gate_histograms_mnist_paper.yaml"):
-        medians = run["gate_medians"][max(run["gate_medians"], key=int)]
-        first = next(iter(medians.values()))
-        shares.append((run["metrics"]["model"], sum(m in (0.0, 1.0) for m in first) / len(first)))
+        shares.append((run["metrics"]["model"], 1.0 - report.fractional_medians(run)[1]))
     evidence = "; ".join(f"{model}: {100 * share:.1f}% of the first layer's medians at 0 or 1" for model, share in shares)
     return Claim("Test-time gates end at 0 or 1", f"{ref('app:test_time_gates')}, {ref('fig:mnist_gate_histograms')}",
                  "MLP and LeNet5, the paper's protocol", share_verdict(sum(s >= 0.8 for _, s in shares), len(shares)),
