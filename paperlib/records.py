@@ -33,6 +33,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from paperlib import paper_numbers
+
 STATUSES = ("complete", "partial", "failed")
 
 
@@ -245,6 +247,29 @@ def compress_notebook_figures(run_dir: Path) -> int:
             if smaller is not original:
                 data["image/png"] = base64.b64encode(smaller).decode() + "\n"
                 changed += 1
+    if changed:
+        _write_notebook(notebook, content)
+    return changed
+
+
+def cite_paper_by_number(run_dir: Path) -> int:
+    """Write the paper's LaTeX labels in a record notebook's prose as the PDF's numbers; how many cells changed.
+
+    A record's notebook keeps the prose of the notebook it was executed from; one
+    executed before the book named the paper by number
+    (:func:`paperlib.paper_numbers.cite_by_number`) would show LaTeX labels on its
+    run page. Only markdown cells change: no code, no output, no number.
+    """
+    notebook, content = _read_notebook(run_dir)
+    changed = 0
+    for cell in content.get("cells", []):
+        if cell["cell_type"] != "markdown":
+            continue
+        source = "".join(cell["source"])
+        numbered = paper_numbers.cite_by_number(source)
+        if numbered != source:
+            cell["source"] = numbered.splitlines(keepends=True)
+            changed += 1
     if changed:
         _write_notebook(notebook, content)
     return changed

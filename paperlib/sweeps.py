@@ -287,6 +287,7 @@ def _execute(notebook: str, params: dict, threads: int, commit: bool, run_dir: P
         records.make_portable(folder)
         records.drop_progress_bars(folder)
         records.compact_record(folder)  # its figures; the data files of a record made by an earlier paperlib
+        records.cite_paper_by_number(folder)  # a run resumed from a notebook of an earlier book
     if commit:
         _commit(folders)
     return f"done in {minutes:.1f} min  {run_dir}"

@@ -47,6 +47,15 @@ def test_references_are_read_as_a_reader_reads_them():
         "eq. 14 (equation 14)", "Table 23 (table 23)", "App. M (appendix M)", "§5.7 (section 5.7)"]
 
 
+def test_a_label_in_prose_becomes_its_number_and_the_word_before_it_is_not_written_twice():
+    prose = ("(§`sec:experiments:large_models`, Fig. `fig:cifar10_comparison`, App. `app:all_comparisons:cifar10`) "
+             "at their medians (eq. `eq:validation_gates`), as in `tab:mnist`; `grouping=\"layer\"` stays.")
+    assert paper_numbers.cite_by_number(prose) == (
+        "(§5.5, Figure 4, Appendix K.2) at their medians (Eq. 9), as in Table 1; `grouping=\"layer\"` stays.")
+    with pytest.raises(ValueError, match="no label 'eq:nothing'"):
+        paper_numbers.cite_by_number("eq. `eq:nothing`")
+
+
 def _prose(path: Path) -> str:
     """What a reader reads of a page: a notebook's markdown cells, a MyST page outside its code cells."""
     if path.suffix == ".ipynb":
