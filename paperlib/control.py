@@ -22,6 +22,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from .comparison import FEASIBILITY_TOLERANCE, constrained_densities, largest_gap
+from .models import gate_counts
 from .paper_results import paper_results
 from .report import notebook_link
 
@@ -286,6 +287,54 @@ def plot_layer_traces(runs: list[dict]) -> plt.Figure:
     axes[0, 0].set(ylabel="expected L0-density (%)")
     axes[1, 0].set(ylabel="multiplier λ (end of epoch)")
     axes[0, -1].legend(fontsize=7, ncol=2, loc="upper right", title="gated block", title_fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def gate_rows(run: dict) -> pd.DataFrame:
+    """A layer-wise constrained run's final densities counted in gates, one row per gated layer.
+
+    A layer of n gates whose gates have saturated (medians at exactly 0 or 1, as they do at
+    the gates' learning rate of 6) can only have an expected density near k/n: its density
+    moves in steps of one gate, 100/n points. *Open medians*: the gates whose final median is
+    not 0 (:data:`records` keep them for the saved epochs). A gap under one gate is as close
+    as such a layer can come to its target.
+    """
+    counts = gate_counts(run["metrics"]["model"])
+    medians = run["gate_medians"][max(run["gate_medians"], key=int)]
+    layers = list(run["metrics"]["l0_density_per_layer"])
+    rows = []
+    for layer, (density, target) in zip(layers, constrained_densities(run, run["history"][-1])):
+        n = counts[layer]
+        rows.append({"block": short_layer_name(layer), "gates": n, "one gate (points)": 100 / n,
+                     "target (gates)": target * n, "expected open gates": density * n,
+                     "open medians": sum(value > 0 for value in medians[layer]),
+                     "gap (points)": 100 * (density - target), "gap (gates)": (density - target) * n})
+    return pd.DataFrame(rows)
+
+
+def plot_gate_steps(run: dict) -> plt.Figure:
+    """Each gated layer's expected number of open gates (density times gates) against epochs, its target
+    dashed, and its multiplier on the right axis: the layer's density moves a whole gate at a time."""
+    counts = gate_counts(run["metrics"]["model"])
+    layers = list(run["metrics"]["l0_density_per_layer"])
+    frame = pd.DataFrame(run["history"]).apply(pd.to_numeric, errors="coerce")
+    targets = [target for _, target in constrained_densities(run, run["history"][-1])]
+    fig, axes = plt.subplots(1, len(layers), figsize=(2.1 * len(layers), 2.8), squeeze=False)
+    for index, (layer, target, ax) in enumerate(zip(layers, targets, axes[0])):
+        n = counts[layer]
+        ax.plot(frame["epoch"], n * frame[f"density[{layer}]"], color="C0", lw=1.4)
+        ax.axhline(n * target, ls="--", color="k", lw=0.8)
+        low = math.floor(n * target) - 2
+        ax.set(title=f"{short_layer_name(layer)} ({n} gates)", xlabel="epoch", ylim=(low, low + 5))
+        ax.grid(alpha=0.3)
+        multiplier = ax.twinx()
+        multiplier.plot(frame["epoch"], frame[f"lambda_{index}"], color="C3", lw=1, alpha=0.8)
+        multiplier.set_ylim(0, max(1.0, frame[[c for c in frame if c.startswith("lambda_")]].max().max()))
+        if index < len(layers) - 1:
+            multiplier.set_yticklabels([])
+    axes[0, 0].set_ylabel("expected open gates", color="C0")
+    multiplier.set_ylabel("multiplier λ", color="C3")
     fig.tight_layout()
     return fig
 

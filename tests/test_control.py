@@ -119,3 +119,21 @@ def test_epoch_minutes_divide_wall_time_by_epochs():
     runs = [{"metrics": {"wall_time_s": 4800.0, "epochs_completed": 20}},
             {"metrics": {"wall_time_s": 600.0, "epochs_completed": 4}}]
     assert control.epoch_minutes(runs).tolist() == pytest.approx([4.0, 2.5])
+
+
+def test_gate_rows_count_a_saturated_layer_in_whole_gates():
+    run = record("constrained", "layer", 0.2, densities=(0.1875, 0.21875))  # 3 of 16 gates, 7 of 32
+    run["metrics"]["model"] = "wrn-16-1"
+    run["history"][0].update({"lambda_0": "0.0", "lambda_1": "0.5"})
+    run["gate_medians"] = {"0": {layer: [0.5] * n for layer, n in zip(LAYERS, (16, 32))},
+                           "1": {LAYERS[0]: [1.0] * 3 + [0.0] * 13, LAYERS[1]: [1.0] * 6 + [0.3] + [0.0] * 25}}
+    rows = control.gate_rows(run)
+    assert rows["gates"].tolist() == [16, 32] and rows["one gate (points)"].tolist() == pytest.approx([6.25, 3.125])
+    assert rows["expected open gates"].tolist() == pytest.approx([3.0, 7.0])
+    assert rows["target (gates)"].tolist() == pytest.approx([3.2, 6.4])
+    assert rows["gap (gates)"].tolist() == pytest.approx([-0.2, 0.6])
+    assert rows["gap (points)"].tolist() == pytest.approx([-1.25, 1.875])
+    assert rows["open medians"].tolist() == [3, 7]  # the last saved epoch's; a fractional median is open
+    fig = control.plot_gate_steps(run)
+    assert [ax.get_title() for ax in fig.axes[:2]] == ["s1.0 (16 gates)", "s2.0 (32 gates)"]
+    assert fig.axes[0].lines[0].get_ydata().tolist() == pytest.approx([3.0])

@@ -8,8 +8,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from paperlib.layers import L0Conv2d, L0Layer, L0Linear
-from paperlib.models import (MLP, MODEL_NAMES, build_model, gated_layers, layer_densities, memory_format,
-                             model_density)
+from paperlib.models import (MLP, MODEL_NAMES, build_model, gate_counts, gated_layer_names, gated_layers,
+                             layer_densities, memory_format, model_density)
 
 # Number of sparsifiable layers (App. J.3-J.6) and output classes of the paired dataset.
 EXPECTED = {
@@ -237,3 +237,13 @@ def test_a_channels_last_training_step_matches_nchw_up_to_rounding(sparsity):
     torch.testing.assert_close(loss_a, loss_b, rtol=1e-5, atol=1e-6)
     for a, b in zip(grads_a, grads_b):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_gate_counts_are_the_channels_or_neurons_each_gated_layer_switches():
+    model = build_model("wrn-16-1", 10)
+    independent = {name: (module.weight.shape[0] if isinstance(module, L0Conv2d) else module.weight.shape[1])
+                   for name, module in model.named_modules() if isinstance(module, L0Layer)}
+    assert gate_counts("wrn-16-1") == independent
+    assert list(independent.values()) == [16, 16, 32, 32, 64, 64]
+    assert gate_counts("lenet5") == {"conv1": 20, "conv2": 50, "fc1": 800, "fc2": 500}
+    assert gated_layer_names("lenet5") == ["conv1", "conv2", "fc1", "fc2"]
