@@ -313,6 +313,24 @@ def gate_rows(run: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def gate_changes(run: dict, after_epoch: int = 1) -> pd.DataFrame:
+    """Every epoch after ``after_epoch`` at whose end a layer of a layer-wise constrained run has a different
+    whole number of expected open gates than at the end of the epoch before, with the layer's multiplier
+    at both ends: which gates the multiplier closed, and which opened with it at zero (a dual restart)."""
+    counts = gate_counts(run["metrics"]["model"])
+    layers = list(run["metrics"]["l0_density_per_layer"])
+    history = [row for row in run["history"] if row["phase"] == "train" and int(row["epoch"]) >= after_epoch]
+    rows = []
+    for before, after in zip(history, history[1:]):
+        for index, layer in enumerate(layers):
+            was, now = (round(counts[layer] * float(row[f"density[{layer}]"])) for row in (before, after))
+            if was != now:
+                rows.append({"epoch": int(after["epoch"]), "block": short_layer_name(layer),
+                             "open gates": f"{was} → {now}", "λ before": float(before[f"lambda_{index}"]),
+                             "λ after": float(after[f"lambda_{index}"])})
+    return pd.DataFrame(rows)
+
+
 def plot_gate_steps(run: dict) -> plt.Figure:
     """Each gated layer's expected number of open gates (density times gates) against epochs, its target
     dashed, and its multiplier on the right axis: the layer's density moves a whole gate at a time."""

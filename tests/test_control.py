@@ -137,3 +137,18 @@ def test_gate_rows_count_a_saturated_layer_in_whole_gates():
     fig = control.plot_gate_steps(run)
     assert [ax.get_title() for ax in fig.axes[:2]] == ["s1.0 (16 gates)", "s2.0 (32 gates)"]
     assert fig.axes[0].lines[0].get_ydata().tolist() == pytest.approx([3.0])
+
+
+def test_gate_changes_list_each_whole_gate_a_layer_gained_or_lost_with_its_multiplier():
+    run = record("constrained", "layer", 0.2, densities=(0.1875, 0.21875))
+    run["metrics"]["model"] = "wrn-16-1"
+    densities = [(0.9, 0.9), (0.1875, 0.21875), (0.1875, 0.1875), (0.1878, 0.21875)]  # 16 and 32 gates
+    multipliers = [(0.0, 0.0), (0.0, 0.2), (0.0, 0.0), (0.0, 0.05)]
+    run["history"] = [{"epoch": str(epoch), "phase": "train",
+                       **{f"density[{layer}]": str(d) for layer, d in zip(LAYERS, density)},
+                       **{f"lambda_{i}": str(m) for i, m in enumerate(multiplier)}}
+                      for epoch, (density, multiplier) in enumerate(zip(densities, multipliers))]
+    changes = control.gate_changes(run)  # from epoch 1 on: the first epoch's fall from 90% is not listed
+    assert changes.to_dict("records") == [
+        {"epoch": 2, "block": "s2.0", "open gates": "7 → 6", "λ before": 0.2, "λ after": 0.0},
+        {"epoch": 3, "block": "s2.0", "open gates": "6 → 7", "λ before": 0.0, "λ after": 0.05}]
