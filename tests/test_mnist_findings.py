@@ -1,0 +1,424 @@
+"""paperlib.mnist_findings: the MNIST pages' findings, on records made here and on the paper's printed numbers."""
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from paperlib import comparison, gates, mnist_findings as findings, presets, report
+
+MLP_LAYERS = ["fc1", "fc2", "fc3"]
+LENET_LAYERS = ["conv1", "conv2", "fc1", "fc2"]
+
+
+def record(model="mlp", method="constrained", grouping="model", target=0.2, lmbda=None, seed=0, density=0.2,
+           per_layer=None, pruned=(100, 100, 100), params_pct=20.0, macs_pct=20.0, error=1.5, history=(), **params):
+    """A record as records.load_record returns it; ``history``: (model density, per-layer densities, val error)
+    at the end of each training epoch."""
+    layers = MLP_LAYERS if model == "mlp" else LENET_LAYERS
+    per_layer = per_layer or [density] * len(layers)
+    rows = [{"epoch": str(epoch), "phase": "train", "l0_density": str(d), "val_error": str(e),
+             **{f"density[{layer}]": str(x) for layer, x in zip(layers, layer_densities)}}
+            for epoch, (d, layer_densities, e) in enumerate(history, start=1)]
+    hyper = {"target": target, "lmbda": lmbda}
+    metrics = {"run_name": f"{model}-{method}-{grouping}-{target}-{lmbda}-s{seed}", "model": model, "method": method,
+               "grouping": grouping, **hyper, "seed": seed, "l0_density": density,
+               "l0_density_per_layer": dict(zip(layers, per_layer)), "pruned_architecture": list(pruned),
+               "params_pct": params_pct, "macs_pct": macs_pct, "val_error_final": error, "val_error_best": error,
+               "epochs_completed": len(rows)}
+    return {"path": "/nowhere", "params": {"model": model, "method": method, "grouping": grouping, **hyper,
+                                           "seed": seed, "dual_lr": 1e-4, **params},
+            "metrics": metrics, "history": rows}
+
+
+@pytest.fixture
+def grids(monkeypatch):
+    """Serve records for grid files: ``grids[grid] = [records]``; ``grids.sizes[grid]``: runs the grid asks for."""
+    served = {}
+    served_sizes = {}
+    monkeypatch.setattr(report, "complete_records", lambda grid: list(served.get(grid, [])))
+    monkeypatch.setattr(report, "grid_runs",
+                        lambda grid: [None] * served_sizes.get(grid, len(served.get(grid, []))))
+
+    class Grids(dict):
+        sizes = served_sizes
+
+        def __setitem__(self, grid, runs):
+            served[grid] = runs
+            super().__setitem__(grid, runs)
+
+    return Grids()
+
+
+# --- records --------------------------------------------------------------------------------------
+
+
+def test_records_of_keep_grid_order_and_the_asked_parameters(grids):
+    a, b = record(seed=0), record(seed=1)
+    c = record(model="lenet5", target=[0.3, 0.3, 0.3, 0.3], grouping="layer")
+    grids["g1.yaml"], grids["g2.yaml"] = [a, c], [b]
+    assert findings.records_of(["g2.yaml", "g1.yaml"], model="mlp") == [b, a]
+    assert findings.records_of("g1.yaml", target=[0.3, 0.3, 0.3, 0.3]) == [c]  # a layer-wise list of targets
+    assert findings.constrained_records(["g1.yaml", "g2.yaml"], "mlp", "model", 0.2, seed=1) == [b]
+    assert findings.select([a, b], seed=2) == []
+
+
+def test_a_missing_record_is_named_with_the_command_that_makes_it(grids):
+    grids["done.yaml"], grids["half.yaml"] = [record()], [record()]
+    grids.sizes["half.yaml"] = 2
+    assert findings.pending_command(["done.yaml", "half.yaml"]) == "python -m paperlib.sweeps half.yaml"
+    assert findings.pending_command(["done.yaml"]) is None
+    assert findings.no_record(["a.yaml", "b.yaml"], "No fan-out record yet") == \
+        "No fan-out record yet: `python -m paperlib.sweeps a.yaml b.yaml`."
+
+
+def test_authors_runs_are_read_by_file_name_and_filtered(tmp_path):
+    for name, model in (("b.json", "mlp"), ("a.json", "mlp"), ("c.json", "lenet5")):
+        (tmp_path / name).write_text(json.dumps({"model": model, "name": name}))
+    assert [run["name"] for run in findings.authors_runs(tmp_path, model="mlp")] == ["a.json", "b.json"]
+    assert findings.authors_command("mlp", "layer", 0.2).endswith("--model mlp --grouping layer --target 0.2")
+
+
+def test_our_twins_are_seed_0_of_the_cell_with_each_initialisation(grids):
+    fan_in = [record(seed=1), record(seed=0, error=1.1)]
+    grids[findings.MLP_CONTROL_GRID] = fan_in
+    twins = findings.our_twins({"model": "mlp", "grouping": "model", "target": 0.2})
+    assert twins == {"ours, fan-in": fan_in[1], "ours, fan-out": None}
+
+
+# --- the results page -----------------------------------------------------------------------------
+
+
+def test_authors_best_error_is_the_lowest_of_any_epoch_of_any_seed_beside_the_papers():
+    dense_early = [(0.9, [0.9] * 3, 1.2), (0.33, [0.33] * 3, 1.6)]  # the best epoch is the dense one
+    runs = [record(target=0.33, history=dense_early, seed=0), record(target=0.33, history=[(0.3, [0.3] * 3, 1.4)], seed=1),
+            record(grouping="layer", target=[0.3] * 3, history=[(0.3, [0.3] * 3, 1.7)])]
+    table = findings.authors_best_errors(runs)
+    assert table["row"].tolist() == ["constrained, model-wise", "constrained, layer-wise"]
+    assert table["seeds"].tolist() == [2, 1]
+    assert table["error best (%) ours, authors' way"].tolist() == pytest.approx([1.2, 1.7])
+    assert table["error best (%) paper"].tolist() == ["1.36", "1.58"]  # Table 1's printed "best"
+
+
+def test_within_one_point_counts_runs_per_preset():
+    gaps = pd.DataFrame({"protocol": ["paper, 200 ep", "paper, 200 ep", "cpu, 100 ep"],
+                         "within 1 point": [True, False, True]})
+    assert findings.within_one_point(gaps) == ["paper preset: 1 of 2 runs end within 1 point of every target",
+                                               "cpu preset: 1 of 1 runs end within 1 point of every target"]
+
+
+def test_the_papers_gap_is_its_final_density_minus_the_target():
+    table = findings.paper_gap_table().set_index(["table", "grouping"])
+    assert table.loc[("Table 10", "layer"), "target 20%"] == pytest.approx(23.28 - 20)  # Table 10's printed 23.28
+    assert table.loc[("Table 11", "model"), "target 20%"] == pytest.approx(20.27 - 20)
+    assert findings.paper_gap("mlp", "model", "20%") == pytest.approx(22.77 - 20)
+    assert findings.paper_gap("mlp", "layer", "[30, 30, 30]%") == pytest.approx(30.87 - 30)  # the authors' aggregate
+    assert math.isnan(findings.paper_gap("lenet5", "layer", "[50, 30, 70, 10]%"))  # no density anywhere
+
+
+def test_misses_are_grouped_by_cell_beside_the_papers_gap_and_said_in_words():
+    gaps = pd.DataFrame({"model": ["mlp", "mlp", "mlp", "mlp", "lenet5"],
+                         "grouping": ["layer", "layer", "model", "model", "model"],
+                         "target": ["20%", "20%", "20%", "50%", "20%"],
+                         "protocol": ["paper, 200 ep"] * 4 + ["cpu, 40 ep"],
+                         "largest gap (points)": [1.5, 2.5, 1.2, 0.3, 4.0],
+                         "within 1 point": [False, False, False, True, False]})
+    by_cell = findings.misses_by_cell(gaps)
+    assert by_cell[["runs", "lowest", "highest"]].values.tolist() == [[2, 1.5, 2.5], [1, 1.2, 1.2]]
+    assert by_cell["paper's gap (points)"].tolist() == pytest.approx([3.28, 2.77])
+    assert findings.misses_in_words(gaps, by_cell) == (
+        "These 3 runs fall in 2 cells, all of them MLP cells, and end above their target by 1.20 to 2.50 points. "
+        "In every one of these cells the paper's own runs end above the target too, by 2.77 to 3.28 points.")
+
+
+# --- why the runs end above their target ----------------------------------------------------------
+
+
+def test_expected_and_kept_counts_each_layers_groups():
+    run = record(model="lenet5", target=0.1, density=0.11, per_layer=[1.0, 0.4, 0.07, 0.995],
+                 pruned=(20, 20, 57, 499), params_pct=10.2)
+    row = findings.expected_and_kept([run]).iloc[0]
+    assert row["conv2: expected / kept"] == "20.0 / 20" and row["fc1: expected / kept"] == "56.0 / 57"
+    assert row["fc2: expected / kept"] == "497.5 / 499" and row["model density (%)"] == pytest.approx(11.0)
+
+
+def test_the_lowest_worst_layer_is_the_densest_layer_at_its_best_epoch():
+    run = record(grouping="layer", target=[0.3] * 3,
+                 history=[(0, [0.5, 0.3, 0.3], 2), (0, [0.31, 0.32, 0.3], 2), (0, [0.305, 0.3, 0.33], 2)])
+    lowest, epoch = findings.lowest_worst_layer(run)
+    assert (lowest, epoch) == (pytest.approx(32.0), 2)
+
+
+# --- the dual learning rate -----------------------------------------------------------------------
+
+
+def test_gap_history_and_the_epoch_a_run_settles_within_a_point(grids):
+    slow = record(target=0.3, history=[(0.5, [0] * 3, 3), (0.305, [0] * 3, 2), (0.32, [0] * 3, 2),
+                                       (0.308, [0] * 3, 1.8)], error=1.8)
+    fast = record(target=0.3, history=[(0.295, [0] * 3, 2), (0.3, [0] * 3, 1.9)], dual_lr=1e-3)
+    assert findings.gap_history(slow) == pytest.approx([20, 0.5, 2, 0.8])
+    assert findings.settled_epoch(findings.gap_history(slow)) == 4
+    assert findings.settled_epoch([3.0, 2.0]) is None
+    grids[findings.DUAL_LR_GRID] = [fast]
+    grids.sizes[findings.DUAL_LR_GRID] = 2
+    table = findings.dual_lr_table([slow, fast])
+    assert table["within 1 point from epoch"].tolist() == ["4", "1"]
+    assert table["dual lr"].tolist() == ["0.0001", "0.001"]
+    assert table["error best (%)"].tolist() == pytest.approx([1.8, 1.9])  # feasible epochs only
+    assert table.attrs["command"] == f"python -m paperlib.sweeps {findings.DUAL_LR_GRID}"
+    fig = findings.plot_gap_histories([slow, fast])
+    assert fig.axes[0].lines[1].get_ydata().tolist() == pytest.approx([-0.5, 0.0])
+
+
+# --- the authors' initialisation ------------------------------------------------------------------
+
+
+def test_initialisation_table_puts_fan_in_and_fan_out_beside_the_paper(monkeypatch):
+    key = {"model": "MLP", "method": "constrained", "grouping": "model", "target / λ_pen": "20%"}
+    other = key | {"target / λ_pen": "35%"}
+
+    def compare(table, grids, metrics):
+        fan_out = list(grids) == list(findings.FAN_OUT_GRIDS)
+        rows = [key | {"L0-density (%) paper": "22.77 ± 0.17", "L0-density (%) ours": "20.5" if fan_out else "20.1 ± 0.2",
+                       "protocol": "paper, 200 ep, 1 seed" if fan_out else "paper, 200 ep, 3 seeds, 2 on GPU",
+                       "runs": "s0"},
+                other | {"L0-density (%) paper": "36.25", "L0-density (%) ours": None,
+                         "protocol": "not run" if fan_out else "paper, 200 ep, 1 seed", "runs": None}]
+        return pd.DataFrame(rows)
+
+    monkeypatch.setattr(comparison, "compare", compare)
+    table = findings.initialisation_table("tab:mlp_control", ["l0_density"])
+    assert len(table) == 1  # the row no fan-out grid has run is left out
+    assert table.iloc[0][["seeds fan-in", "L0-density (%) paper", "L0-density (%) fan-in", "L0-density (%) fan-out",
+                          "run fan-out"]].tolist() == ["3 seeds", "22.77 ± 0.17", "20.1 ± 0.2", "20.5", "s0"]
+
+
+def test_fan_out_penalized_lines_put_each_run_beside_its_fan_in_cell_and_the_paper():
+    fan_out = [record(model="lenet5", method="penalized", target=None, lmbda=1.0, density=0.0989)]
+    fan_in = [record(model="lenet5", method="penalized", target=None, lmbda=1.0, density=0.0907),
+              record(model="lenet5", method="penalized", target=None, lmbda=0.01, density=0.8)]
+    assert findings.paper_penalized_density("model", 1.0) == 13.01  # Table 11's printed cell
+    assert findings.fan_out_penalized_lines(fan_out, fan_in) == [
+        "- model-wise, λ_pen = 1: L0-density 9.89% with fan-out, 9.07% with fan-in, the paper's 13.01%."]
+
+
+# --- the authors' own code ------------------------------------------------------------------------
+
+
+def authors_run(model="mlp", grouping="model", target=0.2, kept=(130, 144, 98)):
+    history = [{"epoch": epoch, "l0_density_epoch_mean": d, "density[1]": d, "kept_groups": list(kept),
+                "val_error": 2.18} for epoch, d in ((1, 0.5), (2, 0.2017))]
+    return {"model": model, "grouping": grouping, "target": target, "command": "python authors.py", "history": history}
+
+
+def test_the_authors_mlp_run_sits_beside_our_twins_and_the_paper():
+    theirs = [authors_run()]
+    ours = record(density=0.2012, pruned=(131, 140, 100), error=2.2,
+                  history=[(0.6, [0] * 3, 3.0), (0.2012, [0] * 3, 2.2)])
+    twins = [{"ours, fan-in": ours, "ours, fan-out": None}]
+    table = findings.authors_mlp_table(theirs, twins)
+    assert table["run"].tolist() == ["authors' code", "ours, fan-in", "paper"]
+    assert table["L0-density (%)"].tolist() == ["20.17", "20.12", "22.77 ± 0.17"]
+    assert table["groups kept"].tolist()[:2] == ["130-144-98", "131-140-100"]
+    fig = findings.plot_authors_mlp(theirs, twins)
+    lines = fig.axes[0].lines  # authors', ours, the target, the paper's final density
+    assert [line.get_ydata()[-1] for line in lines[:2]] == pytest.approx([20.17, 20.12])
+    assert lines[3].get_ydata()[0] == pytest.approx(22.77) and fig.axes[0].get_title() == "MLP model-wise 20%"
+
+
+# --- LeNet5: where the paper's runs spend their density -------------------------------------------
+
+
+def test_the_conv2_and_fc1_counts_are_recovered_from_parameters_and_macs():
+    assert findings.model_percentages("lenet5", (20, 50, 800, 500)).tolist() == pytest.approx([100, 100])
+    assert findings.implied_conv2_fc1(*findings.model_percentages("lenet5", (20, 30, 300, 500)), fc2=500) == \
+        pytest.approx([30, 300])
+
+
+def test_paper_rows_count_table1s_architecture_and_imply_table11s():
+    table1 = findings.paper_row("cell", "mlp", "model", 0.33, "tab:mnist")
+    assert table1["architecture"] == "198-233-100" and table1["L0-density (%)"] == 34.17
+    assert table1["params (%)"] == pytest.approx(findings.model_percentages("mlp", (198, 233, 100))[0])
+    assert table1["error final (%)"] == 1.77
+    control = findings.paper_row("cell", "lenet5", "model", 0.2, "tab:lenet_control")
+    assert control["architecture"] == "20-42-89-500 (implied)"
+    assert (control["L0-density (%)"], control["params (%)"], control["MACs (%)"]) == (20.27, 16.58, 73.67)
+
+
+def test_implied_architectures_list_every_target_and_table1s_row_beside_ours(monkeypatch):
+    monkeypatch.setattr(findings, "CONTROL_TARGETS", (0.2,))
+    ours = [record(model="lenet5", target=0.2, pruned=(20, 29, 200, 500), params_pct=18.0, macs_pct=60.0),
+            record(model="lenet5", target=0.35, pruned=(20, 40, 300, 500))]
+    table = findings.implied_architectures(ours, [])
+    assert table["target"].tolist() == ["20%", "10% (Table 1)"]
+    row = table.iloc[0]
+    assert row["implied conv2 (fc2 500 | 407)"].startswith("42.") and row["implied fc1 (fc2 500)"] == "89"
+    assert row["ours: architecture"] == "20-29-200-500" and row["ours: params / MACs (%)"] == "18.00 / 60.00"
+    assert pd.isna(table.iloc[1]["ours: architecture"])  # no record of Table 1's row
+
+
+def test_the_authors_lenet5_run_beside_the_implied_paper_row_and_the_conv2_sentences():
+    theirs = [authors_run("lenet5", kept=(20, 14, 156, 496))]
+    fan_in = record(model="lenet5", pruned=(20, 29, 200, 500), history=[(0.2, [1, 0.5, 0.1, 1], 1.0)])
+    twins = [{"ours, fan-in": fan_in, "ours, fan-out": None}]
+    table = findings.authors_lenet_table(theirs, twins)
+    assert table["run"].tolist() == ["paper", "authors' code", "ours, fan-in"]
+    assert table["groups kept"].tolist() == ["20-42-89-500 (implied)", "20-14-156-496", "20-29-200-500"]
+    assert table["params / MACs (%)"].iloc[1].startswith("≤ ")  # counted as if no fc1 input sat behind a closed map
+    fig = findings.plot_authors_lenet(theirs, twins)
+    assert fig.axes[1].lines[1].get_ydata().tolist() == pytest.approx([50.0])  # our conv2's expected density
+    fan_out = [record(model="lenet5", target=0.1, pruned=(20, 12, 60, 500))]
+    fan_in_10 = [record(model="lenet5", target=0.1, pruned=(20, 21, 57, 499)), fan_in]
+    assert findings.conv2_in_words(theirs, twins, fan_out, fan_in_10) == (
+        "At 20%, seed 0: the authors' code keeps 14 conv2 maps, ours 29; the paper's counts imply 42. "
+        "At 10%, our run with the authors' fan-out initialisation keeps 12 conv2 maps, our fan-in runs 21.")
+
+
+def test_the_clamps_floor_keeps_closed_gates_in_the_expected_density(monkeypatch):
+    low, high = findings.clamp_bound_probabilities()
+    assert (round(low, 4), round(high, 4)) == (0.0471, 0.998)
+    assert findings.expected_density((20, 50, 800, 500), findings.DECIDED, -findings.DECIDED) == pytest.approx(100)
+    assert findings.expected_density((0, 0, 0, 0), gates.LOG_ALPHA_MAX, gates.LOG_ALPHA_MIN) == pytest.approx(100 * low)
+    monkeypatch.setattr(findings, "CONTROL_TARGETS", ())
+    row = findings.clamp_floor_table().iloc[0]
+    assert row["architecture"] == "20-21-34-407" and row["paper's expected density (%)"] == 12.24
+    assert row["closed for good (%)"] < row["closed at the clamp's floor (%)"]
+
+
+# --- the clamp on log alpha -----------------------------------------------------------------------
+
+
+def configured(clamp=False, **metrics):
+    """A record whose parameters are a full configuration (so that report.counterpart can compare them)."""
+    config = presets.resolve_config(dataset="mnist", preset="paper", model="lenet5", method="constrained",
+                                    grouping="layer", target=0.5, seed=0, clamp_log_alpha=clamp)
+    run = record(model="lenet5", grouping="layer", target=0.5, **metrics)
+    return run | {"params": config.to_dict()}
+
+
+def test_clamp_rows_compare_the_twins_distances_to_the_paper():
+    paper = {"cell": "c", "run": "paper", "L0-density (%)": 50.0, "params (%)": 21.0}
+    unclamped = configured(density=0.502, params_pct=24.0, pruned=(10, 24, 376, 254))
+    clamped = configured(clamp=True, density=0.499, params_pct=23.0, pruned=(10, 24, 377, 250))
+    rows, closer = findings.clamp_rows("c", paper, unclamped, [clamped])
+    assert [row["run"] for row in rows] == ["paper", "ours", "ours, clamped, dual lr 1e-4"]
+    assert closer["L0-density: |ours − paper|, unclamped → clamped"] == "0.20 → 0.10"
+    assert closer["params: |ours − paper|, unclamped → clamped"] == "3.00 → 2.00"
+    assert findings.clamp_rows("c", paper, None, [clamped])[1] is None  # no twin, no distance
+    text = findings.clamp_in_words(pd.DataFrame([closer, closer | {"cell": "d", "clamped closer in params": False}]))
+    assert text == ("Of the 2 cells that have both records, the clamped run is closer to the paper in parameters in 1 "
+                    "and in L0-density in 2. It is further from the paper in parameters in d.")
+    described = findings.fc1_behind_conv2_in_words([("unclamped", unclamped)])
+    assert described.startswith("LeNet5's layer-wise 50% cell, seed 0. Unclamped, 10-24-376-254: fc1 keeps 376 of "
+                                 "the 384 inputs behind conv2's 24 open maps; parameters 24.00%")
+    assert described.endswith("The paper's: parameters 21.38%, MACs 24.03%, at an L0-density of 50.02%.")
+
+
+def test_clamp_comparison_takes_each_cells_seed_0_and_names_the_missing_runs(grids, monkeypatch):
+    monkeypatch.setattr(findings, "CLAMP_CELLS", [("lenet5", "layer", 0.5, findings.LENET_CONTROL_GRID,
+                                                   "tab:lenet_control")])
+    grids[findings.LENET_CONTROL_GRID] = [configured(seed=0)]
+    grids[findings.CLAMP_GRID] = [configured(clamp=True)]
+    grids.sizes[findings.CLAMP_GRID] = 3
+    table, closer = findings.clamp_comparison()
+    assert table["run"].tolist() == ["paper", "ours", "ours, clamped, dual lr 1e-4"]
+    assert table["cell"].iloc[0] == "LeNet5 layer-wise 50% (tab:lenet_control)"
+    assert closer["cell"].tolist() == table["cell"].iloc[:1].tolist()
+    assert table.attrs["command"] == f"python -m paperlib.sweeps {findings.CLAMP_GRID}"
+
+
+# --- where ours and the paper's differ by more than 2 points --------------------------------------
+
+
+def test_large_differences_name_each_table_by_its_number():
+    table = pd.DataFrame([{"method": "constrained", "grouping": "layer", "target / λ_pen": "20%",
+                           "L0-density (%) paper": "23.28 ± 0.31", "L0-density (%) ours": "20.37",
+                           "L0-density (%) Δ": "-2.91", "params (%) paper": "3.41", "params (%) ours": "4.36",
+                           "params (%) Δ": "+0.95", "protocol": "paper, 200 ep, 1 seed"}])
+    found = findings.large_differences({"tab:mlp_control": [table], "tab:mnist": [table.iloc[:0]]})
+    assert found[["table", "row", "metric", "Δ"]].values.tolist() == [
+        ["Table 10", "constrained layer 20%", "L0-density (%)", "-2.91"]]
+
+
+def test_penalized_lenet5_runs_are_told_apart_by_seed_initialisation_and_clamp():
+    runs = [record(model="lenet5", method="penalized", target=None, lmbda=0.01, density=0.8647,
+                   history=[(0.9, [0] * 4, 1), (0.8647, [0] * 4, 1)]),
+            record(model="lenet5", method="penalized", target=None, lmbda=0.01, seed=1, density=0.772,
+                   history=[(0.772, [0] * 4, 1)]),
+            record(model="lenet5", method="penalized", target=None, lmbda=0.01, density=0.3797, linear_init="fan_out",
+                   history=[(0.3797, [0] * 4, 1)])]
+    assert [findings.variant(r["params"]) for r in runs] == ["", "seed 1", "fan-out"]
+    assert findings.variant(runs[0]["params"] | {"clamp_log_alpha": True, "seed": 2}) == "seed 2, clamped"
+    assert findings.penalized_in_words({"model": runs}, 0.01).split("\n")[2] == (
+        "- model-wise, λ_pen = 0.01: the paper's 90.78%; ours 86.47% (seed 0), 77.20% (seed 1) and 37.97% (fan-out).")
+    fig = findings.plot_penalized_lenet({"model": runs, "layer": runs[:1]})
+    assert [line.get_linestyle() for line in fig.axes[0].lines[:3]] == ["-", "-", "--"]
+    assert list(fig.axes[1].lines[-1].get_ydata()) == [90.63]  # the paper's final, layer-wise
+
+
+# --- final errors ---------------------------------------------------------------------------------
+
+
+def agreement_rows():
+    return pd.DataFrame([
+        {"table": "Table 1", "row": "LeNet5 constrained model 10%", "paper": "1.01 ± 0.05", "ours": "0.91 ± 0.06",
+         "our runs": 5, "Δ": -0.1, "beyond chance": True},
+        {"table": "Table 10", "row": "MLP constrained layer 65%", "paper": "1.72 ± 0.01", "ours": "1.85",
+         "our runs": 3, "Δ": 0.13, "beyond chance": False}])
+
+
+def test_beyond_chance_and_the_spreads_in_words():
+    agreement = agreement_rows()
+    assert findings.beyond_chance_in_words(agreement) == (
+        "1 of 2 rows differ from the paper's by more than chance at 95%; with no difference at all, about 0.1 would. "
+        "They are LeNet5 constrained model 10% (-0.10 points, 0.91 ± 0.06 against 1.01 ± 0.05).")
+    table1 = pd.DataFrame()
+    table1.attrs["values"] = [{"val_error_last": [1.0, 1.2, 1.1, 1.3, 1.4]}, {"val_error_last": [1.0]}]
+    spread = 0.01 * math.sqrt(5) / 1.96
+    assert findings.spreads_in_words(agreement, table1) == (
+        f"Run-to-run standard deviation of the final error behind the paper's CIs: {spread:.3f} to "
+        f"{0.05 * math.sqrt(5) / 1.96:.3f} points over these rows (MLP constrained layer 65% the smallest). "
+        f"Over our 5 seeds of each of Table 1's MLP rows: 0.158 points.")
+
+
+def test_seed_rows_give_each_seeds_error_and_whether_seed_0_was_beyond_chance():
+    cell = ("mlp", "penalized", "layer", 1.0)
+    assert findings.cell_of(record(method="penalized", grouping="layer", target=None, lmbda=1.0)["params"]) == cell
+    paper = 2.93  # Table 10, penalized layer-wise λ_pen 1, final error
+    runs = [record(method="penalized", grouping="layer", target=None, lmbda=1.0, seed=s, error=e)
+            for s, e in ((1, 2.8), (0, paper + 2.0))]
+    rows = findings.seed_rows("tab:mlp_control", [cell, ("mlp", "constrained", "model", 0.5)], runs)
+    assert rows[0] == {"cell": "MLP penalized layer λ_pen 1", "seed 0 beyond chance": "yes", "seed 0": paper + 2.0,
+                       "seed 1": 2.8}
+    assert rows[1] == {"cell": "MLP constrained model 50%", "seed 0 beyond chance": None}
+    assert not findings.seed0_beyond_chance("tab:mlp_control", cell, paper)
+
+
+def test_seeds_table_reads_each_seeds_grid_and_names_the_missing_runs(grids, monkeypatch):
+    config = presets.resolve_config(dataset="mnist", preset="paper", model="mlp", method="penalized", grouping="layer",
+                                    lmbda=1.0, seed=1)
+    monkeypatch.setattr(findings, "SEEDS_GRIDS", {"tab:mlp_control": "seeds.yaml"})
+    monkeypatch.setattr(report, "grid_runs", lambda grid: [(config, None)] * (2 if grid == "seeds.yaml" else 0))
+    grids[findings.MLP_CONTROL_GRID] = [record(method="penalized", grouping="layer", target=None, lmbda=1.0, error=3.0)]
+    table = findings.seeds_table()
+    assert table[["cell", "seed 0"]].values.tolist() == [["MLP penalized layer λ_pen 1", 3.0]]
+    assert table.attrs["command"] == "python -m paperlib.sweeps seeds.yaml"
+
+
+def test_retested_cells_say_whether_more_seeds_confirm_seed_0():
+    seeds = pd.DataFrame({"cell": ["LeNet5 constrained model 10%", "MLP constrained layer 65%", "other"],
+                          "seed 0 beyond chance": ["yes", "yes", "no"]})
+    assert findings.retested_in_words(seeds, agreement_rows()) == (
+        "With all their seeds, 1 of the 2 cells that have more than seed 0 remain beyond chance: "
+        "LeNet5 constrained model 10%.")
+    assert findings.retested_in_words(seeds.iloc[2:], agreement_rows()) is None
+
+
+def test_the_clamped_table1_lenet5_error_against_the_interval_of_chance():
+    clamped = record(model="lenet5", target=0.1, error=1.10, params_pct=8.66)
+    unclamped = [record(model="lenet5", target=0.1, error=e, params_pct=p) for e, p in ((0.94, 10.14), (0.90, 10.43))]
+    text = findings.clamped_error_in_words(clamped, unclamped)
+    assert text.startswith("Final error: clamped (seed 0) 1.10%, with 8.66% of the parameters; unclamped, 0.94 and "
+                           "0.90% (2 seeds), with 10.14–10.43%; the paper's 1.01 ± 0.05%, with 6.81%.")
+    assert text.endswith("The clamped run's difference, +0.09 points, against a 95% interval of chance of ±0.17.")
