@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import records
+from . import presets, records
 from .intervals import difference_interval, mean_ci
 from .paper_numbers import ref
 from .paper_results import paper_results
@@ -422,6 +422,43 @@ def compare(table: str, grid_files: list[str | Path], metrics: list[str] | None 
     result.attrs["missing"] = missing
     result.attrs["values"] = values_by_row
     return result
+
+
+#: Our dataset names -> the paper's (``paper_results.csv``).
+PAPER_DATASETS = {"mnist": "MNIST", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100", "tinyimagenet": "TinyImageNet",
+                  "imagenet": "ImageNet"}
+
+
+def paper_rows_for(record: dict, digits: int = 2) -> pd.DataFrame:
+    """The run's numbers beside every row of the paper's tables printed for its setting (same model family,
+    dataset, method, grouping and target or λ_pen): the first row ours, then one per paper row, named by
+    its table's number and the paper's model. Empty when no table has the setting. The run pages show it
+    under the run's own row; a constrained run's best error is :func:`best_feasible_error`."""
+    config = presets.ExperimentConfig(**record["params"])
+    paper = paper_results()
+    cells = paper[(paper["source_kind"] == "table") & (paper["dataset"] == PAPER_DATASETS.get(config.dataset))]
+    metrics = [m for m in METRIC_LABELS if m != "pruned_architecture"]
+    rows = []
+    for _, row_cells in cells.groupby(["table", *ROW_KEYS], sort=False):
+        key = _paper_key(row_cells)
+        if not _matches(config, key):
+            continue
+        printed = row_cells.set_index("metric")
+        row = {"": f"{ref(row_cells['table'].iloc[0])}, {key['model']}"
+                   + (f", fine-tuned {key['finetune_epochs']} epochs" if key["finetune_epochs"] is not None else "")}
+        for metric in metrics:
+            if metric in printed.index:
+                cell = printed.loc[metric]
+                row[METRIC_LABELS[metric]] = cell["value"] + (f" ± {cell['ci']}" if cell["ci"] else "")
+        rows.append(row)
+    if not rows:
+        return pd.DataFrame()
+    columns = ["", *(METRIC_LABELS[m] for m in metrics if any(METRIC_LABELS[m] in row for row in rows))]
+    ours = {"": f"ours, {record['metrics']['model']}"}
+    for metric in metrics:
+        value = our_value(record, metric)
+        ours[METRIC_LABELS[metric]] = None if value is None else f"{value:.{digits}f}"
+    return pd.DataFrame([ours, *rows]).reindex(columns=columns)
 
 
 def compare_table(table: str, metrics: list[str] | None = None, digits: int = 2) -> pd.DataFrame:

@@ -259,3 +259,23 @@ def test_agreement_tests_each_difference_against_the_spread_behind_the_papers_ci
     assert len(table) == 2
     with pytest.raises(ValueError, match="does not say how many runs"):
         comparison.agreement("tab:mp_comparison_imagenet")
+
+
+def test_a_run_sits_above_the_papers_rows_for_its_setting_and_nowhere_else():
+    from paperlib.presets import resolve_config
+
+    config = resolve_config(dataset="mnist", model="mlp", method="constrained", grouping="model", target=0.5,
+                            preset="paper")
+    history = [{"epoch": "1", "phase": "train", "l0_density": "0.62", "val_error": "1.20"},   # infeasible
+               {"epoch": "2", "phase": "train", "l0_density": "0.505", "val_error": "1.40"}]  # within 1 point
+    metrics = {"model": "mlp", "method": "constrained", "grouping": "model", "target": 0.5, "l0_density": 0.505,
+               "params_pct": 60.0, "macs_pct": 59.0, "val_error_best": 1.20, "val_error_final": 1.40}
+    rows = comparison.paper_rows_for({"params": config.to_dict(), "metrics": metrics, "history": history})
+    assert rows[""].tolist() == ["ours, mlp", "Table 10, MLP"]
+    paper = paper_cell("tab:mlp_control", method="constrained", grouping="model", target=0.5, metric="l0_density")
+    assert rows.loc[1, "L0-density (%)"] == f"{paper.value} ± {paper.ci}"
+    assert rows.loc[0, "L0-density (%)"] == "50.50"
+    assert rows.loc[0, "error best (%)"] == "1.40"  # the best error of the epochs that met the constraint
+    other = resolve_config(dataset="mnist", model="mlp", method="constrained", grouping="model", target=0.42,
+                           preset="paper")
+    assert comparison.paper_rows_for({"params": other.to_dict(), "metrics": metrics, "history": history}).empty
