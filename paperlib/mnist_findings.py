@@ -644,7 +644,7 @@ def clamp_comparison() -> tuple[pd.DataFrame, pd.DataFrame]:
     and, for the cells with a clamped twin at the authors' dual learning rate, which of the two is closer."""
     rows, closer = [], []
     for model, grouping, target, grid, label in CLAMP_CELLS:
-        cell = f"{PAPER_MODEL_NAMES[model]} {grouping}-wise {target_label(target)} ({label})"
+        cell = f"{PAPER_MODEL_NAMES[model]} {grouping}-wise {target_label(target)} ({ref(label)})"
         unclamped = next(iter(constrained_records(grid, model, grouping, target, seed=0)), None)
         cell_rows, cell_closer = clamp_rows(cell, paper_row(cell, model, grouping, target, label), unclamped,
                                             constrained_records(CLAMP_GRID, model, grouping, target, seed=0))
@@ -764,7 +764,7 @@ def spreads_in_words(agreement: pd.DataFrame, table1_errors: pd.DataFrame) -> st
             if len(values.get("val_error_last", [])) >= 5]
     return (f"Run-to-run standard deviation of the final error behind the paper's CIs: {min(spreads.values()):.3f} to "
             f"{max(spreads.values()):.3f} points over these rows ({min(spreads, key=spreads.get)} the smallest). "
-            + (f"Over our 5 seeds of each of Table 1's MLP rows: {report.in_words(f'{sd:.3f}' for sd in ours)} points."
+            + (f"Over our 5 seeds of each of Table 1's rows that has them: {report.in_words(f'{sd:.3f}' for sd in ours)} points."
                if ours else ""))
 
 
