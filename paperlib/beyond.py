@@ -183,13 +183,13 @@ def mlp_pruning_against_paper(table: pd.DataFrame) -> dict[str, str]:
     (``mlp_pruned_seeds``); our mean best error before fine-tuning at 20, 10 and 5% (``mlp_just_pruned_mean``);
     and the range of ours minus the paper's after 50 or more epochs of fine-tuning, at those densities
     (``mlp_finetuned_deltas``) and at 1% (``mlp1_finetuned_deltas``)."""
-    rows = table[(table["method"] == "magnitude_pruning") & table["error best (%) ours"].notna()]
+    rows = table[(table["method"] == "magnitude_pruning") & table["val. error best (%) ours"].notna()]
     above_one = rows["target / λ_pen"] != "1%"
     finetuned = rows["fine-tuned (epochs)"] != "0"
     return {"mlp_pruned_seeds": re.search(r"\d+ seeds?", rows["protocol"].iloc[0])[0],
-            "mlp_just_pruned_mean": _in_words(rows[above_one & ~finetuned]["error best (%) ours"].map(mean_of)),
-            "mlp_finetuned_deltas": _range(rows[above_one & finetuned]["error best (%) Δ"]),
-            "mlp1_finetuned_deltas": _range(rows[~above_one & finetuned]["error best (%) Δ"])}
+            "mlp_just_pruned_mean": _in_words(rows[above_one & ~finetuned]["val. error best (%) ours"].map(mean_of)),
+            "mlp_finetuned_deltas": _range(rows[above_one & finetuned]["val. error best (%) Δ"]),
+            "mlp1_finetuned_deltas": _range(rows[~above_one & finetuned]["val. error best (%) Δ"])}
 
 
 def _range(deltas: pd.Series) -> str:

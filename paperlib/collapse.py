@@ -327,7 +327,7 @@ def variant_row(name: str, run: dict | None) -> dict:
            # records made before the field existed always clamped (paperlib/training.py at their commit)
            "clamp": "yes" if params.get("clamp_log_alpha", True) else "no",
            "epochs": metrics["epochs_completed"],
-           "final error (%)": metrics["val_error_final"], "best error (%)": metrics["val_error_best"],
+           "val. error final (%)": metrics["val_error_final"], "val. error best (%)": metrics["val_error_best"],
            f"peak error from epoch {LATE_EPOCH} (%)": f"{peak:.1f} (ep. {peak_epoch:.0f})"}
     for layer in LAYERS:
         row[f"{layer}: expected / test-time (%)"] = (f"{kept.loc[layer, 'expected L0-density (%)']:.1f} / "
@@ -669,4 +669,4 @@ def unverified_numbers() -> dict[str, str]:
     status = (f"is complete: all its {total} runs have records" if done == total
               else f"is still being run: {done} of its {total} runs are complete")
     return {"paper_lenet_runs": str(len(lenet)), "paper_lenet_layer_runs": str((lenet["grouping"] == "layer").sum()),
-            "paper_lenet_worst": _fixed(lenet["final error (%)"].max(), 2), "lenet_control_paper_status": status}
+            "paper_lenet_worst": _fixed(lenet["val. error final (%)"].max(), 2), "lenet_control_paper_status": status}

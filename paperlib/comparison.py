@@ -40,6 +40,7 @@ from .intervals import difference_interval, mean_ci
 from .paper_numbers import ref
 from .paper_results import paper_results
 from .report import grid_runs, notebook_link
+from .vocabulary import METRIC_LABELS
 
 #: A constraint "holds" at an epoch when the expected density exceeds its target by at most this much.
 FEASIBILITY_TOLERANCE = 0.01
@@ -50,11 +51,6 @@ MODEL_FAMILIES = {"MLP": ("mlp",), "LeNet5": ("lenet5",), "WideResNet-28-10": ("
 
 #: Our model name -> the paper's name for its family.
 PAPER_MODEL_NAMES = {ours: paper for paper, family in MODEL_FAMILIES.items() for ours in family}
-
-#: Paper metric -> column label on the page.
-METRIC_LABELS = {"l0_density": "L0-density (%)", "params_pct": "params (%)", "macs_pct": "MACs (%)",
-                 "pruned_architecture": "pruned architecture", "val_error_best": "error best (%)",
-                 "val_error_last": "error final (%)"}
 
 #: Columns of the paper's table that tell its rows apart (besides the metric).
 ROW_KEYS = ("model", "method", "grouping", "target", "lmbda", "gates_lr", "finetune_epochs")

@@ -25,6 +25,7 @@ from .comparison import FEASIBILITY_TOLERANCE, constrained_densities, largest_ga
 from .models import gate_counts
 from .paper_results import paper_results
 from .report import notebook_link
+from .vocabulary import METRIC_LABELS
 
 #: Within this many points of its target on every constrained layer, a run "hits" its target
 #: (the 1 point of :data:`~paperlib.comparison.FEASIBILITY_TOLERANCE`).
@@ -54,7 +55,7 @@ def setting(metrics: dict) -> str:
 
 #: The columns of :func:`run_rows`.
 RUN_COLUMNS = ["run", "method", "grouping", "setting", "target", "lmbda", "seed", "L0-density (%)",
-               "largest gap (points)", "hit", "params (%)", "MACs (%)", "error final (%)", "cost (points)", "epochs"]
+               "largest gap (points)", "hit", "params (%)", "MACs (%)", "val. error final (%)", "cost (points)", "epochs"]
 
 
 def run_rows(runs: list[dict], dense: dict | None) -> pd.DataFrame:
@@ -76,7 +77,7 @@ def run_rows(runs: list[dict], dense: dict | None) -> pd.DataFrame:
             "L0-density (%)": 100 * m["l0_density"] if m["l0_density"] is not None else 100.0,
             "largest gap (points)": gap, "hit": None if gap is None else abs(gap) <= HIT_POINTS,
             "params (%)": m["params_pct"], "MACs (%)": m["macs_pct"],
-            "error final (%)": m["val_error_final"],
+            "val. error final (%)": m["val_error_final"],
             "cost (points)": None if dense_error is None else m["val_error_final"] - dense_error,
             "epochs": m["epochs_completed"],
         })
@@ -100,8 +101,8 @@ def layer_rows(runs: list[dict]) -> pd.DataFrame:
 
 
 #: The paper's metrics a control figure plots, and their labels.
-POINT_METRICS = {"l0_density": "L0-density (%)", "params_pct": "params (%)", "macs_pct": "MACs (%)",
-                 "val_error_last": "error final (%)"}
+POINT_METRICS = {metric: METRIC_LABELS[metric]
+                 for metric in ("l0_density", "params_pct", "macs_pct", "val_error_last")}
 
 
 def paper_points(table: str) -> pd.DataFrame:
@@ -128,7 +129,7 @@ def paper_reference_error(points: pd.DataFrame) -> tuple[float, str]:
     """The paper's final error of its densest run in a control table, and that run's setting: the
     reference of the paper's error cost where it prints no dense model."""
     densest = points.loc[points["L0-density (%)"].idxmax()]
-    return densest["error final (%)"], f"{densest['method']}, {densest['grouping']}-wise, {setting(densest)}"
+    return densest["val. error final (%)"], f"{densest['method']}, {densest['grouping']}-wise, {setting(densest)}"
 
 
 def plot_comparison(ours: pd.DataFrame, paper: pd.DataFrame, title: str = "") -> plt.Figure:
@@ -164,7 +165,7 @@ def plot_comparison(ours: pd.DataFrame, paper: pd.DataFrame, title: str = "") ->
             ax.grid(alpha=0.3)
     costs = axes[0, 3]
     reference, _ = paper_reference_error(paper)
-    paper = paper.assign(**{"cost (points)": paper["error final (%)"] - reference})
+    paper = paper.assign(**{"cost (points)": paper["val. error final (%)"] - reference})
     for method, marker in (("constrained", "o"), ("penalized", "^")):  # colours by grouping, as in the other panels
         for grouping, (_, color) in styles.items():
             for source, frame, filled in (("ours", ours, True), ("paper", paper, False)):
@@ -258,7 +259,7 @@ def dual_lr_rows(runs: list[dict]) -> pd.DataFrame:
                      "dual lr": f"{run['params']['dual_lr']:g}", "first feasible epoch": first,
                      "largest violation after it (points)": max(violations) if violations else None,
                      "final largest gap (points)": largest_gap(run),
-                     "error final (%)": run["metrics"]["val_error_final"],
+                     "val. error final (%)": run["metrics"]["val_error_final"],
                      "epochs": run["metrics"]["epochs_completed"]})
     frame = pd.DataFrame(rows)
     if len(frame):

@@ -33,6 +33,7 @@ from . import comparison, counting, gates, intervals, models, plots, purge, reco
 from .comparison import PAPER_MODEL_NAMES, target_label
 from .paper_numbers import ref
 from .paper_results import paper_cell, paper_results
+from .vocabulary import METRIC_LABELS
 
 #: The paper's MNIST tables: Table 1, Table 10 (MLP) and Table 11 (LeNet5).
 TABLES = ("tab:mnist", "tab:mlp_control", "tab:lenet_control")
@@ -174,8 +175,8 @@ def authors_best_errors(runs: list[dict]) -> pd.DataFrame:
         paper = paper_cell("tab:mnist", model=PAPER_MODEL_NAMES[model], method="constrained", grouping=grouping,
                            metric="val_error_best").value
         rows.append({"model": PAPER_MODEL_NAMES[model], "row": f"constrained, {grouping}-wise", "seeds": len(cell_runs),
-                     "error best (%) paper": paper,
-                     "error best (%) ours, authors' way": comparison.authors_best_error(cell_runs)})
+                     "val. error best (%) paper": paper,
+                     "val. error best (%) ours, authors' way": comparison.authors_best_error(cell_runs)})
     return pd.DataFrame(rows)
 
 
@@ -304,7 +305,7 @@ def dual_lr_table(runs: list[dict]) -> pd.DataFrame:
         rows.append({"grouping": m["grouping"], "dual lr": f"{run['params']['dual_lr']:g}",
                      "final largest gap (points)": gaps[-1],
                      "within 1 point from epoch": None if settled is None else str(settled),
-                     "error best (%)": comparison.best_feasible_error(run), "error final (%)": m["val_error_final"],
+                     "val. error best (%)": comparison.best_feasible_error(run), "val. error final (%)": m["val_error_final"],
                      "run": report.notebook_link(run["path"], m["run_name"])})
     return naming_pending(pd.DataFrame(rows), [DUAL_LR_GRID])
 
@@ -336,7 +337,7 @@ def initialisation_table(table: str, metrics: list[str]) -> pd.DataFrame:
     for key, row in fan_out[fan_out["protocol"].str.startswith("paper")].iterrows():
         protocol = fan_in.loc[key, "protocol"].split(", ")
         cells = dict(zip(ROW, key)) | {"seeds fan-in": protocol[2] if len(protocol) > 2 else protocol[0]}
-        for label in (comparison.METRIC_LABELS[m] for m in metrics):
+        for label in (METRIC_LABELS[m] for m in metrics):
             cells |= {f"{label} paper": row[f"{label} paper"], f"{label} fan-in": fan_in.loc[key, f"{label} ours"],
                       f"{label} fan-out": row[f"{label} ours"]}
         rows.append(cells | {"run fan-out": row["runs"]})
@@ -369,14 +370,14 @@ def fan_out_penalized_lines(fan_out: list[dict], fan_in: list[dict]) -> list[str
 def _authors_row(theirs: dict) -> dict:
     last = theirs["history"][-1]
     return {"run": "authors' code", "groups kept": "-".join(map(str, last["kept_groups"])),
-            "L0-density (%)": f"{100 * last['l0_density_epoch_mean']:.2f}", "error final (%)": last["val_error"],
+            "L0-density (%)": f"{100 * last['l0_density_epoch_mean']:.2f}", "val. error final (%)": last["val_error"],
             "record": f"<code>{theirs['command']}</code>"}
 
 
 def _our_row(label: str, run: dict) -> dict:
     m = run["metrics"]
     return {"run": label, "groups kept": "-".join(map(str, m["pruned_architecture"])),
-            "L0-density (%)": f"{100 * m['l0_density']:.2f}", "error final (%)": m["val_error_final"],
+            "L0-density (%)": f"{100 * m['l0_density']:.2f}", "val. error final (%)": m["val_error_final"],
             "record": report.notebook_link(run["path"], "notebook")}
 
 
@@ -396,9 +397,9 @@ def authors_mlp_table(theirs: list[dict], twins: list[dict]) -> pd.DataFrame:
         rows += [{"cell": cell, **_authors_row(run)},
                  *({"cell": cell, **_our_row(label, record)} for label, record in ours.items() if record),
                  {"cell": cell, "run": "paper", "L0-density (%)": f"{paper.value} ± {paper.ci}", "groups kept": None,
-                  "error final (%)": paper_cell("tab:mlp_control", metric="val_error_last", **keys).value,
+                  "val. error final (%)": paper_cell("tab:mlp_control", metric="val_error_last", **keys).value,
                   "record": None}]
-    return pd.DataFrame(rows, columns=["cell", "run", "L0-density (%)", "groups kept", "error final (%)", "record"])
+    return pd.DataFrame(rows, columns=["cell", "run", "L0-density (%)", "groups kept", "val. error final (%)", "record"])
 
 
 def plot_authors_mlp(theirs: list[dict], twins: list[dict]) -> plt.Figure:
@@ -469,14 +470,14 @@ def paper_row(cell: str, model: str, grouping: str, target, table: str) -> dict:
         params, macs = model_percentages(model, kept.split("-"))
         return {"cell": cell, "run": "paper", "architecture": kept,
                 "L0-density (%)": AUTHORS_TABLE1_DENSITY[(model, grouping)], "params (%)": params, "MACs (%)": macs,
-                "error final (%)": error, "record": None}
+                "val. error final (%)": error, "record": None}
     means = {m: paper_cell(table, metric=m, **keys).value_num for m in ("l0_density", "params_pct", "macs_pct")}
     architecture = None
     if model == "lenet5" and grouping == "model":  # conv1 and fc2 whole: the counts imply conv2 and fc1
         conv2, fc1 = implied_conv2_fc1(means["params_pct"], means["macs_pct"], fc2=500)
         architecture = f"20-{conv2:.0f}-{fc1:.0f}-500 (implied)"
     return {"cell": cell, "run": "paper", "architecture": architecture, "L0-density (%)": means["l0_density"],
-            "params (%)": means["params_pct"], "MACs (%)": means["macs_pct"], "error final (%)": error, "record": None}
+            "params (%)": means["params_pct"], "MACs (%)": means["macs_pct"], "val. error final (%)": error, "record": None}
 
 
 def _paper_lenet_counts(target: float) -> dict:
@@ -525,13 +526,13 @@ def authors_lenet_table(theirs: list[dict], twins: list[dict]) -> pd.DataFrame:
         rows += [{"target": target, "run": "paper", "groups kept": paper["architecture"],
                   "L0-density (%)": f"{paper['L0-density (%)']:.2f}",
                   "params / MACs (%)": f"{paper['params (%)']:.2f} / {paper['MACs (%)']:.2f}",
-                  "error final (%)": paper["error final (%)"], "record": None},
+                  "val. error final (%)": paper["val. error final (%)"], "record": None},
                  {"target": target, **_authors_row(run), "params / MACs (%)": f"≤ {params:.2f} / ≤ {macs:.2f}"},
                  *({"target": target, **_our_row(label, record),
                     "params / MACs (%)": f"{record['metrics']['params_pct']:.2f} / {record['metrics']['macs_pct']:.2f}"}
                    for label, record in ours.items() if record)]
     return pd.DataFrame(rows, columns=["target", "run", "groups kept", "L0-density (%)", "params / MACs (%)",
-                                       "error final (%)", "record"])
+                                       "val. error final (%)", "record"])
 
 
 def _implied_conv2(target: float) -> float:
@@ -619,7 +620,7 @@ def record_row(cell: str, label: str, run: dict) -> dict:
     m = run["metrics"]
     return {"cell": cell, "run": label, "architecture": "-".join(map(str, m["pruned_architecture"])),
             "L0-density (%)": 100 * m["l0_density"], "params (%)": m["params_pct"], "MACs (%)": m["macs_pct"],
-            "error final (%)": m["val_error_final"], "record": report.notebook_link(run["path"], "notebook")}
+            "val. error final (%)": m["val_error_final"], "record": report.notebook_link(run["path"], "notebook")}
 
 
 def clamp_rows(cell: str, paper: dict, unclamped: dict | None, clamped: list[dict]) -> tuple[list[dict], dict | None]:

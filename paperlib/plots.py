@@ -9,6 +9,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from .vocabulary import METRIC_LABELS
+
 
 def history_frame(record: dict) -> pd.DataFrame:
     """The per-epoch history as a DataFrame with numeric columns."""
@@ -75,12 +77,10 @@ def plot_dynamics(record: dict, title: str | None = None) -> plt.Figure:
 def result_columns(record: dict) -> dict:
     """The numbers of the paper's result tables (App. K): the columns every table of results shows."""
     m = record["metrics"]
-    return {
-        "L0-density (%)": None if m["l0_density"] is None else 100 * m["l0_density"],
-        "params (%)": m["params_pct"], "MACs (%)": m["macs_pct"],
-        "val. error best (%)": m["val_error_best"], "val. error final (%)": m["val_error_final"],
-        "epochs": m["epochs_completed"],
-    }
+    values = {"l0_density": None if m["l0_density"] is None else 100 * m["l0_density"],
+              "params_pct": m["params_pct"], "macs_pct": m["macs_pct"],
+              "val_error_best": m["val_error_best"], "val_error_last": m["val_error_final"]}
+    return {**{METRIC_LABELS[metric]: value for metric, value in values.items()}, "epochs": m["epochs_completed"]}
 
 
 def summary_row(record: dict, digits: int = 2) -> dict:

@@ -137,10 +137,10 @@ def final_errors(grid_files: list[str | Path], preset: str) -> pd.DataFrame:
             metrics = records.load_record(run_dir)["metrics"]
             rows.append({"run": notebook_link(run_dir, config.run_name) or config.run_name, "model": config.model,
                          "method": config.method, "grouping": config.grouping, "target": config.target,
-                         "final error (%)": metrics["val_error_final"],
-                         "best error (%)": metrics["val_error_best"]})
-    columns = ["run", "model", "method", "grouping", "target", "final error (%)", "best error (%)"]
-    return pd.DataFrame(rows, columns=columns).sort_values("final error (%)", ascending=False, ignore_index=True)
+                         "val. error final (%)": metrics["val_error_final"],
+                         "val. error best (%)": metrics["val_error_best"]})
+    columns = ["run", "model", "method", "grouping", "target", "val. error final (%)", "val. error best (%)"]
+    return pd.DataFrame(rows, columns=columns).sort_values("val. error final (%)", ascending=False, ignore_index=True)
 
 
 def complete_searches(grid_file: str | Path) -> list[dict]:

@@ -19,6 +19,12 @@ OPTIMIZERS = ("adam", "sgdm")
 #: He-normal initialisation of gated linear weights: by fan-in (intended), or by fan-out (what the authors' code runs).
 LINEAR_INITS = ("fan_in", "fan_out")
 
+#: The paper's metrics (``paper_results.csv``, ``metrics.json``) and the one label each has, from a run's
+#: own page to the book's tables ("Val. Error" as the paper's tables head it, best and final).
+METRIC_LABELS = {"l0_density": "L0-density (%)", "params_pct": "params (%)", "macs_pct": "MACs (%)",
+                 "pruned_architecture": "pruned architecture", "val_error_best": "val. error best (%)",
+                 "val_error_last": "val. error final (%)"}
+
 WIDE_RESNET = re.compile(r"wrn-(\d+)-(\d+)")
 
 

@@ -134,8 +134,8 @@ def test_the_mlps_pruning_against_the_paper_reads_the_rows_of_the_comparison_tab
                    "magnitude_pruning"],
         "target / λ_pen": ["", "20%", "20%", "10%", "1%", "1%"],
         "fine-tuned (epochs)": ["0", "0", "50", "0", "50", "100"],
-        "error best (%) ours": ["1.40", "16.31 ± 4.98", "1.70 ± 0.07", None, "53.00 ± 3.00", "52.50 ± 3.00"],
-        "error best (%) Δ": ["-0.32", "+12.50", "-0.33", None, "-7.82", "-8.19"],
+        "val. error best (%) ours": ["1.40", "16.31 ± 4.98", "1.70 ± 0.07", None, "53.00 ± 3.00", "52.50 ± 3.00"],
+        "val. error best (%) Δ": ["-0.32", "+12.50", "-0.33", None, "-7.82", "-8.19"],
         "protocol": ["paper, 200 ep, 1 seed", "paper, 400 ep, 3 seeds", "paper, 400 ep, 3 seeds", "not run",
                      "paper, 400 ep, 3 seeds", "paper, 400 ep, 3 seeds"]})
     assert beyond.mlp_pruning_against_paper(table) == {

@@ -155,7 +155,7 @@ def test_a_variants_row_gives_its_errors_densities_and_multipliers(no_records):
     row = collapse.variant_row("fast", run)
     assert row["variant"] == "dual lr 3e-3, clamped" and row["dual lr"] == "0.003"
     assert row["clamp"] == "yes"  # a record older than the clamp's parameter clamped
-    assert row["final error (%)"] == 1 and row["best error (%)"] == 1 and row["epochs"] == 14
+    assert row["val. error final (%)"] == 1 and row["val. error best (%)"] == 1 and row["epochs"] == 14
     assert row["peak error from epoch 10 (%)"] == "7.0 (ep. 11)"
     assert row["fc2: expected / test-time (%)"] == "14.0 / 50.0"
     assert row["final λ (conv1, conv2, fc1, fc2)"] == "0.0172, 0.2, 0.00129, 0.589"

@@ -73,13 +73,13 @@ def test_compare_prefers_paper_protocol_records_and_names_missing_rows(runs):
     table = comparison.compare("tab:mnist", [grid]).set_index(["model", "method", "grouping"])
     row = table.loc[("MLP", "constrained", "model")]
     mean, ci = 1.75, 1.96 * statistics.stdev([1.6, 1.9]) / math.sqrt(2)  # the authors' CI
-    assert row["error final (%) ours"] == f"{mean:.2f} ± {ci:.2f}"
-    assert comparison.mean_of(row["error final (%) ours"]) == pytest.approx(1.75)
+    assert row["val. error final (%) ours"] == f"{mean:.2f} ± {ci:.2f}"
+    assert comparison.mean_of(row["val. error final (%) ours"]) == pytest.approx(1.75)
     paper = paper_cell("tab:mnist", model="MLP", method="constrained", grouping="model", metric="val_error_last")
-    assert row["error final (%) paper"] == f"{paper.value} ± {paper.ci}"
-    assert comparison.mean_of(row["error final (%) paper"]) == float(paper.value)
-    assert row["error final (%) Δ"] == f"{mean - float(paper.value):+.2f}"
-    assert row["error best (%) ours"] == row["error final (%) ours"]  # the final epochs meet the 33% target
+    assert row["val. error final (%) paper"] == f"{paper.value} ± {paper.ci}"
+    assert comparison.mean_of(row["val. error final (%) paper"]) == float(paper.value)
+    assert row["val. error final (%) Δ"] == f"{mean - float(paper.value):+.2f}"
+    assert row["val. error best (%) ours"] == row["val. error final (%) ours"]  # the final epochs meet the 33% target
     assert row["pruned architecture ours"] == "200-230-100 / 200-230-100"
     assert row["protocol"] == "paper, 200 ep, 2 seeds"
     # LeNet5 model-wise is in the grid but not run; the layer-wise rows are in no grid.
@@ -160,17 +160,17 @@ def test_magnitude_pruning_is_read_at_the_papers_fine_tuning_checkpoints():
 
 def test_compact_puts_each_difference_next_to_our_value():
     table = pd.DataFrame([{"model": "MLP", "method": "constrained", "grouping": "model", "target / λ_pen": "33%",
-                           "error final (%) paper": "1.77 ± 0.08", "error final (%) ours": "1.55 ± 0.15",
-                           "error final (%) Δ": "-0.22", "protocol": "paper, 200 ep, 2 seeds"},
+                           "val. error final (%) paper": "1.77 ± 0.08", "val. error final (%) ours": "1.55 ± 0.15",
+                           "val. error final (%) Δ": "-0.22", "protocol": "paper, 200 ep, 2 seeds"},
                           {"model": "MLP", "method": "louizos", "grouping": "model", "target / λ_pen": "λ_pen 0.1/N",
-                           "error final (%) paper": "1.4", "error final (%) ours": None, "error final (%) Δ": None,
+                           "val. error final (%) paper": "1.4", "val. error final (%) ours": None, "val. error final (%) Δ": None,
                            "protocol": "Louizos et al., quoted"}])
     table.attrs["missing"] = {"x": "y"}
     shown = comparison.compact(table)
-    assert list(shown.columns) == ["model", "row", "error final (%) paper", "error final (%) ours", "protocol"]
+    assert list(shown.columns) == ["model", "row", "val. error final (%) paper", "val. error final (%) ours", "protocol"]
     assert list(shown["row"]) == ["constrained, model-wise 33%", "louizos, model-wise λ_pen 0.1/N"]
-    assert shown.loc[0, "error final (%) ours"] == "1.55 ± 0.15 (-0.22)"
-    assert pd.isna(shown.loc[1, "error final (%) ours"])
+    assert shown.loc[0, "val. error final (%) ours"] == "1.55 ± 0.15 (-0.22)"
+    assert pd.isna(shown.loc[1, "val. error final (%) ours"])
     assert shown.attrs["missing"] == {"x": "y"}
 
 
@@ -275,7 +275,7 @@ def test_a_run_sits_above_the_papers_rows_for_its_setting_and_nowhere_else():
     paper = paper_cell("tab:mlp_control", method="constrained", grouping="model", target=0.5, metric="l0_density")
     assert rows.loc[1, "L0-density (%)"] == f"{paper.value} ± {paper.ci}"
     assert rows.loc[0, "L0-density (%)"] == "50.50"
-    assert rows.loc[0, "error best (%)"] == "1.40"  # the best error of the epochs that met the constraint
+    assert rows.loc[0, "val. error best (%)"] == "1.40"  # the best error of the epochs that met the constraint
     other = resolve_config(dataset="mnist", model="mlp", method="constrained", grouping="model", target=0.42,
                            preset="paper")
     assert comparison.paper_rows_for({"params": other.to_dict(), "metrics": metrics, "history": history}).empty

@@ -49,13 +49,13 @@ def test_layer_rows_give_each_gated_block_a_short_column():
 def test_paper_points_of_the_cifar10_control_table_match_its_printed_cells():
     points = control.paper_points("tab:cifar10_control")
     layer20 = points[(points["method"] == "constrained") & (points["grouping"] == "layer") & (points["target"] == 0.2)]
-    assert layer20[["L0-density (%)", "params (%)", "MACs (%)", "error final (%)"]].iloc[0].tolist() == [
+    assert layer20[["L0-density (%)", "params (%)", "MACs (%)", "val. error final (%)"]].iloc[0].tolist() == [
         20.00, 16.24, 16.10, 4.28]  # the table's first row
     assert len(points[points["method"] == "constrained"]) == 10 and len(points[points["method"] == "penalized"]) == 10
     collapsed = points[(points["method"] == "penalized") & (points["grouping"] == "layer") & (points["lmbda"] == 1.0)]
     assert collapsed["L0-density (%)"].isna().all() and "collapse" in collapsed["status"].iloc[0]
     error, label = control.paper_reference_error(points)
-    assert label.startswith("penalized") and error == points.loc[points["L0-density (%)"].idxmax(), "error final (%)"]
+    assert label.startswith("penalized") and error == points.loc[points["L0-density (%)"].idxmax(), "val. error final (%)"]
 
 
 def test_the_verdict_counts_hits_scatter_cost_and_what_is_missing():
@@ -83,7 +83,7 @@ def test_the_figure_has_the_papers_points_hollow_beside_ours():
     reference, _ = control.paper_reference_error(paper)
     paper_constrained = costs["paper, constrained, model-wise"] + costs["paper, constrained, layer-wise"]
     assert len(paper_constrained) == 10 and min(y for _, y in paper_constrained) == pytest.approx(
-        paper.loc[paper["method"] == "constrained", "error final (%)"].min() - reference)
+        paper.loc[paper["method"] == "constrained", "val. error final (%)"].min() - reference)
 
 
 def _trajectory(densities_by_epoch, dual_lr, target=0.2):

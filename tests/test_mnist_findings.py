@@ -97,8 +97,8 @@ def test_authors_best_error_is_the_lowest_of_any_epoch_of_any_seed_beside_the_pa
     table = findings.authors_best_errors(runs)
     assert table["row"].tolist() == ["constrained, model-wise", "constrained, layer-wise"]
     assert table["seeds"].tolist() == [2, 1]
-    assert table["error best (%) ours, authors' way"].tolist() == pytest.approx([1.2, 1.7])
-    assert table["error best (%) paper"].tolist() == ["1.36", "1.58"]  # Table 1's printed "best"
+    assert table["val. error best (%) ours, authors' way"].tolist() == pytest.approx([1.2, 1.7])
+    assert table["val. error best (%) paper"].tolist() == ["1.36", "1.58"]  # Table 1's printed "best"
 
 
 def test_within_one_point_counts_runs_per_preset():
@@ -165,7 +165,7 @@ def test_gap_history_and_the_epoch_a_run_settles_within_a_point(grids):
     table = findings.dual_lr_table([slow, fast])
     assert table["within 1 point from epoch"].tolist() == ["4", "1"]
     assert table["dual lr"].tolist() == ["0.0001", "0.001"]
-    assert table["error best (%)"].tolist() == pytest.approx([1.8, 1.9])  # feasible epochs only
+    assert table["val. error best (%)"].tolist() == pytest.approx([1.8, 1.9])  # feasible epochs only
     assert table.attrs["command"] == f"python -m paperlib.sweeps {findings.DUAL_LR_GRID}"
     fig = findings.plot_gap_histories([slow, fast])
     assert fig.axes[0].lines[1].get_ydata().tolist() == pytest.approx([-0.5, 0.0])
@@ -240,7 +240,7 @@ def test_paper_rows_count_table1s_architecture_and_imply_table11s():
     table1 = findings.paper_row("cell", "mlp", "model", 0.33, "tab:mnist")
     assert table1["architecture"] == "198-233-100" and table1["L0-density (%)"] == 34.17
     assert table1["params (%)"] == pytest.approx(findings.model_percentages("mlp", (198, 233, 100))[0])
-    assert table1["error final (%)"] == 1.77
+    assert table1["val. error final (%)"] == 1.77
     control = findings.paper_row("cell", "lenet5", "model", 0.2, "tab:lenet_control")
     assert control["architecture"] == "20-42-89-500 (implied)"
     assert (control["L0-density (%)"], control["params (%)"], control["MACs (%)"]) == (20.27, 16.58, 73.67)

@@ -133,11 +133,11 @@ def test_final_errors_lists_each_record_of_the_preset_once_largest_first(workspa
             records.write_record(folder, config.to_dict(), metrics, [], [], {})
 
     table = report.final_errors(grids, "paper")
-    assert list(table["final error (%)"]) == [33.6, 1.5]
-    assert list(table["best error (%)"]) == [16.8, 0.75]
+    assert list(table["val. error final (%)"]) == [33.6, 1.5]
+    assert list(table["val. error best (%)"]) == [16.8, 0.75]
     assert list(table["target"]) == [0.5, 0.2] and set(table["grouping"]) == {"model"}
     assert all(name.startswith("mlp-constrained-model-t0.") for name in table["run"])
-    assert report.final_errors(grids, "cpu")["final error (%)"].tolist() == [80.0]
+    assert report.final_errors(grids, "cpu")["val. error final (%)"].tolist() == [80.0]
 
 
 def test_complete_searches_reads_each_finished_bisection_search_of_a_grid(workspace):
