@@ -38,7 +38,7 @@ import pandas as pd
 from . import presets, records
 from .intervals import difference_interval, mean_ci
 from .paper_numbers import ref
-from .paper_results import paper_results
+from .paper_results import paper_results, paper_runs
 from .report import grid_runs, notebook_link
 from .vocabulary import METRIC_LABELS
 
@@ -59,13 +59,12 @@ ROW_KEYS = ("model", "method", "grouping", "target", "lmbda", "gates_lr", "finet
 @dataclass(frozen=True)
 class Source:
     """Where the rows of one of the paper's result tables come from: the grids whose runs fill it (the
-    ``paper``-preset grid first), the book page that shows it, and ``where`` (see :func:`compare`)."""
+    ``paper``-preset grid first), the book page that shows it, and ``where`` (see :func:`compare`). How many
+    runs the paper's cells aggregate is the paper's (:func:`paperlib.paper_results.paper_runs`)."""
 
     grids: tuple[str, ...]
     page: str
     where: dict | None = None
-    #: How many runs each of the paper's cells aggregates, as its caption says (None: it does not say).
-    paper_runs: int | None = None
 
 
 _UNSTRUCTURED_MNIST = ("grids/unstructured_mnist_paper.yaml", "grids/magnitude_pruning_mnist_paper.yaml",
@@ -75,20 +74,20 @@ _TINY = ("grids/tinyimagenet_paper.yaml", "grids/tinyimagenet.yaml")
 #: Every result table of the paper that our grids reproduce, page by page: one home for which records a
 #: table is compared with, used by the result pages (:func:`compare_table`) and by :func:`overview`.
 TABLES = {
-    "tab:mnist": Source(("grids/table1_mnist_paper.yaml", "grids/table1_mnist.yaml"), "results_mnist", paper_runs=5),
+    "tab:mnist": Source(("grids/table1_mnist_paper.yaml", "grids/table1_mnist.yaml"), "results_mnist"),
     "tab:mlp_control": Source(("grids/mlp_control_paper.yaml", "grids/mlp_control_seeds_paper.yaml",
-                               "grids/mlp_control.yaml"), "results_mnist", paper_runs=5),
+                               "grids/mlp_control.yaml"), "results_mnist"),
     "tab:lenet_control": Source(("grids/lenet_control_paper.yaml", "grids/lenet_control_seeds_paper.yaml",
-                                 "grids/lenet_control.yaml"), "results_mnist", paper_runs=5),
+                                 "grids/lenet_control.yaml"), "results_mnist"),
     "tab:cifar10_control": Source(("grids/cifar10_control_paper.yaml", "grids/cifar10_control.yaml",
-                                   "grids/cifar10_control_seeds.yaml"), "results_cifar10", paper_runs=5),
+                                   "grids/cifar10_control_seeds.yaml"), "results_cifar10"),
     "tab:cifar10": Source(("grids/wrn_gates_ablation.yaml", "grids/cifar10_flagship.yaml"), "results_cifar10",
-                          where={"detach_gates": True}, paper_runs=5),
-    "tab:mnist_unstructured_comparison_mlp": Source(_UNSTRUCTURED_MNIST, "results_beyond", paper_runs=3),
-    "tab:mnist_unstructured_comparison_lenet": Source(_UNSTRUCTURED_MNIST, "results_beyond", paper_runs=3),
-    "tab:cifar100_control": Source(("grids/cifar100_control_paper.yaml",), "results_beyond", paper_runs=5),
-    "tab:cifar100": Source(("grids/cifar100_control_paper.yaml",), "results_beyond", paper_runs=5),
-    "app:all_comparisons:tiny_imagenet": Source(_TINY, "results_beyond", paper_runs=3),
+                          where={"detach_gates": True}),
+    "tab:mnist_unstructured_comparison_mlp": Source(_UNSTRUCTURED_MNIST, "results_beyond"),
+    "tab:mnist_unstructured_comparison_lenet": Source(_UNSTRUCTURED_MNIST, "results_beyond"),
+    "tab:cifar100_control": Source(("grids/cifar100_control_paper.yaml",), "results_beyond"),
+    "tab:cifar100": Source(("grids/cifar100_control_paper.yaml",), "results_beyond"),
+    "app:all_comparisons:tiny_imagenet": Source(_TINY, "results_beyond"),
     "tab:tiny_unstructured_comparison": Source(_TINY, "results_beyond"),
     "tab:mp_comparison_imagenet": Source(("grids/imagenet.yaml", "grids/imagenet_magnitude_pruning.yaml"),
                                          "results_beyond"),
@@ -498,10 +497,10 @@ def agreement(table: str, metric: str = "val_error_last", level: float = 0.95) -
     that interval: one run of ours falls outside a 5-run CI about half the time
     by chance.
     """
-    runs = TABLES[table].paper_runs if table in TABLES else None
+    runs = paper_runs(table)
     if runs is None:
         raise ValueError(f"the paper does not say how many runs {table!r} aggregates; "
-                         f"tables that do: {sorted(t for t, s in TABLES.items() if s.paper_runs)}")
+                         f"tables that do: {sorted(t for t in TABLES if paper_runs(t))}")
     compared = compare_table(table, [metric])
     label = METRIC_LABELS[metric]
     rows = []

@@ -32,7 +32,7 @@ import torch
 from . import comparison, counting, gates, intervals, models, plots, purge, records, report
 from .comparison import PAPER_MODEL_NAMES, target_label
 from .paper_numbers import ref
-from .paper_results import paper_cell, paper_results
+from .paper_results import paper_cell, paper_results, paper_runs
 from .vocabulary import METRIC_LABELS
 
 #: The paper's MNIST tables: Table 1, Table 10 (MLP) and Table 11 (LeNet5).
@@ -758,8 +758,8 @@ def spreads_in_words(agreement: pd.DataFrame, table1_errors: pd.DataFrame) -> st
     """The run-to-run standard deviation of the final error behind the paper's CIs (:func:`intervals.spread_from_ci`)
     over the rows of :func:`error_agreement`, and over our seeds of each row of ``table1_errors`` (a
     :func:`comparison.compare` of Table 1's final errors) that has 5."""
-    paper_runs = {ref(label): source.paper_runs for label, source in comparison.TABLES.items()}
-    spreads = {row.row: intervals.spread_from_ci(comparison.split_cell(row.paper)[1], paper_runs[row.table])
+    runs_by_table = {ref(label): paper_runs(label) for label in comparison.TABLES}
+    spreads = {row.row: intervals.spread_from_ci(comparison.split_cell(row.paper)[1], runs_by_table[row.table])
                for row in agreement.itertuples()}
     ours = [statistics.stdev(values["val_error_last"]) for values in table1_errors.attrs["values"]
             if len(values.get("val_error_last", [])) >= 5]
@@ -781,7 +781,7 @@ def seed0_beyond_chance(label: str, cell: tuple, error: float) -> bool:
     model, method, grouping, hyper = cell
     paper = paper_cell(label, model=PAPER_MODEL_NAMES[model], method=method, grouping=grouping,
                        metric="val_error_last", **{"target" if method == "constrained" else "lmbda": f"{hyper:g}"})
-    chance = intervals.difference_interval(float(paper.ci), comparison.TABLES[label].paper_runs, [error])
+    chance = intervals.difference_interval(float(paper.ci), paper_runs(label), [error])
     return abs(error - paper.value_num) > chance
 
 
@@ -831,7 +831,7 @@ def clamped_error_in_words(clamped: dict, unclamped: list[dict]) -> str:
     errors = report.in_words(f"{r['metrics']['val_error_final']:.2f}" for r in unclamped)
     params = [r["metrics"]["params_pct"] for r in unclamped]
     paper_params = paper_row("", "lenet5", "model", 0.1, "tab:mnist")["params (%)"]
-    chance = intervals.difference_interval(float(paper.ci), comparison.TABLES["tab:mnist"].paper_runs, [error])
+    chance = intervals.difference_interval(float(paper.ci), paper_runs("tab:mnist"), [error])
     return (f"Final error: clamped (seed 0) {error:.2f}%, with {clamped['metrics']['params_pct']:.2f}% of the "
             f"parameters; unclamped, {errors}% ({len(unclamped)} seeds), with {min(params):.2f}–{max(params):.2f}%; "
             f"the paper's {paper.value} ± {paper.ci}%, with {paper_params:.2f}%. The clamped run's difference, "

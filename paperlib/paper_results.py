@@ -129,3 +129,10 @@ def paper_cell(table: str, **keys) -> pd.Series:
         raise ValueError(f"no paper cell matches {asked}")
     differ = [c for c in KEY_COLUMNS if hits[c].nunique() > 1]
     raise ValueError(f"{len(hits)} paper cells match {asked}; they differ in {differ}")
+
+
+def paper_runs(table: str) -> int | None:
+    """How many runs each cell of ``table`` aggregates, as its caption says (``n_runs``); None when the paper
+    does not say. A table whose cells differ (a dense baseline of one run beside means of 5) gives the most."""
+    counts = paper_results().loc[lambda df: (df["table"] == table) & (df["n_runs"] != ""), "n_runs"].astype(int)
+    return int(counts.max()) if len(counts) else None

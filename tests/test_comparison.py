@@ -234,7 +234,7 @@ def test_agreement_tests_each_difference_against_the_spread_behind_the_papers_ci
         "notebook": str(records.project_root() / "book" / "mnist.ipynb"), "dataset": "mnist", "base": base,
         "runs": [{"grouping": "model", "target": 0.33, "seed": 0}, {"grouping": "model", "target": 0.33, "seed": 1},
                  {"grouping": "layer", "target": [0.3, 0.3, 0.3], "seed": 0}]}))
-    monkeypatch.setitem(comparison.TABLES, "tab:mnist", comparison.Source((str(grid),), "results_mnist", paper_runs=5))
+    monkeypatch.setitem(comparison.TABLES, "tab:mnist", comparison.Source((str(grid),), "results_mnist"))
     paper = {g: paper_cell("tab:mnist", model="MLP", method="constrained", grouping=g, metric="val_error_last")
              for g in ("model", "layer")}
     ci = {g: float(cell.ci) for g, cell in paper.items()}
@@ -279,3 +279,12 @@ def test_a_run_sits_above_the_papers_rows_for_its_setting_and_nowhere_else():
     other = resolve_config(dataset="mnist", model="mlp", method="constrained", grouping="model", target=0.42,
                            preset="paper")
     assert comparison.paper_rows_for({"params": other.to_dict(), "metrics": metrics, "history": history}).empty
+
+
+def test_a_tables_number_of_runs_is_the_papers_own():
+    from paperlib.paper_results import paper_runs
+
+    assert paper_runs("tab:mnist") == 5 and paper_runs("app:all_comparisons:tiny_imagenet") == 3
+    assert paper_runs("tab:tiny_unstructured_comparison") is None  # its caption does not say
+    with pytest.raises(ValueError, match="does not say how many runs"):
+        comparison.agreement("tab:mp_comparison_imagenet")
