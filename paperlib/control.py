@@ -270,7 +270,7 @@ def dual_lr_rows(runs: list[dict]) -> pd.DataFrame:
 def plot_layer_traces(runs: list[dict]) -> plt.Figure:
     """Each gated layer's expected density (top) and multiplier (bottom) against epochs, one column per run
     (layer-wise constrained runs, e.g. at several dual learning rates); the targets dashed."""
-    fig, axes = plt.subplots(2, len(runs), figsize=(4.2 * len(runs), 5.4), sharex=True, sharey="row", squeeze=False)
+    fig, axes = plt.subplots(2, len(runs), figsize=(3.3 * len(runs), 5.4), sharex=True, sharey="row", squeeze=False)
     for column, run in enumerate(runs):
         frame = pd.DataFrame(run["history"]).apply(pd.to_numeric, errors="coerce")
         layers = list(run["metrics"]["l0_density_per_layer"])
@@ -287,7 +287,7 @@ def plot_layer_traces(runs: list[dict]) -> plt.Figure:
             ax.grid(alpha=0.3)
     axes[0, 0].set(ylabel="expected L0-density (%)")
     axes[1, 0].set(ylabel="multiplier λ (end of epoch)")
-    axes[0, -1].legend(fontsize=7, ncol=2, loc="upper right", title="gated block", title_fontsize=7)
+    axes[0, -1].legend(fontsize=8, ncol=2, loc="upper right", title="gated block", title_fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -339,21 +339,29 @@ def plot_gate_steps(run: dict) -> plt.Figure:
     layers = list(run["metrics"]["l0_density_per_layer"])
     frame = pd.DataFrame(run["history"]).apply(pd.to_numeric, errors="coerce")
     targets = [target for _, target in constrained_densities(run, run["history"][-1])]
-    fig, axes = plt.subplots(1, len(layers), figsize=(2.1 * len(layers), 2.8), squeeze=False)
-    for index, (layer, target, ax) in enumerate(zip(layers, targets, axes[0])):
+    columns = min(3, len(layers))
+    rows = math.ceil(len(layers) / columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(3.2 * columns, 2.6 * rows), squeeze=False)
+    top = max(1.0, frame[[c for c in frame if c.startswith("lambda_")]].max().max())
+    for index, (layer, target) in enumerate(zip(layers, targets)):
+        ax = axes.flat[index]
         n = counts[layer]
         ax.plot(frame["epoch"], n * frame[f"density[{layer}]"], color="C0", lw=1.4)
         ax.axhline(n * target, ls="--", color="k", lw=0.8)
         low = math.floor(n * target) - 2
-        ax.set(title=f"{short_layer_name(layer)} ({n} gates)", xlabel="epoch", ylim=(low, low + 5))
+        ax.set(title=f"{short_layer_name(layer)} ({n} gates)", ylim=(low, low + 5))
         ax.grid(alpha=0.3)
         multiplier = ax.twinx()
         multiplier.plot(frame["epoch"], frame[f"lambda_{index}"], color="C3", lw=1, alpha=0.8)
-        multiplier.set_ylim(0, max(1.0, frame[[c for c in frame if c.startswith("lambda_")]].max().max()))
-        if index < len(layers) - 1:
-            multiplier.set_yticklabels([])
-    axes[0, 0].set_ylabel("expected open gates", color="C0")
-    multiplier.set_ylabel("multiplier λ", color="C3")
+        multiplier.set_ylim(0, top)
+        if index % columns == 0:
+            ax.set_ylabel("expected open gates", color="C0")
+        if index % columns == columns - 1 or index == len(layers) - 1:
+            multiplier.set_ylabel("multiplier λ", color="C3")
+        if index >= len(layers) - columns:
+            ax.set_xlabel("epoch")
+    for ax in axes.flat[len(layers):]:
+        ax.set_visible(False)
     fig.tight_layout()
     return fig
 
