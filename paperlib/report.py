@@ -184,6 +184,12 @@ TABLE_STYLES = [
 ]
 
 
+def _unbroken(value):
+    """A mean ± CI cell kept on one line (non-breaking spaces around ±): a narrow column wrapped
+    ``1.77 ± 0.08`` over three lines."""
+    return value.replace(" ± ", "\u00a0±\u00a0") if isinstance(value, str) else value
+
+
 def show(table: pd.DataFrame, digits: int = 2, caption: str | None = None):
     """A table for the page: numbers rounded, empty cells as dashes, compact enough for the page's width.
 
@@ -208,7 +214,7 @@ def show(table: pd.DataFrame, digits: int = 2, caption: str | None = None):
         captions.append(", ".join(f"{c}: {v if isinstance(v, str) else _fmt(v)}" for c, v in values.items()))
     if "command" in table.attrs:
         captions.append(f"rows not complete yet: run <code>{table.attrs['command']}</code>")
-    table = table.drop(columns=constant)
+    table = table.drop(columns=constant).apply(lambda column: column.map(_unbroken))
     styled = table.style.format(precision=digits, na_rep="—")
     if "epochs" in table:
         styled = styled.format("{:.0f}", subset=["epochs"], na_rep="—")

@@ -232,3 +232,9 @@ def test_a_run_page_says_when_its_run_resumed_or_is_of_an_earlier_preset(workspa
     params = json.loads((folder / "params.json").read_text())
     records.write_json(folder / "params.json", {**params, "epochs": 7})
     assert "earlier preset" in report.run_page_remarks(folder)
+
+
+def test_show_keeps_a_mean_and_its_ci_on_one_line():
+    table = pd.DataFrame({"row": ["a b"], "val. error final (%) ours": ["1.55 ± 0.15 (-0.22)"], "n": [3.14159]})
+    html = report.show(table).to_html()
+    assert "1.55\u00a0±\u00a00.15 (-0.22)" in html and "a b" in html and "3.14" in html
