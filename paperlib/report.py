@@ -299,8 +299,11 @@ def plot_density_traces(runs: list[dict], label_key: str = "run_name") -> plt.Fi
     axes[1].set(xlabel="epoch", ylabel="Lagrange multiplier")
     for ax in axes:
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
     fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    if handles:  # under both panels, where ten run names do not cover the curves
+        fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(2, len(labels)),
+                   fontsize=9, frameon=False)
     return fig
 
 

@@ -238,3 +238,15 @@ def test_show_keeps_a_mean_and_its_ci_on_one_line():
     table = pd.DataFrame({"row": ["a b"], "val. error final (%) ours": ["1.55 ± 0.15 (-0.22)"], "n": [3.14159]})
     html = report.show(table).to_html()
     assert "1.55\u00a0±\u00a00.15 (-0.22)" in html and "a b" in html and "3.14" in html
+
+
+def test_density_traces_name_every_run_with_steps_under_the_panels():
+    def run(name, steps):
+        return {"metrics": {"run_name": name, "target": 0.3}, "steps": steps}
+
+    steps = [{"epoch": "0.5", "l0_density": "0.9", "lambda_0": "0.1"}, {"epoch": "1", "l0_density": "0.4",
+                                                                         "lambda_0": "0.0"}]
+    fig = report.plot_density_traces([run("a", steps), run("no-steps", []), run("b", steps)])
+    assert [text.get_text() for text in fig.legends[0].get_texts()] == ["a", "b"]
+    assert fig.axes[0].get_legend() is None  # not over the curves
+    assert fig.axes[0].lines[0].get_ydata().tolist() == [90.0, 40.0]
