@@ -24,7 +24,8 @@ import pandas as pd
 from .comparison import FEASIBILITY_TOLERANCE, constrained_densities, largest_gap
 from .models import gate_counts
 from .paper_results import paper_results
-from .report import notebook_link
+from .plots import plot_gate_histograms
+from .report import complete_records, notebook_link
 from .vocabulary import METRIC_LABELS
 
 #: Within this many points of its target on every constrained layer, a run "hits" its target
@@ -385,3 +386,96 @@ def protocol_table(dataset: str) -> pd.DataFrame:
 def epoch_minutes(runs: list[dict]) -> pd.Series:
     """Minutes per training epoch of each run (its ``wall_time_s`` over its epochs, evaluation included)."""
     return pd.Series([r["metrics"]["wall_time_s"] / r["metrics"]["epochs_completed"] / 60 for r in runs], dtype=float)
+
+
+#: The columns of the control table the page shows.
+TABLE_COLUMNS = ["run", "grouping", "setting", "L0-density (%)", "largest gap (points)", "hit", "params (%)",
+                 "MACs (%)", "val. error final (%)", "cost (points)"]
+
+#: The grids of the CIFAR-10 control table at the CPU protocol, and how many runs of each kind seed 0 has.
+CONTROL_GRIDS = ("grids/cifar10_control.yaml", "grids/cifar10_control_seeds.yaml")
+CONTROL_RUNS = {"constrained": 10, "penalized": 10, "dense": 1}
+DUAL_LR_GRID = "grids/cifar10_dual_lr.yaml"
+CAUSE_GRID = "grids/cifar10_layer_cause.yaml"
+ABLATION_GRID = "grids/wrn_gates_ablation.yaml"
+
+
+def sweep_line(what: str, grids: tuple[str, ...] | list[str]) -> str:
+    """"No record yet of <what>: `python -m paperlib.sweeps <grids>`." for a page."""
+    return f"No record yet of {what}: `python -m paperlib.sweeps {' '.join(grids)}`."
+
+
+def control_runs() -> list[dict]:
+    """The complete records of :data:`CONTROL_GRIDS`, in grid order."""
+    return [run for grid in CONTROL_GRIDS for run in complete_records(grid)]
+
+
+def dense_run(runs: list[dict]) -> dict | None:
+    """The dense baseline among ``runs``, or None before its record exists."""
+    return next((run for run in runs if run["metrics"]["method"] == "dense"), None)
+
+
+def epoch_sentence(runs: list[dict]) -> str:
+    """The measured minutes per epoch of ``runs`` (:func:`epoch_minutes`) and per run, in one sentence."""
+    if not runs:
+        return sweep_line("the control table", CONTROL_GRIDS)
+    minutes = epoch_minutes(runs)
+    epochs = runs[0]["metrics"]["epochs_completed"]
+    return (f"{len(runs)} runs: {minutes.median():.1f} minutes per epoch (median; {minutes.min():.1f} to "
+            f"{minutes.max():.1f}), {epochs * minutes.median():.0f} minutes per run.")
+
+
+def plot_dense_curve(dense: dict) -> plt.Figure:
+    """The dense model's test error against epochs: where the schedule ends it."""
+    fig, ax = plt.subplots(figsize=(6, 3))
+    history = pd.DataFrame(dense["history"]).apply(pd.to_numeric, errors="coerce")
+    ax.plot(history["epoch"], history["val_error"], marker=".")
+    ax.set(xlabel="epoch", ylabel="test error (%)", ylim=(0, None),
+           title=f"dense {dense['metrics']['model']}, {dense['metrics']['preset']} protocol")
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def layer_runs_at(runs: list[dict], target: float = 0.2) -> list[dict]:
+    """Seed 0's layer-wise constrained runs at ``target`` among ``runs`` and in :data:`DUAL_LR_GRID`, by
+    dual learning rate: the dual-lr test of the hardest cell."""
+    found = [run for run in [*runs, *complete_records(DUAL_LR_GRID)]
+             if (run["metrics"]["method"], run["metrics"]["grouping"], run["metrics"]["target"],
+                 run["metrics"]["seed"]) == ("constrained", "layer", target, 0)]
+    return sorted(found, key=lambda run: run["params"]["dual_lr"])
+
+
+def preset_run(runs: list[dict]) -> dict | None:
+    """The run among ``runs`` trained at its preset's dual learning rate (the control table's own)."""
+    return next((run for run in runs if run["metrics"]["experiment"] == "cifar10_control"), None)
+
+
+def cause_rows(reference: dict, tests: list[dict]) -> pd.DataFrame:
+    """:func:`dual_lr_rows` of a run and of the runs that test a cause of its miss, with which of them
+    decayed the gates' learning rate."""
+    compared = [reference, *tests]
+    rows = pd.concat([dual_lr_rows([run]) for run in compared], ignore_index=True)
+    rows.insert(1, "gates' lr decayed", [run["params"]["schedule_gates"] for run in compared])
+    return rows
+
+
+def plot_gates_lr_histograms(ablation: list[dict], lmbda: float = 0.001) -> list[plt.Figure]:
+    """Figure 7 at our protocol: the first gated layer's medians of the penalized ablation runs at
+    ``lmbda``, one figure per gates' learning rate."""
+    figures = []
+    for run in ablation:
+        if run["params"]["method"] == "penalized" and run["params"]["lmbda"] == lmbda:
+            fig = plot_gate_histograms(run)
+            fig.suptitle(f"gates' learning rate {run['params']['gates_lr']:g}", y=1.05)
+            figures.append(fig)
+    return figures
+
+
+def detach_pairs(ablation: list[dict], runs: list[dict]) -> list[dict]:
+    """Figure 8 at our protocol: the ablation runs without the stop-gradient of Eq. 13 and seed 0's
+    model-wise constrained runs at their targets, with it."""
+    undetached = [run for run in ablation if not run["params"]["detach_gates"]]
+    targets = {run["metrics"]["target"] for run in undetached}
+    detached = [run for run in runs if (run["metrics"]["method"], run["metrics"]["grouping"], run["metrics"]["seed"])
+                == ("constrained", "model", 0) and run["metrics"]["target"] in targets]
+    return undetached + detached

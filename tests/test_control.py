@@ -152,3 +152,29 @@ def test_gate_changes_list_each_whole_gate_a_layer_gained_or_lost_with_its_multi
     assert changes.to_dict("records") == [
         {"epoch": 2, "block": "s2.0", "open gates": "7 → 6", "λ before": 0.2, "λ after": 0.0},
         {"epoch": 3, "block": "s2.0", "open gates": "6 → 7", "λ before": 0.0, "λ after": 0.05}]
+
+
+def test_the_pages_selections_of_the_control_records(monkeypatch):
+    def run(method="constrained", grouping="layer", target=0.2, seed=0, dual_lr=7e-3, experiment="cifar10_control",
+            **params):
+        made = record(method, grouping, target, seed=seed)
+        made["metrics"].update(experiment=experiment, model="wrn-16-1", preset="cpu", wall_time_s=1200.0,
+                               epochs_completed=20)
+        made["params"] = {"dual_lr": dual_lr, "method": method, "schedule_gates": False, "detach_gates": True,
+                          **params}
+        return made
+
+    fast = run(dual_lr=2.8e-2, experiment="cifar10_dual_lr")
+    monkeypatch.setattr(control, "complete_records", lambda grid: [fast] if grid == control.DUAL_LR_GRID else [])
+    scaled, model20, dense = run(), run(grouping="model"), run(method="dense", grouping="model", target=None)
+    other_seed = run(seed=1)
+    found = control.layer_runs_at([model20, other_seed, scaled, dense])
+    assert found == [scaled, fast]  # seed 0's layer-wise 20%, by dual learning rate
+    assert control.preset_run(found) is scaled and control.dense_run([scaled, dense]) is dense
+    assert control.epoch_sentence([scaled, dense]) == (
+        "2 runs: 1.0 minutes per epoch (median; 1.0 to 1.0), 20 minutes per run.")
+    assert control.epoch_sentence([]).startswith("No record yet of the control table: `python -m paperlib.sweeps")
+    undetached = run(grouping="model", detach_gates=False)
+    assert control.detach_pairs([undetached, run(grouping="model")], [model20, scaled]) == [undetached, model20]
+    tested = run(schedule_gates=True)
+    assert control.cause_rows(scaled, [tested])["gates' lr decayed"].tolist() == [False, True]
