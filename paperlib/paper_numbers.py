@@ -156,14 +156,15 @@ def ref(label: str) -> str:
 
 
 #: A LaTeX label in prose, with the word before it that :func:`ref` also writes (``eq. `eq:x```).
-_LABEL_IN_PROSE = re.compile(r"(?:§|(?:[Ee]q|[Ff]ig|App)\.\s*|(?:Table|Figure|Appendix|Eq)\s+)?`((?:tab|fig|eq|app|sec):[\w:]+)`")
+_LABEL_IN_PROSE = re.compile(r"(?:§|(?:[Ee]q|[Ff]ig|App)\.\s*|(?:Table|Figure|Appendix|Eq)\s+)?"
+                             r"`((?:tab|fig|eq|app|sec):[\w:]+)`")
 
 
 def cite_by_number(text: str) -> str:
     """``text`` with every LaTeX label in backticks written as :func:`ref` names it.
 
     ``(eq. `eq:validation_gates`)`` becomes ``(Eq. 9)`` and ``§`sec:experiments:mnist``` becomes
-    ``§5.2``: the word before a label is replaced with the label, so nothing is named twice.
+    ``§5.2``: the word before a label is replaced along with it, so nothing is named twice.
     """
     return _LABEL_IN_PROSE.sub(lambda match: ref(match.group(1)), text)
 

@@ -33,7 +33,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from paperlib import paper_numbers
+from . import paper_numbers
 
 STATUSES = ("complete", "partial", "failed")
 
