@@ -45,11 +45,6 @@ INITIALISATIONS = {"fan_in": "fan-in init.", "fan_out": "fan-out init.",
 NO_RECORD = "(no record yet)"
 
 
-def no_record_line(grid_file: str, what: str) -> str:
-    """A line of Markdown saying that ``what`` has no record yet, with the command that makes it."""
-    return f"No record yet of {what}: `python -m paperlib.sweeps {grid_file}`."
-
-
 def _in_words(values, digits: int = 2) -> str:
     """Numbers for a sentence: ``"1.00, 2.00 and 3.00"``."""
     return report.in_words(f"{value:.{digits}f}" for value in values)
@@ -243,8 +238,8 @@ def missing_pruning_records(runs: list[dict], model: str) -> str:
     missing = [f"{100 * density:g}%" for density in DENSITIES if density not in done]
     if not missing:
         return ""
-    return no_record_line(PRUNING_GRID, f"the magnitude-pruned {model} at {report.in_words(missing)} "
-                                        "at the paper's protocol")
+    return report.no_record_line(f"the magnitude-pruned {model} at {report.in_words(missing)} "
+                                 "at the paper's protocol", [PRUNING_GRID])
 
 
 def dense_baseline(model: str) -> dict | None:
@@ -382,7 +377,7 @@ def bisection_against_constraint(searches: list[dict], constrained: dict[str, di
     """App. E's point in two sentences: the trainings our searches took against the paper's count, and the
     density that the constrained MLP asked for 50% reached in one run per grouping (``constrained``: its records
     by grouping, at the protocol of Table 10); a no-record line for what is missing."""
-    missing = [no_record_line(grid, what) for grid, what, found in (
+    missing = [report.no_record_line(what, [grid]) for grid, what, found in (
         (BISECTION_GRID, "a bisection search", searches),
         (MLP_CONTROL_GRID, "the constrained MLP at 50%", constrained)) if not found]
     if missing:

@@ -25,7 +25,7 @@ from .comparison import FEASIBILITY_TOLERANCE, constrained_densities, largest_ga
 from .models import gate_counts
 from .paper_results import paper_results
 from .plots import plot_gate_histograms
-from .report import complete_records, notebook_link
+from .report import complete_records, no_record_line, notebook_link
 from .vocabulary import METRIC_LABELS
 
 #: Within this many points of its target on every constrained layer, a run "hits" its target
@@ -400,11 +400,6 @@ CAUSE_GRID = "grids/cifar10_layer_cause.yaml"
 ABLATION_GRID = "grids/wrn_gates_ablation.yaml"
 
 
-def sweep_line(what: str, grids: tuple[str, ...] | list[str]) -> str:
-    """"No record yet of <what>: `python -m paperlib.sweeps <grids>`." for a page."""
-    return f"No record yet of {what}: `python -m paperlib.sweeps {' '.join(grids)}`."
-
-
 def control_runs() -> list[dict]:
     """The complete records of :data:`CONTROL_GRIDS`, in grid order."""
     return [run for grid in CONTROL_GRIDS for run in complete_records(grid)]
@@ -418,7 +413,7 @@ def dense_run(runs: list[dict]) -> dict | None:
 def epoch_sentence(runs: list[dict]) -> str:
     """The measured minutes per epoch of ``runs`` (:func:`epoch_minutes`) and per run, in one sentence."""
     if not runs:
-        return sweep_line("the control table", CONTROL_GRIDS)
+        return no_record_line("the control table", CONTROL_GRIDS)
     minutes = epoch_minutes(runs)
     epochs = runs[0]["metrics"]["epochs_completed"]
     return (f"{len(runs)} runs: {minutes.median():.1f} minutes per epoch (median; {minutes.min():.1f} to "

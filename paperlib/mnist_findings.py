@@ -110,21 +110,16 @@ def table1_records() -> list[dict]:
     return report.complete_records(TABLE1_GRID) or report.complete_records(TABLE1_CPU_GRID)
 
 
-def sweep_command(grids) -> str:
-    """The command that makes the records of these grids."""
-    return f"python -m paperlib.sweeps {' '.join(map(str, grids))}"
-
-
 def no_record(grids, what: str = "No record yet") -> str:
     """A page's line where a finding has no record: what is missing and the command that makes it."""
-    return f"{what}: `{sweep_command(grids)}`."
+    return f"{what}: `{report.sweep_command(grids)}`."
 
 
 def pending_command(grids) -> str | None:
     """The sweep command for those of ``grids`` that have runs without a complete record (None if none has)."""
     pending = [grid for grid in grids
                if len(report.complete_records(grid)) < len(report.grid_runs(grid))]
-    return sweep_command(pending) if pending else None
+    return report.sweep_command(pending) if pending else None
 
 
 def naming_pending(table: pd.DataFrame, grids) -> pd.DataFrame:

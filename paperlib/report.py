@@ -33,6 +33,16 @@ def in_words(items) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
+def sweep_command(grids) -> str:
+    """The command that makes the records of these grid files."""
+    return f"python -m paperlib.sweeps {' '.join(map(str, grids))}"
+
+
+def no_record_line(what: str, grids) -> str:
+    """A page's line where ``what`` has no record yet, with the command that makes it."""
+    return f"No record yet of {what}: `{sweep_command(grids)}`."
+
+
 def grid_runs(grid_file: str | Path) -> list[tuple[object, Path]]:
     """(resolved configuration, record folder) of every run a grid file asks for, in grid order."""
     root = records.project_root()
