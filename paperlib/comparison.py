@@ -256,6 +256,11 @@ def _format(mean: float, ci: float | None, digits: int = 2) -> str:
     return f"{mean:.{digits}f}" + ("" if ci is None else f" ± {ci:.{digits}f}")
 
 
+def printed_cell(cell: pd.Series) -> str:
+    """A cell of ``paper_results.csv`` as the paper prints it: its value, and ``± ci`` where it has one."""
+    return cell["value"] + (f" ± {cell['ci']}" if cell["ci"] else "")
+
+
 def split_cell(cell: str) -> tuple[float, float | None]:
     """The mean and CI of a cell of a :func:`compare` table (``"1.50 ± 0.04"``, or ``"1.50"``: no CI)."""
     mean, _, ci = cell.partition(" ± ")
@@ -385,7 +390,7 @@ def compare(table: str, grid_files: list[str | Path], metrics: list[str] | None 
             if not printed.empty:
                 cell = printed.iloc[0]
                 paper_value = cell["value_num"] if pd.notna(cell["value_num"]) else cell["value"]
-                row[f"{label} paper"] = cell["value"] + (f" ± {cell['ci']}" if cell["ci"] else "")
+                row[f"{label} paper"] = printed_cell(cell)
             else:
                 row[f"{label} paper"] = None
             values = [v for v in (our_value(r, metric, key["finetune_epochs"]) for r in loaded) if v is not None]
@@ -444,7 +449,7 @@ def paper_rows_for(record: dict, digits: int = 2) -> pd.DataFrame:
         for metric in metrics:
             if metric in printed.index:
                 cell = printed.loc[metric]
-                row[METRIC_LABELS[metric]] = cell["value"] + (f" ± {cell['ci']}" if cell["ci"] else "")
+                row[METRIC_LABELS[metric]] = printed_cell(cell)
         rows.append(row)
     if not rows:
         return pd.DataFrame()

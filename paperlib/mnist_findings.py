@@ -391,7 +391,7 @@ def authors_mlp_table(theirs: list[dict], twins: list[dict]) -> pd.DataFrame:
         cell = f"{run['grouping']}-wise {100 * run['target']:g}%"
         rows += [{"cell": cell, **_authors_row(run)},
                  *({"cell": cell, **_our_row(label, record)} for label, record in ours.items() if record),
-                 {"cell": cell, "run": "paper", "L0-density (%)": f"{paper.value} ± {paper.ci}", "groups kept": None,
+                 {"cell": cell, "run": "paper", "L0-density (%)": comparison.printed_cell(paper), "groups kept": None,
                   "val. error final (%)": paper_cell("tab:mlp_control", metric="val_error_last", **keys).value,
                   "record": None}]
     return pd.DataFrame(rows, columns=["cell", "run", "L0-density (%)", "groups kept", "val. error final (%)", "record"])
