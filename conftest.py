@@ -64,12 +64,13 @@ def _is_run_notebook(path: Path) -> bool:
     return path.name == "notebook.ipynb" and len(path.parts) >= 3 and path.parents[2].name == "runs"
 
 
-def _calls_run_experiment(source: str) -> bool:
+def _run_experiment_calls(source: str) -> int:
+    """How many calls of ``run_experiment`` a cell's source makes."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
-        return False
-    return any(isinstance(node, ast.Call) and getattr(node.func, "id", "") == "run_experiment"
+        return 0
+    return sum(isinstance(node, ast.Call) and getattr(node.func, "id", "") == "run_experiment"
                for node in ast.walk(tree))
 
 
@@ -78,10 +79,7 @@ def _stale_reason(notebook: Path) -> str | None:
     from paperlib import records, sweeps, training
 
     nb = json.loads(notebook.read_text())
-    calls = [node for cell in nb["cells"] if cell["cell_type"] == "code" and _calls_run_experiment("".join(cell["source"]))
-             for node in ast.walk(ast.parse("".join(cell["source"])))
-             if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "run_experiment"]
-    if len(calls) != 1:
+    if sum(_run_experiment_calls("".join(cell["source"])) for cell in nb["cells"] if cell["cell_type"] == "code") != 1:
         return None  # not a single-run notebook: nothing to check here
     run_dir = notebook.parent
     if records.record_status(run_dir) != "complete":
@@ -90,14 +88,13 @@ def _stale_reason(notebook: Path) -> str | None:
     if metrics.get("kind") == "bisection search":
         return _stale_search_reason(run_dir, metrics)
     params = nb["metadata"].get("papermill", {}).get("parameters", {})
-    defaults = sweeps.notebook_defaults(str(notebook))
-    dataset = next((kw.value.value for kw in calls[0].keywords
-                    if kw.arg == "dataset" and isinstance(kw.value, ast.Constant)), None)
-    config = sweeps.run_config(params, dataset or params.get("dataset") or defaults.get("dataset"), defaults)
+    recorded = records.load_record(run_dir)["params"]
+    # The dataset is the notebook's (its run_experiment call names it), and the record says which it is.
+    config = sweeps.run_config(params, recorded["dataset"], sweeps.notebook_defaults(str(notebook)))
     if (config.experiment, config.run_name) != (run_dir.parent.name, run_dir.name):
         return f"its parameters now resolve to the run {config.experiment}/{config.run_name}"
     try:
-        training.check_record_matches(records.load_record(run_dir)["params"], config)
+        training.check_record_matches(recorded, config)
     except RuntimeError as error:
         differing = re.findall(r"(\w+): recorded", str(error))
         return f"made with other {', '.join(differing) or 'parameters'} than its preset now gives"
@@ -142,7 +139,7 @@ def pytest_collection_modifyitems(config, items):
             else:
                 deselected.append(item)
             continue
-        if _calls_run_experiment(cell.source):
+        if _run_experiment_calls(cell.source):
             item.options["check"] = False  # the training log; see the module docstring
         kept.append(item)
     if deselected:

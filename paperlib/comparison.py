@@ -301,9 +301,8 @@ def _same_parameters(config, metrics: dict) -> bool:
     """Whether a record was made with the parameters the preset gives today (see check_record_matches)."""
     from .training import check_record_matches
 
-    run_dir = records.runs_dir() / config.experiment / config.run_name
     try:
-        check_record_matches(records.load_record(run_dir)["params"], config)
+        check_record_matches(records.load_record(records.run_folder(config))["params"], config)
     except RuntimeError:
         return False
     return True
