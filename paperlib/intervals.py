@@ -36,6 +36,15 @@ def spread_from_ci(ci: float, runs: int) -> float:
     return ci * math.sqrt(runs) / CI_Z
 
 
+def _log_t_density_norm(dof: float) -> float:
+    return math.lgamma((dof + 1) / 2) - math.lgamma(dof / 2) - 0.5 * math.log(dof * math.pi)
+
+
+def student_t_density(x: float, dof: float) -> float:
+    """The density of Student's t with ``dof`` degrees of freedom at ``x``."""
+    return math.exp(_log_t_density_norm(dof) - (dof + 1) / 2 * math.log1p(x * x / dof))
+
+
 def student_t_cdf(x: float, dof: float) -> float:
     """P(T <= x) for Student's t with ``dof`` degrees of freedom (any real dof > 0).
 
@@ -44,10 +53,9 @@ def student_t_cdf(x: float, dof: float) -> float:
     """
     if dof <= 0:
         raise ValueError(f"degrees of freedom must be positive, got {dof}")
-    log_norm = math.lgamma((dof + 1) / 2) - math.lgamma(dof / 2) - 0.5 * math.log(dof * math.pi)
     u = np.linspace(0.0, math.atan(abs(x)), 2001)
     t = np.tan(u)
-    integrand = np.exp(log_norm - (dof + 1) / 2 * np.log1p(t * t / dof)) * (1 + t * t)  # density · dt/du
+    integrand = np.exp(_log_t_density_norm(dof) - (dof + 1) / 2 * np.log1p(t * t / dof)) * (1 + t * t)  # density · dt/du
     weights = np.ones_like(u)
     weights[1:-1:2], weights[2:-1:2] = 4, 2
     half = float(weights @ integrand) * (u[1] - u[0]) / 3
@@ -55,18 +63,23 @@ def student_t_cdf(x: float, dof: float) -> float:
 
 
 def student_t_quantile(p: float, dof: float) -> float:
-    """The x with P(T <= x) = p, for Student's t with ``dof`` degrees of freedom (bisection on the CDF)."""
+    """The x with P(T <= x) = p, for Student's t with ``dof`` degrees of freedom.
+
+    Newton's method from the normal quantile. For p > 1/2 the CDF is concave on
+    x > 0 and the normal quantile lies below the t quantile, so every step stays
+    below the root and the iterates rise to it monotonically.
+    """
     if not 0 < p < 1:
         raise ValueError(f"p must be in (0, 1), got {p}")
     if p < 0.5:
         return -student_t_quantile(1 - p, dof)
-    low, high = 0.0, 1.0
-    while student_t_cdf(high, dof) < p:
-        low, high = high, 2 * high
-    for _ in range(50):
-        middle = (low + high) / 2
-        low, high = (middle, high) if student_t_cdf(middle, dof) < p else (low, middle)
-    return (low + high) / 2
+    x = statistics.NormalDist().inv_cdf(p)
+    for _ in range(200):
+        step = (student_t_cdf(x, dof) - p) / student_t_density(x, dof)
+        x -= step
+        if abs(step) < 1e-10 * max(1.0, abs(x)):
+            return x
+    raise RuntimeError(f"the t quantile did not converge (p={p}, dof={dof})")
 
 
 def difference_interval(paper_ci: float, paper_runs: int, ours: list[float], level: float = 0.95) -> float:
