@@ -1,0 +1,119 @@
+"""paperlib.dual_findings: nuPI's gain, each cell's records, the summary, the verdict and the figure, on records
+made here."""
+
+import statistics
+
+import pandas as pd
+import pytest
+
+from paperlib import dual_findings as findings
+
+LAYERS = ["fc1", "fc2", "fc3"]
+
+
+def record(grouping="model", target=0.33, densities=(0.34, 0.34, 0.34), error=1.6, optimizer=None, kp=None,
+           restarts=None, seed=0, multipliers=(0.05,)):
+    """A record as records.load_record returns it: final densities per layer (the model's is their mean)."""
+    model_density = sum(densities) / len(densities)
+    params = {"model": "mlp", "method": "constrained", "grouping": grouping, "target": target, "seed": seed}
+    if optimizer is not None:
+        params |= {"dual_optimizer": optimizer, "dual_restarts": restarts if restarts is not None else False}
+    if kp is not None:
+        params["nupi_kp"] = kp
+    last = {"epoch": "2", "phase": "train", "l0_density": str(model_density),
+            **{f"density[{layer}]": str(d) for layer, d in zip(LAYERS, densities)}}
+    constrained = [model_density] if grouping == "model" else list(densities)
+    steps = [{"epoch": epoch, **{f"constrained_density_{k}": value + (2 - epoch) * 0.1 for k, value in enumerate(constrained)},
+              **{f"lambda_{k}": m * epoch / 2 for k, m in enumerate(multipliers)}} for epoch in (0, 1, 2)]
+    metrics = {"run_name": f"{grouping}-{target}-{optimizer}-{kp}-s{seed}", "method": "constrained",
+               "grouping": grouping, "target": target, "seed": seed, "l0_density": model_density,
+               "l0_density_per_layer": dict(zip(LAYERS, densities)), "val_error_final": error,
+               "multipliers_final": list(multipliers)}
+    return {"path": "/nowhere", "params": params, "metrics": metrics, "history": [last], "steps": steps}
+
+
+def test_the_gain_is_the_smallest_within_a_tenth_of_a_point_of_the_best_final_distance():
+    runs = [record(densities=(d,) * 3, kp=kp, optimizer="nupi")
+            for kp, d in ((1.0, 0.25), (10.0, 0.3345), (100.0, 0.3305), (1000.0, 0.3302))]
+    # |gap| 8, 0.45, 0.05, 0.02 points: 100 is within 0.1 of the best (1000), 10 is not.
+    assert findings.chosen_gain(runs, planned=4) == 100.0
+    assert findings.chosen_gain(runs[:3], planned=4) is None  # not every gain has run
+    rows = findings.gain_rows(runs[::-1])
+    assert rows["kp"].tolist() == [1.0, 10.0, 100.0, 1000.0]
+    assert rows["gap (points)"].tolist() == pytest.approx([-8.0, 0.45, 0.05, 0.02])
+
+
+def test_each_cell_takes_the_papers_record_from_its_grid_and_the_others_by_optimiser_and_gain():
+    cell = findings.Cell("tab:mnist", "layer", (0.3, 0.3, 0.3))
+    paper = [record("layer", [0.3] * 3, seed=1), record("layer", [0.3] * 3, error=1.5), record("model", 0.33)]
+    ours = [record("layer", [0.3] * 3, optimizer="nupi", kp=1.0), record("layer", [0.3] * 3, optimizer="nupi", kp=10.0),
+            record("layer", [0.3] * 3, optimizer="gradient_ascent"),
+            record("layer", [0.3] * 3, optimizer="gradient_ascent", restarts=True)]
+    found = findings.cell_records(cell, ours, paper, kp=10.0)
+    assert found["paper"] is paper[1]  # seed 0 of the cell
+    assert found["nupi"] is ours[1] and found["gradient_ascent"] is ours[2] and found["augmented_lagrangian"] is None
+    assert findings.cell_records(cell, ours, paper, kp=None)["nupi"] is None  # no gain chosen: no nuPI cell
+
+
+def test_the_summary_measures_gaps_over_every_layer_and_errors_against_the_papers_optimiser():
+    cell = findings.Cell("tab:mlp_control", "layer", 0.2)
+    found = {"paper": record("layer", 0.2, densities=(0.215, 0.2, 0.19), error=1.60, multipliers=(0.1, 0.3, 0.2)),
+             "gradient_ascent": record("layer", 0.2, densities=(0.18, 0.205, 0.2), error=1.75, optimizer="gradient_ascent"),
+             "nupi": None, "augmented_lagrangian": None}
+    table = findings.summary({cell: found})
+    assert table["dual optimiser"].tolist() == ["gradient ascent, dual restarts (paper)", "gradient ascent"]
+    assert table["largest gap (points)"].tolist() == pytest.approx([1.5, -2.0])
+    assert table["hit"].tolist() == [False, False]
+    assert table["Δ error (points)"].tolist() == pytest.approx([0.0, 0.15])
+    assert table["final λ"].iloc[0] == 0.3
+
+
+def test_the_seed_spread_pools_the_variances_of_table_1s_two_mlp_cells():
+    runs = [record("model", 0.33, error=e, seed=s) for s, e in enumerate((1.5, 1.7, 1.6))]
+    runs += [record("layer", [0.3] * 3, error=e, seed=s) for s, e in enumerate((1.8, 2.2))]
+    expected = ((statistics.variance([1.5, 1.7, 1.6]) + statistics.variance([1.8, 2.2])) / 2) ** 0.5
+    assert findings.seed_spread(runs) == pytest.approx(expected)
+    with pytest.raises(ValueError, match="two seeds"):
+        findings.seed_spread(runs[:1])
+
+
+def _table(gaps_and_deltas: dict[str, list[tuple[float, float]]]) -> pd.DataFrame:
+    rows = [{"cell": f"cell {i}", "dual optimiser": findings.OPTIMIZERS[name], "largest gap (points)": gap,
+             "hit": abs(gap) <= 1, "val. error final (%)": 1.6 + delta, "Δ error (points)": delta}
+            for name, cells in gaps_and_deltas.items() for i, (gap, delta) in enumerate(cells)]
+    return pd.DataFrame(rows)
+
+
+def test_the_verdict_names_an_optimiser_only_when_every_cell_hits_at_no_cost():
+    paper = [(1.5, 0.0), (1.2, 0.0)]
+    table = _table({"paper": paper, "gradient_ascent": [(-9.0, 0.4), (-8.0, 0.5)], "nupi": [(0.2, 0.1), (-0.5, 0.15)],
+                    "augmented_lagrangian": [(0.1, 0.5), (0.3, 0.0)]})
+    text = findings.verdict(table, spread=0.1, n_cells=2)
+    assert "nuPI removes the overshoot at no cost in error" in text  # 0.15 <= 2 x 0.1; AL costs 0.5
+    assert "**nuPI**: within 1 point of every target in 2 of 2 cells (largest gaps +0.20 and -0.50)" in text
+    assert "None of them" in findings.verdict(table, spread=0.05, n_cells=2)  # 0.15 > 2 x 0.05
+    assert "no optimiser is judged" in findings.verdict(table, spread=0.1, n_cells=3)  # a cell missing everywhere
+    assert findings.verdict(table.iloc[:0], spread=0.1) == "No record of this comparison yet."
+
+
+def test_the_trajectories_draw_every_constrained_layer_of_every_optimiser_as_distance_to_target():
+    cell = findings.Cell("tab:mlp_control", "layer", 0.2)
+    found = {"paper": record("layer", 0.2, densities=(0.21, 0.2, 0.19), multipliers=(0.1, 0.3, 0.2)),
+             "gradient_ascent": None, "nupi": record("layer", 0.2, densities=(0.2, 0.2, 0.2), optimizer="nupi", kp=10.0,
+                                                     multipliers=(0.4, 0.4, 0.4)),
+             "augmented_lagrangian": None}
+    fig = findings.plot_trajectories(cell, found)
+    density, multiplier = fig.axes
+    curves = [line for line in density.lines if len(line.get_xdata()) == 3]
+    assert len(curves) == 6 and len(multiplier.lines) == 6  # two optimisers, three layers
+    assert curves[0].get_ydata()[-1] == pytest.approx(1.0)  # fc1 of the paper's: 21% for a 20% target
+    assert [text.get_text() for text in fig.legends[0].get_texts()] == ["gradient ascent, dual restarts (paper)", "nuPI"]
+
+
+def test_missing_lines_name_each_optimisers_missing_cells_and_wait_for_the_gain():
+    cells = {findings.CELLS[0]: {"paper": record(), "gradient_ascent": None, "nupi": None,
+                                 "augmented_lagrangian": record(optimizer="augmented_lagrangian")}}
+    lines = findings.missing_lines(cells, kp=None)
+    assert len(lines) == 2 and findings.GAIN_GRID in lines[0] and "gradient ascent on Table 1" in lines[1]
+    lines = findings.missing_lines(cells, kp=10.0)
+    assert [line.split(" on ")[0] for line in lines] == ["No record yet of gradient ascent", "No record yet of nuPI"]
