@@ -21,6 +21,7 @@ visits gated layers in the order of their constraints and the counters of
 :mod:`paperlib.counting` see every ReLU and pooling module.
 """
 
+import functools
 import math
 import re
 from collections import OrderedDict
@@ -338,10 +339,16 @@ def gate_counts(model_name: str, sparsity: str = "structured") -> dict[str, int]
     1/160 of WideResNet-28-10's. The gated model is built on the meta device,
     which allocates no memory.
     """
+    return dict(_gate_counts(model_name, sparsity))
+
+
+@functools.lru_cache(maxsize=None)
+def _gate_counts(model_name: str, sparsity: str) -> tuple[tuple[str, int], ...]:
+    """:func:`gate_counts`, built once per model (the result pages validate thousands of configurations)."""
     with torch.device("meta"):
         gated = build_model(model_name, gated=True, sparsity=sparsity)
-    return {name: module.weight_log_alpha.numel() for name, module in gated.named_modules()
-            if isinstance(module, L0Layer)}
+    return tuple((name, module.weight_log_alpha.numel()) for name, module in gated.named_modules()
+                 if isinstance(module, L0Layer))
 
 
 def memory_format(model: nn.Module) -> torch.memory_format:

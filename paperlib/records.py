@@ -23,6 +23,7 @@ status is ``complete`` is never overwritten by a partial or failed run.
 
 import base64
 import csv
+import functools
 import gzip
 import hashlib
 import io
@@ -168,10 +169,23 @@ def _csv_cell(value) -> str:
 
 
 def read_csv(path: Path) -> list[dict]:
-    """The rows of a CSV file (gzip-compressed if its name ends in ``.gz``), as dicts of strings."""
+    """The rows of a CSV file (gzip-compressed if its name ends in ``.gz``), as dicts of strings (new dicts at
+    every call: a caller may change them)."""
+    path = Path(path)
+    stat = path.stat()
+    columns, rows = _parsed_csv(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    return [dict(zip(columns, row)) for row in rows]
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed_csv(path: str, mtime_ns: int, size: int) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
+    """The column names and rows of a CSV file, parsed once per version of the file (its modification time
+    and size are part of the key): the result pages read the same records many times."""
     data = Path(path).read_bytes()
-    text = gzip.decompress(data).decode() if Path(path).suffix == ".gz" else data.decode()
-    return list(csv.DictReader(io.StringIO(text)))
+    text = gzip.decompress(data).decode() if path.endswith(".gz") else data.decode()
+    reader = csv.DictReader(io.StringIO(text))
+    rows = tuple(tuple(row.values()) for row in reader)
+    return tuple(reader.fieldnames or ()), rows
 
 
 def compact_record(run_dir: Path) -> list[str]:
