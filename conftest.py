@@ -120,12 +120,16 @@ def _stale_search_reason(run_dir: Path, metrics: dict) -> str | None:
     return None
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
-    """Leave the training log of run notebooks unchecked; report a stale run notebook once, as xfail."""
+    """Keep each notebook's cells together on one pytest-xdist worker; leave the training log of run notebooks
+    unchecked; report a stale run notebook once, as xfail."""
     stale: dict[Path, str | None] = {}
     kept, deselected = [], []
     for item in items:
         cell = getattr(item, "cell", None)  # nbval's IPyNbCell
+        if cell is not None:  # one kernel runs a notebook's cells in order (pyproject.toml: --dist loadgroup)
+            item.add_marker(pytest.mark.xdist_group(item.parent.nodeid))
         if cell is None or not _is_run_notebook(item.path):
             kept.append(item)
             continue
