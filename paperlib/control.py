@@ -397,6 +397,7 @@ CONTROL_GRIDS = ("grids/cifar10_control.yaml", "grids/cifar10_control_seeds.yaml
 CONTROL_RUNS = {"constrained": 10, "penalized": 10, "dense": 1}
 DUAL_LR_GRID = "grids/cifar10_dual_lr.yaml"
 CAUSE_GRID = "grids/cifar10_layer_cause.yaml"
+FREE_GATES_GRID = "grids/cifar10_free_gates.yaml"
 ABLATION_GRID = "grids/wrn_gates_ablation.yaml"
 
 
@@ -505,3 +506,85 @@ def detach_pairs(ablation: list[dict], runs: list[dict]) -> list[dict]:
     detached = [run for run in runs if (run["metrics"]["method"], run["metrics"]["grouping"], run["metrics"]["seed"])
                 == ("constrained", "model", 0) and run["metrics"]["target"] in targets]
     return undetached + detached
+
+
+# --------------------------------------------------------------------------- #
+# Runs that end under their target with the constraint inactive
+# --------------------------------------------------------------------------- #
+
+def _steps(record: dict) -> pd.DataFrame:
+    return pd.DataFrame(record["steps"] or []).apply(pd.to_numeric, errors="coerce")
+
+
+def inactive_misses(runs: list[dict]) -> list[dict]:
+    """The constrained runs that end more than :data:`HIT_POINTS` under a target with every multiplier at zero:
+    the constraints hold, and what took the density below the target is not the multiplier."""
+    return [run for run in runs if run["metrics"]["method"] == "constrained"
+            and largest_gap(run) < -HIT_POINTS and not any(run["metrics"]["multipliers_final"])]
+
+
+def last_push(record: dict) -> pd.Series:
+    """The last logged step at which a multiplier was positive (its epoch, and each constraint's density
+    then); the first logged step if none ever was."""
+    steps = _steps(record)
+    multipliers = steps.filter(regex=r"^lambda_\d+$")
+    pushing = steps[(multipliers > 0).any(axis=1)]
+    return pushing.iloc[-1] if len(pushing) else steps.iloc[0]
+
+
+def drift_rows(runs: list[dict], free: dict | None = None) -> pd.DataFrame:
+    """For each run of :func:`inactive_misses`, and the run whose constraint never binds (``free``): the last
+    epoch a multiplier pushed, the model's density then and at the end, and the final largest gap."""
+    rows = []
+    for run in [*runs, *([free] if free else [])]:
+        push = last_push(run)
+        rows.append({"run": run_link(run), "setting": setting(run["metrics"]),
+                     "last epoch with λ > 0": float(push["epoch"]) if (push.filter(regex="^lambda_") > 0).any() else None,
+                     "L0-density then (%)": 100 * push["l0_density"],
+                     "final L0-density (%)": 100 * run["metrics"]["l0_density"],
+                     "largest gap (points)": largest_gap(run) if run is not free else None})
+    return pd.DataFrame(rows)
+
+
+def plot_free_drift(runs: list[dict], free: dict | None = None) -> plt.Figure:
+    """The model's expected density (left) and the multipliers (right) against epochs of the runs of
+    :func:`inactive_misses` and of the run whose constraint never binds; targets dashed."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    for i, run in enumerate([*runs, *([free] if free else [])]):
+        steps = _steps(run)
+        label = "no binding constraint" if run is free else f"{run['metrics']['grouping']}-wise {setting(run['metrics'])}"
+        axes[0].plot(steps["epoch"], 100 * steps["l0_density"], color=f"C{i}", lw=1.2, label=label)
+        for column in steps.filter(regex=r"^lambda_\d+$"):
+            axes[1].plot(steps["epoch"], steps[column], color=f"C{i}", lw=1)
+        if run is not free:
+            for target in {t for _, t in constrained_densities(run, run["history"][-1])}:
+                axes[0].axhline(100 * target, color=f"C{i}", ls="--", lw=0.8)
+    axes[0].set(xlabel="epoch", ylabel="model L0-density (%)")
+    axes[1].set(xlabel="epoch", ylabel="multiplier λ")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def free_drift_in_words(runs: list[dict], free: dict | None) -> str:
+    """What the runs of :func:`inactive_misses` and the run with no binding constraint show, in sentences."""
+    if not runs:
+        return "No constrained run ends more than a point under its target with its multipliers at zero."
+    lines = []
+    for run in runs:
+        push = last_push(run)
+        lines.append(f"{run['metrics']['grouping'].capitalize()}-wise {setting(run['metrics'])}: the last multiplier "
+                     f"above zero was at epoch {push['epoch']:.1f}, with the density at {100 * push['l0_density']:.1f}%; "
+                     f"from there to the end, with every multiplier at zero, the density went to "
+                     f"{100 * run['metrics']['l0_density']:.1f}% ({largest_gap(run):+.2f} points).")
+    if free is None:
+        lines.append(no_record_line("the run whose constraint never binds", [FREE_GATES_GRID]))
+    else:
+        start = _steps(free).iloc[0]["l0_density"]
+        lines.append(f"With no binding constraint the same model's density goes from {100 * start:.1f}% to "
+                     f"{100 * free['metrics']['l0_density']:.1f}% on the loss alone. A target above that is above "
+                     f"where training takes the density by itself: the constraint holds without pushing, and the "
+                     f"run ends where the loss leaves it.")
+    return " ".join(lines)

@@ -202,3 +202,35 @@ def test_the_pages_selections_of_the_control_records(monkeypatch):
     assert control.detach_pairs([undetached, run(grouping="model")], [model20, scaled]) == [undetached, model20]
     tested = run(schedule_gates=True)
     assert control.cause_rows(scaled, [tested])["gates' lr decayed"].tolist() == [False, True]
+
+
+def drifting(target, final, multipliers_final=(0.0,), method="constrained"):
+    """A model-wise record whose multiplier pushes until epoch 0.5 and whose density then falls to ``final``."""
+    run = record(method, "model", target=target, densities=(final, final))
+    run["metrics"]["multipliers_final"] = list(multipliers_final)
+    run["steps"] = [{"epoch": str(e), "l0_density": str(d), "constrained_density_0": str(d), "lambda_0": str(lam)}
+                    for e, d, lam in ((0.0, 0.92, 0.001), (0.5, 0.805, 0.12), (0.6, 0.79, 0.0), (2.0, final, 0.0))]
+    return run
+
+
+def test_inactive_misses_are_runs_under_their_target_with_every_multiplier_at_zero():
+    under = drifting(0.8, 0.72)
+    still_pushing = drifting(0.8, 0.72, multipliers_final=(0.3,))
+    near = drifting(0.8, 0.795)
+    assert control.inactive_misses([under, still_pushing, near, record("penalized", lmbda=0.1)]) == [under]
+
+
+def test_the_drift_starts_at_the_last_step_a_multiplier_pushed():
+    run = drifting(0.8, 0.72)
+    push = control.last_push(run)
+    assert push["epoch"] == 0.5 and push["l0_density"] == pytest.approx(0.805)
+    rows = control.drift_rows([run])
+    assert rows[["last epoch with λ > 0", "L0-density then (%)", "final L0-density (%)", "largest gap (points)"]
+                ].iloc[0].tolist() == pytest.approx([0.5, 80.5, 72.0, -8.0])
+    text = control.free_drift_in_words([run], None)
+    assert "epoch 0.5, with the density at 80.5%" in text and "to 72.0% (-8.00 points)" in text
+    assert "cifar10_free_gates.yaml" in text  # the cause test has no record yet
+    free = drifting(1.0, 0.74)
+    assert "from 92.0% to 74.0% on the loss alone" in control.free_drift_in_words([run], free)
+    fig = control.plot_free_drift([run], free)
+    assert len(fig.axes[0].lines) == 3  # two density curves and the 80% target (none for the free run)
