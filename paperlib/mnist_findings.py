@@ -831,3 +831,104 @@ def clamped_error_in_words(clamped: dict, unclamped: list[dict]) -> str:
             f"parameters; unclamped, {errors}% ({len(unclamped)} seeds), with {min(params):.2f}–{max(params):.2f}%; "
             f"the paper's {paper.value} ± {paper.ci}%, with {paper_params:.2f}%. The clamped run's difference, "
             f"{error - paper.value_num:+.2f} points, against a 95% interval of chance of ±{chance:.2f}.")
+
+
+# --------------------------------------------------------------------------- #
+# The sections of book/results_mnist_investigations.md (report.display_all shows each)
+# --------------------------------------------------------------------------- #
+
+def table1_mlp_traces() -> list:
+    """The density traces of Table 1's MLP runs at the paper's protocol."""
+    runs = records_of(TABLE1_GRID, model="mlp")
+    return [report.plot_density_traces(runs)] if runs else [no_record([TABLE1_GRID])]
+
+
+def table1_lenet_expected_and_kept() -> list:
+    """Expected and kept density of Table 1's model-wise LeNet5 runs (:func:`expected_and_kept`)."""
+    runs = records_of(TABLE1_GRID, model="lenet5", grouping="model")
+    return [report.show(expected_and_kept(runs)) if runs else no_record([TABLE1_GRID])]
+
+
+def lowest_worst_layer_lines() -> str:
+    """For each seed of Table 1's layer-wise MLP row, the lowest largest layer density and its epoch."""
+    return "\n".join(f"seed {run['metrics']['seed']}: {lowest:.2f}% (epoch {epoch})"
+                      for run in records_of(TABLE1_GRID, model="mlp", grouping="layer")
+                      for lowest, epoch in [lowest_worst_layer(run)])
+
+
+def dual_lr_section() -> list:
+    """The MLP's gap histories at each dual learning rate, and their table."""
+    runs = records_of(TABLE1_GRID, model="mlp", seed=0) + records_of(DUAL_LR_GRID)
+    return [plot_gap_histories(runs), report.show(dual_lr_table(runs))]
+
+
+def initialisation_section() -> list:
+    """Each control table's cells with the fan-out initialisation beside the fan-in one."""
+    items = []
+    for table, metrics in INITIALISATION_CELLS:
+        found = initialisation_table(table, metrics)
+        items += [f"**{ref(table)}**", report.show(found) if len(found) else
+                  no_record(FAN_OUT_GRIDS, "No complete fan-out record yet")]
+    return items
+
+
+def fan_out_penalized_section() -> list:
+    """The penalized runs with the fan-out initialisation against the paper-protocol LeNet5 ones, in words."""
+    lines = fan_out_penalized_lines(records_of(FAN_OUT_GRIDS[1], method="penalized"),
+                                    records_of(LENET_PAPER_GRIDS, model="lenet5", method="penalized"))
+    return ["\n".join(lines) if lines else no_record(FAN_OUT_GRIDS[1:], "No penalized fan-out record yet")]
+
+
+def authors_mlp_section() -> list:
+    """The authors' MLP runs beside their twins of ours: the figure and the table."""
+    theirs = authors_runs(model="mlp")
+    twins = [our_twins(run) for run in theirs]
+    return [plot_authors_mlp(theirs, twins), report.show(authors_mlp_table(theirs, twins)) if theirs else
+            f"No run of the authors' code yet: `{authors_command('mlp', 'layer', 0.2)}`."]
+
+
+def authors_lenet_section() -> list:
+    """The authors' LeNet5 runs beside their twins of ours: the figure, the table and conv2 in words."""
+    theirs = authors_runs(model="lenet5", grouping="model")
+    twins = [our_twins(run) for run in theirs]
+    fan_out = records_of(FAN_OUT_GRIDS[1], method="constrained", grouping="model")
+    fan_in = records_of([TABLE1_GRID, LENET_CONTROL_GRID], model="lenet5", method="constrained", grouping="model")
+    shown = ([plot_authors_lenet(theirs, twins), report.show(authors_lenet_table(theirs, twins))] if theirs else
+             [f"No run of the authors' LeNet5 yet: `{authors_command('lenet5', 'model', 0.2)}`."])
+    return [*shown, conv2_in_words(theirs, twins, fan_out, fan_in) or None]
+
+
+def clamp_section() -> list:
+    """Every clamped cell against the paper and our unclamped run, and which is closer, in a table and words."""
+    clamp_table, closer = clamp_comparison()
+    caption = "Distance to the paper (points), our unclamped record against the clamped one at the authors' dual learning rate"
+    return [report.show(clamp_table), report.show(closer, caption=caption), clamp_in_words(closer) if len(closer) else None]
+
+
+def fc1_behind_conv2_section() -> list:
+    """LeNet5's layer-wise 50% cell, unclamped and clamped: fc1's inputs behind conv2's open maps, in words."""
+    runs = [(label, run) for label, grid, more in (("unclamped", LENET_CONTROL_GRID, {}),
+                                                   ("clamped", CLAMP_GRID, {"dual_lr": 1e-4}))
+            for run in constrained_records(grid, "lenet5", "layer", 0.5, seed=0, **more)]
+    return [fc1_behind_conv2_in_words(runs) if runs else no_record([LENET_CONTROL_GRID, CLAMP_GRID])]
+
+
+def penalized_lenet_section() -> list:
+    """The penalized LeNet5 runs' densities against λ_pen, and the λ_pen = 0.01 cell in words."""
+    penalized = {grouping: records_of(LENET_PENALIZED_GRIDS, model="lenet5", method="penalized", grouping=grouping)
+                 for grouping in ("model", "layer")}
+    return [plot_penalized_lenet(penalized), penalized_in_words(penalized, 0.01)]
+
+
+def seeds_section(agreement: pd.DataFrame) -> list:
+    """The final error of each seed, and whether more seeds confirmed seed 0's differences beyond chance."""
+    seeds = seeds_table()
+    return [report.show(seeds, caption="Final error (%) of each seed"), retested_in_words(seeds, agreement)]
+
+
+def clamped_error_section() -> list:
+    """Table 1's model-wise 10% LeNet5 row, clamped against unclamped, in words."""
+    clamped = constrained_records(CLAMP_GRID, "lenet5", "model", 0.1, seed=0, dual_lr=1e-4)
+    unclamped = constrained_records(TABLE1_GRID, "lenet5", "model", 0.1)
+    return [clamped_error_in_words(clamped[0], unclamped) if clamped and unclamped else
+            no_record([CLAMP_GRID, TABLE1_GRID])]

@@ -233,6 +233,21 @@ def show(table: pd.DataFrame, digits: int = 2, caption: str | None = None):
     return styled.set_caption("; ".join(captions)) if captions else styled
 
 
+def display_all(items) -> None:
+    """Show a page section's outputs in order: a figure (then closed), Markdown text (a ``str``), or any
+    other displayable (a :func:`show` table); None is skipped."""
+    from IPython.display import Markdown, display
+
+    for item in items:
+        if item is None:
+            continue
+        if isinstance(item, plt.Figure):
+            display(item)
+            plt.close(item)
+        else:
+            display(Markdown(item) if isinstance(item, str) else item)
+
+
 def layer_densities(record: dict) -> pd.DataFrame:
     """Per gated layer: target, expected L0-density (eq. 3) and the test-time fraction of groups kept.
 
