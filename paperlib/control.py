@@ -25,7 +25,7 @@ from .comparison import FEASIBILITY_TOLERANCE, constrained_densities, largest_ga
 from .models import gate_counts
 from .paper_results import paper_results
 from .plots import plot_gate_histograms
-from .report import complete_records, no_record_line, notebook_link
+from .report import complete_records, no_record_line, notebook_link, plot_density_traces, show
 from .vocabulary import METRIC_LABELS
 
 #: Within this many points of its target on every constrained layer, a run "hits" its target
@@ -588,3 +588,51 @@ def free_drift_in_words(runs: list[dict], free: dict | None) -> str:
                      f"where training takes the density by itself: the constraint holds without pushing, and the "
                      f"run ends where the loss leaves it.")
     return " ".join(lines)
+
+
+# --------------------------------------------------------------------------- #
+# The sections of book/results_cifar10.md (report.display_all shows each)
+# --------------------------------------------------------------------------- #
+
+def dual_lr_section(dual: list[dict]) -> list:
+    """The dual-lr test of layer-wise 20% (:func:`layer_runs_at`): its table and traces, and what is missing."""
+    shown = [show(dual_lr_rows(dual)), plot_layer_traces(dual)] if dual else []
+    missing = no_record_line("all 3 dual learning rates", [DUAL_LR_GRID, *CONTROL_GRIDS]) if len(dual) < 3 else None
+    return [*shown, missing]
+
+
+def gates_section(run: dict | None) -> list:
+    """A layer-wise run's blocks counted in gates, and its open gates and multipliers against epochs."""
+    if run is None:
+        return [no_record_line("layer-wise 20%", CONTROL_GRIDS)]
+    return [show(gate_rows(run)), plot_gate_steps(run)]
+
+
+def cause_section(reference: dict | None) -> list:
+    """The cause test of layer-wise 20%'s miss (:data:`CAUSE_GRID`) against the run itself."""
+    cause = complete_records(CAUSE_GRID)
+    if not (cause and reference):
+        return [no_record_line("the cause test", [CAUSE_GRID])]
+    items = [show(cause_rows(reference, cause))]
+    for run in cause:
+        items += [show(gate_changes(run)), plot_gate_steps(run), cause_summary(reference, run)]
+    return items
+
+
+def free_drift_section(runs: list[dict]) -> list:
+    """Seed 0's runs that end under their target with every multiplier at zero, beside the run whose
+    constraint never binds (:data:`FREE_GATES_GRID`): the table, the figure and the words."""
+    under = inactive_misses([run for run in runs if run["metrics"]["seed"] == 0])
+    free = next(iter(complete_records(FREE_GATES_GRID)), None)
+    shown = [show(drift_rows(under, free)), plot_free_drift(under, free)] if under else []
+    return [*shown, free_drift_in_words(under, free)]
+
+
+def ablation_section(runs: list[dict]) -> list:
+    """Figure 7's gate-median histograms and Figure 8's density traces, with and without the stop-gradient."""
+    ablation = complete_records(ABLATION_GRID)
+    histograms = plot_gates_lr_histograms(ablation)
+    pairs = detach_pairs(ablation, runs)
+    missing = (no_record_line("Figure 7's or Figure 8's runs", [ABLATION_GRID])
+               if not histograms or not pairs else None)
+    return [*histograms, plot_density_traces(pairs) if pairs else None, missing]

@@ -234,3 +234,12 @@ def test_the_drift_starts_at_the_last_step_a_multiplier_pushed():
     assert "from 92.0% to 74.0% on the loss alone" in control.free_drift_in_words([run], free)
     fig = control.plot_free_drift([run], free)
     assert len(fig.axes[0].lines) == 3  # two density curves and the 80% target (none for the free run)
+
+
+def test_the_free_drift_section_shows_table_figure_and_words_and_names_the_missing_cause_test(monkeypatch):
+    monkeypatch.setattr(control, "complete_records", lambda grid: [])
+    items = control.free_drift_section([drifting(0.8, 0.72), drifting(0.5, 0.495)])
+    assert [type(item).__name__ for item in items] == ["Styler", "Figure", "str"]
+    assert items[0].data["setting"].tolist() == ["target 80%"] and "cifar10_free_gates.yaml" in items[2]
+    assert control.free_drift_section([drifting(0.5, 0.495)]) == [
+        "No constrained run ends more than a point under its target with its multipliers at zero."]
