@@ -39,7 +39,7 @@ from . import presets, records
 from .intervals import difference_interval, mean_ci
 from .paper_numbers import ref
 from .paper_results import paper_results, paper_runs
-from .report import grid_runs, notebook_link
+from .report import grid_runs, notebook_link, show
 from .vocabulary import METRIC_LABELS
 
 #: A constraint "holds" at an epoch when the expected density exceeds its target by at most this much.
@@ -594,3 +594,11 @@ def compact(table: pd.DataFrame) -> pd.DataFrame:
     result = compacted[ordered]
     result.attrs = dict(table.attrs)
     return result
+
+
+def beside(table: str, metrics: list[str] | None = None, commands: bool = True) -> list:
+    """A page's section for one of the paper's tables (:func:`compare_table`, :func:`compact`, shown by
+    :func:`~paperlib.report.display_all`): the table, then, unless ``commands`` is False (the same rows follow
+    in another table), the commands of the rows without a record."""
+    compared = compare_table(table, metrics)
+    return [show(compact(compared)), missing_commands(compared) if commands and compared.attrs["missing"] else None]

@@ -288,3 +288,15 @@ def test_a_tables_number_of_runs_is_the_papers_own():
     assert paper_runs("tab:tiny_unstructured_comparison") is None  # its caption does not say
     with pytest.raises(ValueError, match="does not say how many runs"):
         comparison.agreement("tab:mp_comparison_imagenet")
+
+
+def test_beside_gives_the_compacted_table_and_the_commands_of_its_missing_rows_unless_told_not_to(monkeypatch):
+    table = pd.DataFrame({"model": ["mlp"], "method": ["constrained"], "grouping": ["model"],
+                          "target / λ_pen": ["20%"], "L0-density (%) paper": ["20.10"],
+                          "L0-density (%) ours": [None], "L0-density (%) Δ": [None]})
+    table.attrs["missing"] = {"constrained, model-wise 20%": "python -m paperlib.sweeps grids/x.yaml"}
+    monkeypatch.setattr(comparison, "compare_table", lambda label, metrics=None: table)
+    shown, commands = comparison.beside("tab:mlp_control")
+    assert shown.data["row"].tolist() == ["constrained, model-wise 20%"]
+    assert "`python -m paperlib.sweeps grids/x.yaml`: 1 row" in commands
+    assert comparison.beside("tab:mlp_control", commands=False)[1] is None
