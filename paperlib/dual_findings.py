@@ -25,6 +25,7 @@ No choice here looks at the test split: the gain is chosen by the final distance
 to the target alone.
 """
 
+import math
 import statistics
 from dataclasses import dataclass
 
@@ -35,7 +36,7 @@ from .comparison import largest_gap, target_label
 from .control import HIT_POINTS, run_link
 from .mnist_findings import records_of
 from .paper_numbers import ref
-from .report import grid_runs, in_words, no_record_line
+from .report import grid_runs, in_words, no_record_line, show
 
 #: Table 1's MLP rows at the paper's protocol (five seeds), and the MLP control table's.
 TABLE1_GRID = "grids/table1_mnist_paper.yaml"
@@ -97,6 +98,15 @@ def gain_rows(runs: list[dict]) -> pd.DataFrame:
              "gap (points)": largest_gap(run), "final λ": final_multipliers(run)[0],
              "val. error final (%)": run["metrics"]["val_error_final"], "run": run_link(run)} for run in runs]
     return pd.DataFrame(rows).sort_values("kp", ignore_index=True) if rows else pd.DataFrame(rows)
+
+
+def violation_change(run: dict) -> float:
+    """The median change of a model-wise run's violation from one training step to the next, from its step log
+    (logged every few steps; each change is divided by the steps between two rows)."""
+    steps = pd.DataFrame(run["steps"]).apply(pd.to_numeric, errors="coerce")
+    steps_per_epoch = math.ceil(run["metrics"]["data"]["num_train"] / run["params"]["batch_size"])
+    per_step = steps["constrained_density_0"].diff().abs() / (steps["epoch"].diff() * steps_per_epoch)
+    return float(per_step.median())
 
 
 def chosen_gain(runs: list[dict], planned: int) -> float | None:
@@ -227,6 +237,18 @@ class Comparison:
 
     def verdict(self) -> str:
         return verdict(self.table, self.spread)
+
+    def gain_section(self) -> list:
+        """The gain experiment's table, how large the proportional step is against the integral one in its
+        first run, and the gain chosen (or the command for the runs it waits for)."""
+        first = min(self.gains, key=lambda run: run["params"]["nupi_kp"], default=None)
+        ratio = None if first is None else (
+            f"In the $k_p$ = {first['params']['nupi_kp']:g} run the violation changes by {violation_change(first):.1e} a "
+            f"step (median) and is {abs(largest_gap(first)) / 100:.2f} at the end: the proportional step matches "
+            f"the integral one at $k_p$ ≈ {abs(largest_gap(first)) / 100 / violation_change(first):.0e}.")
+        chosen = (f"Chosen gain: $k_p$ = {self.kp:g}." if self.kp is not None else
+                  no_record_line("all the gains", [GAIN_GRID]))
+        return [show(gain_rows(self.gains)) if self.gains else None, ratio, chosen]
 
     def answer(self) -> str:
         """The intro's sentence: does any other dual optimiser remove the paper's overshoot at no cost in error?"""

@@ -15,7 +15,8 @@ def record(grouping="model", target=0.33, densities=(0.34, 0.34, 0.34), error=1.
            restarts=None, seed=0, multipliers=(0.05,)):
     """A record as records.load_record returns it: final densities per layer (the model's is their mean)."""
     model_density = sum(densities) / len(densities)
-    params = {"model": "mlp", "method": "constrained", "grouping": grouping, "target": target, "seed": seed}
+    params = {"model": "mlp", "method": "constrained", "grouping": grouping, "target": target, "seed": seed,
+              "batch_size": 10}
     if optimizer is not None:
         params |= {"dual_optimizer": optimizer, "dual_restarts": restarts if restarts is not None else False}
     if kp is not None:
@@ -28,7 +29,7 @@ def record(grouping="model", target=0.33, densities=(0.34, 0.34, 0.34), error=1.
     metrics = {"run_name": f"{grouping}-{target}-{optimizer}-{kp}-s{seed}", "method": "constrained",
                "grouping": grouping, "target": target, "seed": seed, "l0_density": model_density,
                "l0_density_per_layer": dict(zip(LAYERS, densities)), "val_error_final": error,
-               "multipliers_final": list(multipliers)}
+               "multipliers_final": list(multipliers), "data": {"num_train": 100}}
     return {"path": "/nowhere", "params": params, "metrics": metrics, "history": [last], "steps": steps}
 
 
@@ -117,3 +118,14 @@ def test_missing_lines_name_each_optimisers_missing_cells_and_wait_for_the_gain(
     assert len(lines) == 2 and findings.GAIN_GRID in lines[0] and "gradient ascent on Table 1" in lines[1]
     lines = findings.missing_lines(cells, kp=10.0)
     assert [line.split(" on ")[0] for line in lines] == ["No record yet of gradient ascent", "No record yet of nuPI"]
+
+
+def test_the_gain_section_measures_the_violations_step_against_its_size_and_names_the_gain():
+    runs = [record(densities=(0.32,) * 3, kp=kp, optimizer="nupi") for kp in (10.0, 1.0)]
+    # the step log's density falls by 0.1 an epoch of 100 / 10 = 10 steps: 0.01 a step; the gap is 1 point
+    assert findings.violation_change(runs[1]) == pytest.approx(0.01)
+    found = findings.Comparison(runs, 1.0, {}, findings.summary({}), 0.1)
+    table, ratio, chosen = found.gain_section()
+    assert "$k_p$ = 1 run the violation changes by 1.0e-02 a step" in ratio and "≈ 1e+00" in ratio
+    assert chosen == "Chosen gain: $k_p$ = 1."
+    assert "grids/nupi_gain_paper.yaml" in findings.Comparison([], None, {}, findings.summary({}), 0.1).gain_section()[2]
