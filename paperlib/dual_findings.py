@@ -100,6 +100,12 @@ def gain_rows(runs: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows).sort_values("kp", ignore_index=True) if rows else pd.DataFrame(rows)
 
 
+def gain_table(runs: list[dict]) -> pd.DataFrame:
+    """:func:`gain_rows` for the page: each gain as it is written (1, 10, 1e+04)."""
+    rows = gain_rows(runs)
+    return rows.assign(kp=rows["kp"].map("{:g}".format)) if len(rows) else rows
+
+
 def violation_change(run: dict) -> float:
     """The median change of a model-wise run's violation from one training step to the next, from its step log
     (logged every few steps; each change is divided by the steps between two rows)."""
@@ -243,12 +249,12 @@ class Comparison:
         first run, and the gain chosen (or the command for the runs it waits for)."""
         first = min(self.gains, key=lambda run: run["params"]["nupi_kp"], default=None)
         ratio = None if first is None else (
-            f"In the $k_p$ = {first['params']['nupi_kp']:g} run the violation changes by {violation_change(first):.1e} a "
+            f"In the kp = {first['params']['nupi_kp']:g} run the violation changes by {violation_change(first):.1e} a "
             f"step (median) and is {abs(largest_gap(first)) / 100:.2f} at the end: the proportional step matches "
-            f"the integral one at $k_p$ ≈ {abs(largest_gap(first)) / 100 / violation_change(first):.0e}.")
-        chosen = (f"Chosen gain: $k_p$ = {self.kp:g}." if self.kp is not None else
+            f"the integral one at kp ≈ {abs(largest_gap(first)) / 100 / violation_change(first):.0e}.")
+        chosen = (f"Chosen gain: kp = {self.kp:g}." if self.kp is not None else
                   no_record_line("all the gains", [GAIN_GRID]))
-        return [show(gain_rows(self.gains)) if self.gains else None, ratio, chosen]
+        return [show(gain_table(self.gains)) if self.gains else None, ratio, chosen]
 
     def answer(self) -> str:
         """The intro's sentence: does any other dual optimiser remove the paper's overshoot at no cost in error?"""
@@ -284,9 +290,9 @@ def plot_trajectories(cell: Cell, found: dict[str, dict | None]) -> plt.Figure:
 
 
 def missing_lines(cells: dict[Cell, dict[str, dict | None]], kp: float | None) -> list[str]:
-    """A page line for each optimiser with cells not yet run, with the command that makes them."""
-    lines = [] if kp is not None else [
-        no_record_line("every run of nuPI's gain experiment (nuPI's cells wait for the gain)", [GAIN_GRID])]
+    """A page line for each optimiser with cells not yet run, with the command that makes them (nuPI's wait for
+    its gain: :meth:`Comparison.gain_section` names the runs that choose it)."""
+    lines = []
     for name, label in OPTIMIZERS.items():
         missing = [cell for cell, found in cells.items() if found[name] is None]
         if missing and (name != "nupi" or kp is not None):
