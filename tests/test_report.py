@@ -213,7 +213,9 @@ def test_run_index_marks_records_of_an_earlier_preset_and_resumed_runs(workspace
 
 def test_toc_experiments_reads_the_folders_a_page_indexes_from_the_table_of_contents():
     assert report.toc_experiments("book/runs_cifar10") == ["cifar10", "cifar10_control", "cifar10_dual_lr",
-                                                           "cifar10_layer_cause", "gates_ablation"]
+                                                           "cifar10_layer_cause", "cifar10_free_gates",
+                                                           "gates_ablation"]
+    assert report.toc_experiments("book/runs_dual_optimizers") == ["dual_optimizers"]
     with pytest.raises(ValueError, match="no page 'book/nothing'"):
         report.toc_experiments("book/nothing")
 
