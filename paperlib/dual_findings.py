@@ -34,7 +34,7 @@ import pandas as pd
 
 from .comparison import largest_gap, target_label
 from .control import HIT_POINTS, run_link
-from .mnist_findings import records_of
+from .mnist_findings import records_of, select
 from .paper_numbers import ref
 from .report import grid_runs, in_words, no_record_line, show
 
@@ -137,14 +137,10 @@ def cell_records(cell: Cell, runs: list[dict], paper_runs: list[dict], kp: float
     for name in ("gradient_ascent", "nupi", "augmented_lagrangian"):
         wanted[name] = (runs, {**where, "dual_optimizer": name, "dual_restarts": False}
                         | ({"nupi_kp": kp} if name == "nupi" else {}))
-    found = {name: next((run for run in among if _has(run, params)), None) for name, (among, params) in wanted.items()}
+    found = {name: next(iter(select(among, **params)), None) for name, (among, params) in wanted.items()}
     if kp is None:
         found["nupi"] = None
     return found
-
-
-def _has(run: dict, params: dict) -> bool:
-    return all(run["params"].get(name) == value for name, value in params.items())
 
 
 #: The columns of :func:`summary`.
@@ -175,8 +171,8 @@ def seed_spread(table1_runs: list[dict]) -> float:
     the mean of the two cells' variances, square-rooted)."""
     variances = []
     for cell in CELLS[:2]:
-        errors = [run["metrics"]["val_error_final"] for run in table1_runs
-                  if _has(run, {"model": "mlp", "grouping": cell.grouping, "target": cell.target})]
+        errors = [run["metrics"]["val_error_final"]
+                  for run in select(table1_runs, model="mlp", grouping=cell.grouping, target=cell.target)]
         if len(errors) >= 2:
             variances.append(statistics.variance(errors))
     if not variances:
