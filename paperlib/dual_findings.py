@@ -117,12 +117,22 @@ def violation_change(run: dict) -> float:
 
 def chosen_gain(runs: list[dict], planned: int) -> float | None:
     """The smallest ``kp`` whose final distance to the target is within :data:`GAIN_SLACK_POINTS` of the
-    smallest; None until all ``planned`` runs of the gain experiment have a record."""
-    if len(runs) < planned:
+    smallest; None until all ``planned`` runs of the gain experiment have a record, and None when that is
+    the largest gain tried (the best may lie beyond the range: :func:`gain_at_edge`)."""
+    if len(runs) < planned or gain_at_edge(runs):
         return None
+    return _best_gain(runs)
+
+
+def _best_gain(runs: list[dict]) -> float:
     gaps = gain_rows(runs)
     best = gaps["gap (points)"].abs().min()
     return float(gaps.loc[gaps["gap (points)"].abs() <= best + GAIN_SLACK_POINTS, "kp"].min())
+
+
+def gain_at_edge(runs: list[dict]) -> bool:
+    """Whether the gain :func:`chosen_gain` would choose is the largest one tried."""
+    return bool(runs) and _best_gain(runs) == max(run["params"]["nupi_kp"] for run in runs)
 
 
 # --------------------------------------------------------------------------- #
@@ -248,8 +258,14 @@ class Comparison:
             f"In the kp = {first['params']['nupi_kp']:g} run the violation changes by {violation_change(first):.1e} a "
             f"step (median) and is {abs(largest_gap(first)) / 100:.2f} at the end: the proportional step matches "
             f"the integral one at kp ≈ {abs(largest_gap(first)) / 100 / violation_change(first):.0e}.")
-        chosen = (f"Chosen gain: kp = {self.kp:g}." if self.kp is not None else
-                  no_record_line("all the gains", [GAIN_GRID]))
+        if self.kp is not None:
+            chosen = f"Chosen gain: kp = {self.kp:g}."
+        elif gain_at_edge(self.gains):
+            chosen = (f"The best final distance so far is at the largest gain tried (kp = {_best_gain(self.gains):g}): "
+                      f"no gain is chosen until a larger one has run. "
+                      f"{no_record_line('every gain of the range', [GAIN_GRID])}")
+        else:
+            chosen = no_record_line("all the gains", [GAIN_GRID])
         return [show(gain_table(self.gains)) if self.gains else None, ratio, chosen]
 
     def answer(self) -> str:

@@ -15,6 +15,7 @@ value before any training starts.
 
 import dataclasses
 import json
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -452,7 +453,9 @@ def default_run_name(config: ExperimentConfig, preset_config: ExperimentConfig |
     def fmt(value):
         if isinstance(value, list):
             return "_".join(fmt(v) for v in value)
-        return f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return re.sub(r"e\+0*", "e", f"{value:g}")  # 1e6, not 1e+06: no '+' in a folder name or a URL
+        return str(value)
 
     parts = [config.model, config.method]
     if config.sparsity == "unstructured":

@@ -39,6 +39,7 @@ def test_the_gain_is_the_smallest_within_a_tenth_of_a_point_of_the_best_final_di
     # |gap| 8, 0.45, 0.05, 0.02 points: 100 is within 0.1 of the best (1000), 10 is not.
     assert findings.chosen_gain(runs, planned=4) == 100.0
     assert findings.chosen_gain(runs[:3], planned=4) is None  # not every gain has run
+    assert findings.chosen_gain(runs[:3], planned=3) is None and findings.gain_at_edge(runs[:3])  # 100 is the largest
     rows = findings.gain_rows(runs[::-1])
     assert rows["kp"].tolist() == [1.0, 10.0, 100.0, 1000.0]
     assert rows["gap (points)"].tolist() == pytest.approx([-8.0, 0.45, 0.05, 0.02])
@@ -126,6 +127,8 @@ def test_the_gain_section_measures_the_violations_step_against_its_size_and_name
     assert findings.violation_change(runs[1]) == pytest.approx(0.01)
     found = findings.Comparison(runs, 1.0, {}, findings.summary({}), 0.1)
     table, ratio, chosen = found.gain_section()
+    at_edge = findings.Comparison(runs[:1], None, {}, findings.summary({}), 0.1).gain_section()[2]
+    assert at_edge.startswith("The best final distance so far is at the largest gain tried (kp = 10)")
     assert "kp = 1 run the violation changes by 1.0e-02 a step" in ratio and "≈ 1e+00" in ratio
     assert chosen == "Chosen gain: kp = 1." and table.data["kp"].tolist() == ["1", "10"]
     assert "grids/nupi_gain_paper.yaml" in findings.Comparison([], None, {}, findings.summary({}), 0.1).gain_section()[2]

@@ -182,6 +182,8 @@ def test_dual_optimizers_beyond_the_paper_are_named_and_go_without_restarts():
     assert resolve_config(**mlp).dual_optimizer == "gradient_ascent"  # the paper's, by default
     nupi = resolve_config(**mlp, dual_optimizer="nupi", dual_restarts=False, nupi_kp=2.0)
     assert nupi.run_name == "mlp-constrained-layer-t0.3-no-restarts-nupi-nupi_kp2-s0-paper"
+    large = resolve_config(**mlp, dual_optimizer="nupi", dual_restarts=False, nupi_kp=1e6)
+    assert large.run_name == "mlp-constrained-layer-t0.3-no-restarts-nupi-nupi_kp1e6-s0-paper"  # no '+' in a path
     al = resolve_config(**mlp, dual_optimizer="augmented_lagrangian", dual_restarts=False)
     assert al.run_name == "mlp-constrained-layer-t0.3-no-restarts-augmented_lagrangian-s0-paper"
     with pytest.raises(ValueError, match="dual_restarts=False"):
