@@ -62,12 +62,16 @@ def test_the_verdict_counts_hits_scatter_cost_and_what_is_missing():
     dense = record("dense", error=8.0)
     runs = [record("constrained", "layer", 0.2, densities=(0.205, 0.195), error=9.5),
             record("constrained", "model", 0.5, densities=(0.53, 0.53), error=8.5),
+            record("constrained", "model", 0.8, densities=(0.7, 0.7), error=8.5),
             record("penalized", "model", lmbda=0.01, densities=(0.3, 0.4), error=9.0),
             record("penalized", "model", lmbda=1.0, densities=(0.05, 0.05), error=12.0), dense]
     text = control.verdict(control.run_rows(runs, dense), {"constrained": 10, "penalized": 2, "dense": 1})
-    assert "1 of 2 constrained runs ended within 1 point" in text and "+3.00 points (model-wise target 50%)" in text
+    assert "1 of 3 constrained runs ended within 1 point" in text
+    assert "1 ended more than a point under a target and over none, so their constraints hold (the largest: " \
+           "-10.00 points, model-wise target 80%)" in text
+    assert "1 ended more than a point over a target (the largest: +3.00 points, model-wise target 50%)" in text
     assert "between 5.0% and 35.0% density" in text and "+0.50 to +4.00 points" in text
-    assert "Not yet run:** 8 constrained" in text and "penalized" not in text.split("Not yet run")[1]
+    assert "Not yet run:** 7 constrained" in text and "penalized" not in text.split("Not yet run")[1]
     assert control.verdict(control.run_rows([], None), {}) == "No run of this table has a complete record yet."
 
 
@@ -213,22 +217,29 @@ def drifting(target, final, multipliers_final=(0.0,), method="constrained"):
     return run
 
 
-def test_inactive_misses_are_runs_under_their_target_with_every_multiplier_at_zero():
+def test_inactive_misses_are_runs_under_a_target_only_where_that_multiplier_is_zero():
     under = drifting(0.8, 0.72)
     still_pushing = drifting(0.8, 0.72, multipliers_final=(0.3,))
     near = drifting(0.8, 0.795)
     assert control.inactive_misses([under, still_pushing, near, record("penalized", lmbda=0.1)]) == [under]
+    layer = record("constrained", "layer", 0.5, densities=(0.505, 0.45))
+    layer["metrics"]["multipliers_final"] = [0.02, 0.0]  # the first block pushed, within a point; the second not
+    assert control.unpushed_under(layer) == [1] and control.inactive_misses([layer]) == [layer]
+    layer["metrics"]["l0_density_per_layer"] = dict(zip(LAYERS, (0.52, 0.45)))
+    layer["history"][-1][f"density[{LAYERS[0]}]"] = "0.52"  # now over a target by 2 points: a miss of another kind
+    assert control.inactive_misses([layer]) == []
 
 
 def test_the_drift_starts_at_the_last_step_a_multiplier_pushed():
     run = drifting(0.8, 0.72)
-    push = control.last_push(run)
-    assert push["epoch"] == 0.5 and push["l0_density"] == pytest.approx(0.805)
+    push, after = control.last_push(run)
+    assert push["epoch"] == 0.5 and push["l0_density"] == pytest.approx(0.805) and after["epoch"] == 0.6
     rows = control.drift_rows([run])
-    assert rows[["last epoch with λ > 0", "L0-density then (%)", "final L0-density (%)", "largest gap (points)"]
-                ].iloc[0].tolist() == pytest.approx([0.5, 80.5, 72.0, -8.0])
+    assert rows[["last epoch with λ > 0", "density then (%)", "a step later (%)", "final density (%)", "gap (points)"]
+                ].iloc[0].tolist() == pytest.approx([0.5, 80.5, 79.0, 72.0, -8.0])
+    assert rows["gap (gates)"].isna().all()  # a model-wise density weighs gates by their parameters
     text = control.free_drift_in_words([run], None)
-    assert "epoch 0.5, with the density at 80.5%" in text and "to 72.0% (-8.00 points)" in text
+    assert "took the model from 80.5% to 79.0% at epoch 0.50, then 72.0% at the end (-8.00 points)" in text
     assert "cifar10_free_gates.yaml" in text  # the cause test has no record yet
     free = drifting(1.0, 0.74)
     assert "from 92.0% to 74.0% on the loss alone" in control.free_drift_in_words([run], free)
@@ -236,10 +247,26 @@ def test_the_drift_starts_at_the_last_step_a_multiplier_pushed():
     assert len(fig.axes[0].lines) == 3  # two density curves and the 80% target (none for the free run)
 
 
+def test_a_layers_drift_is_counted_in_its_gates():
+    run = record("constrained", "layer", 0.5, densities=(0.5, 0.5 - 1 / 32))  # 16 of 32 gates, then 15
+    run["metrics"].update(model="wrn-16-1", multipliers_final=[0.01, 0.0],
+                          l0_density_per_layer={"stage1.0.conv1.conv": 0.5, "stage2.0.conv1.conv": 0.5 - 1 / 32})
+    run["history"][-1] = {"epoch": "2", "phase": "train", "density[stage1.0.conv1.conv]": "0.5",
+                          "density[stage2.0.conv1.conv]": str(0.5 - 1 / 32)}
+    run["steps"] = [{"epoch": str(e), "constrained_density_0": "0.5", "constrained_density_1": str(d),
+                     "lambda_0": "0.01", "lambda_1": str(lam)}
+                    for e, d, lam in ((0.0, 0.9, 0.01), (1.0, 0.501, 0.03), (1.1, 0.5 - 1 / 32, 0.0), (2.0, 0.5 - 1 / 32, 0.0))]
+    rows = control.drift_rows([run])
+    assert rows["constraint"].tolist() == ["s2.0"]  # s1.0 is at its target
+    assert rows[["last epoch with λ > 0", "a step later (%)", "gap (points)", "gap (gates)"]].iloc[0].tolist() == \
+        pytest.approx([1.0, 100 * (0.5 - 1 / 32), -100 / 32, -1.0])
+    assert "took s2.0 from 50.1% to 46.9% at epoch 1.00" in control.free_drift_in_words([run], None)
+
+
 def test_the_free_drift_section_shows_table_figure_and_words_and_names_the_missing_cause_test(monkeypatch):
     monkeypatch.setattr(control, "complete_records", lambda grid: [])
     items = control.free_drift_section([drifting(0.8, 0.72), drifting(0.5, 0.495)])
     assert [type(item).__name__ for item in items] == ["Styler", "Figure", "str"]
-    assert items[0].data["setting"].tolist() == ["target 80%"] and "cifar10_free_gates.yaml" in items[2]
+    assert items[0].data["setting"].tolist() == ["model-wise target 80%"] and "cifar10_free_gates.yaml" in items[2]
     assert control.free_drift_section([drifting(0.5, 0.495)]) == [
-        "No constrained run ends more than a point under its target with its multipliers at zero."]
+        "No constrained run ends more than a point under a target with that constraint's multiplier at zero."]
