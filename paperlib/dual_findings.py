@@ -176,6 +176,19 @@ def summary(cells: dict[Cell, dict[str, dict | None]]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
+def by_cell(table: pd.DataFrame) -> pd.DataFrame:
+    """:func:`summary` with one row per cell: each dual optimiser's largest gap (points) and final error (%)
+    side by side, optimisers in the order of :data:`OPTIMIZERS`, cells in that of :data:`CELLS`."""
+    values = {"largest gap (points)": "gap", "val. error final (%)": "error (%)"}
+    wide = table.pivot(index="cell", columns="dual optimiser", values=list(values)).rename(columns=values)
+    present = set(table["dual optimiser"])
+    columns = [(label, metric) for label in OPTIMIZERS.values() if label in present for metric in values.values()]
+    rows = [cell.label for cell in CELLS if cell.label in wide.index]
+    wide = wide.swaplevel(axis=1).reindex(index=rows, columns=columns)
+    wide.columns = pd.MultiIndex.from_tuples(columns)
+    return wide.rename_axis(index=None).reset_index(names=[("cell", "")])
+
+
 def seed_spread(table1_runs: list[dict]) -> float:
     """The run-to-run standard deviation of the final error over the seeds of Table 1's MLP cells (pooled:
     the mean of the two cells' variances, square-rooted)."""

@@ -110,11 +110,6 @@ def table1_records() -> list[dict]:
     return report.complete_records(TABLE1_GRID) or report.complete_records(TABLE1_CPU_GRID)
 
 
-def no_record(grids, what: str = "No record yet") -> str:
-    """A page's line where a finding has no record: what is missing and the command that makes it."""
-    return f"{what}: `{report.sweep_command(grids)}`."
-
-
 def pending_command(grids) -> str | None:
     """The sweep command for those of ``grids`` that have runs without a complete record (None if none has)."""
     pending = [grid for grid in grids
@@ -840,13 +835,13 @@ def clamped_error_in_words(clamped: dict, unclamped: list[dict]) -> str:
 def table1_mlp_traces() -> list:
     """The density traces of Table 1's MLP runs at the paper's protocol."""
     runs = records_of(TABLE1_GRID, model="mlp")
-    return [report.plot_density_traces(runs)] if runs else [no_record([TABLE1_GRID])]
+    return [report.plot_density_traces(runs)] if runs else [report.no_record_line("Table 1's MLP runs", [TABLE1_GRID])]
 
 
 def table1_lenet_expected_and_kept() -> list:
     """Expected and kept density of Table 1's model-wise LeNet5 runs (:func:`expected_and_kept`)."""
     runs = records_of(TABLE1_GRID, model="lenet5", grouping="model")
-    return [report.show(expected_and_kept(runs)) if runs else no_record([TABLE1_GRID])]
+    return [report.show(expected_and_kept(runs)) if runs else report.no_record_line("Table 1's model-wise LeNet5 runs", [TABLE1_GRID])]
 
 
 def lowest_worst_layer_lines() -> str:
@@ -868,7 +863,7 @@ def initialisation_section() -> list:
     for table, metrics in INITIALISATION_CELLS:
         found = initialisation_table(table, metrics)
         items += [f"**{ref(table)}**", report.show(found) if len(found) else
-                  no_record(FAN_OUT_GRIDS, "No complete fan-out record yet")]
+                  report.no_record_line("a fan-out run", FAN_OUT_GRIDS)]
     return items
 
 
@@ -876,7 +871,7 @@ def fan_out_penalized_section() -> list:
     """The penalized runs with the fan-out initialisation against the paper-protocol LeNet5 ones, in words."""
     lines = fan_out_penalized_lines(records_of(FAN_OUT_GRIDS[1], method="penalized"),
                                     records_of(LENET_PAPER_GRIDS, model="lenet5", method="penalized"))
-    return ["\n".join(lines) if lines else no_record(FAN_OUT_GRIDS[1:], "No penalized fan-out record yet")]
+    return ["\n".join(lines) if lines else report.no_record_line("a penalized fan-out run", FAN_OUT_GRIDS[1:])]
 
 
 def authors_mlp_section() -> list:
@@ -910,7 +905,7 @@ def fc1_behind_conv2_section() -> list:
     runs = [(label, run) for label, grid, more in (("unclamped", LENET_CONTROL_GRID, {}),
                                                    ("clamped", CLAMP_GRID, {"dual_lr": 1e-4}))
             for run in constrained_records(grid, "lenet5", "layer", 0.5, seed=0, **more)]
-    return [fc1_behind_conv2_in_words(runs) if runs else no_record([LENET_CONTROL_GRID, CLAMP_GRID])]
+    return [fc1_behind_conv2_in_words(runs) if runs else report.no_record_line("LeNet5's layer-wise 50% cell", [LENET_CONTROL_GRID, CLAMP_GRID])]
 
 
 def penalized_lenet_section() -> list:
@@ -931,4 +926,4 @@ def clamped_error_section() -> list:
     clamped = constrained_records(CLAMP_GRID, "lenet5", "model", 0.1, seed=0, dual_lr=1e-4)
     unclamped = constrained_records(TABLE1_GRID, "lenet5", "model", 0.1)
     return [clamped_error_in_words(clamped[0], unclamped) if clamped and unclamped else
-            no_record([CLAMP_GRID, TABLE1_GRID])]
+            report.no_record_line("the model-wise 10% LeNet5 runs, clamped and unclamped", [CLAMP_GRID, TABLE1_GRID])]

@@ -68,6 +68,11 @@ def test_the_summary_measures_gaps_over_every_layer_and_errors_against_the_paper
     assert table["hit"].tolist() == [False, False]
     assert table["Δ error (points)"].tolist() == pytest.approx([0.0, 0.15])
     assert table["final λ"].iloc[0] == 0.3
+    wide = findings.by_cell(table)
+    assert wide.columns.tolist() == [("cell", ""), ("gradient ascent, dual restarts (paper)", "gap"),
+                                     ("gradient ascent, dual restarts (paper)", "error (%)"),
+                                     ("gradient ascent", "gap"), ("gradient ascent", "error (%)")]
+    assert wide.iloc[0].tolist() == [cell.label, pytest.approx(1.5), 1.60, pytest.approx(-2.0), 1.75]
 
 
 def test_the_seed_spread_pools_the_variances_of_table_1s_two_mlp_cells():

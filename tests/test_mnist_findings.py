@@ -69,8 +69,6 @@ def test_a_missing_record_is_named_with_the_command_that_makes_it(grids):
     grids.sizes["half.yaml"] = 2
     assert findings.pending_command(["done.yaml", "half.yaml"]) == "python -m paperlib.sweeps half.yaml"
     assert findings.pending_command(["done.yaml"]) is None
-    assert findings.no_record(["a.yaml", "b.yaml"], "No fan-out record yet") == \
-        "No fan-out record yet: `python -m paperlib.sweeps a.yaml b.yaml`."
 
 
 def test_authors_runs_are_read_by_file_name_and_filtered(tmp_path):

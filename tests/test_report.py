@@ -252,3 +252,8 @@ def test_density_traces_name_every_run_with_steps_under_the_panels():
     assert [text.get_text() for text in fig.legends[0].get_texts()] == ["a", "b"]
     assert fig.axes[0].get_legend() is None  # not over the curves
     assert fig.axes[0].lines[0].get_ydata().tolist() == [90.0, 40.0]
+
+
+def test_a_missing_finding_names_what_is_missing_and_the_sweep_that_makes_it():
+    assert report.no_record_line("the fan-out runs", ["grids/a.yaml", "grids/b.yaml"]) == \
+        "No record yet of the fan-out runs: `python -m paperlib.sweeps grids/a.yaml grids/b.yaml`."
