@@ -21,7 +21,7 @@ import re
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from . import counting, records, report
+from . import counting, records, report, studies
 from .comparison import best_feasible_error, best_finetuned_error, mean_of
 from .models import build_model
 from .paper_numbers import ref
@@ -36,8 +36,7 @@ FINETUNING_EPOCHS = (50, 100, 200)
 #: Each model's table of App. L (Table 20, Table 21).
 PRUNING_TABLES = {"mlp": "tab:mnist_unstructured_comparison_mlp", "lenet5": "tab:mnist_unstructured_comparison_lenet"}
 #: App. L's runs at the paper's protocol: constrained and dense, and magnitude pruning.
-UNSTRUCTURED_GRID = "grids/unstructured_mnist_paper.yaml"
-PRUNING_GRID = "grids/magnitude_pruning_mnist_paper.yaml"
+UNSTRUCTURED_GRID, PRUNING_GRID = studies.grids(PRUNING_TABLES["mlp"], preset="paper")
 #: The dense models ``benchmarks/pruning_variants.py`` prunes (its ``--init``), as its table names them.
 INITIALISATIONS = {"fan_in": "fan-in init.", "fan_out": "fan-out init.",
                    "authors": "authors' init. (fan-out, ÷ (1 − ρ_init))"}
@@ -310,11 +309,11 @@ def model_statistics(models: dict[str, tuple[str, int, tuple[int, ...]]] = MODEL
 # App. E: a bisection for a penalty against one constrained run
 # --------------------------------------------------------------------------- #
 
-BISECTION_GRID = "grids/bisection_paper.yaml"
+BISECTION_GRID, = studies.grids("app:bisection")
 #: A qualifier of ``paper_results.csv`` in words.
 QUALIFIER_WORDS = {">=": "at least"}
 #: The constrained MLP the searches are compared with (Table 10 at the paper's protocol).
-MLP_CONTROL_GRID = "grids/mlp_control_paper.yaml"
+MLP_CONTROL_GRID = studies.grids("tab:mlp_control", preset="paper")[0]
 
 
 def paper_bisection_trainings() -> tuple[str, str]:

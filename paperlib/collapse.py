@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import gates, plots, presets, records, report
+from . import gates, plots, presets, records, report, studies
 from .paper_results import paper_cell
 
 LAYERS = ("conv1", "conv2", "fc1", "fc2")
@@ -47,13 +47,16 @@ class Variant:
     params: dict
 
 
-_COLLAPSE_GRID = "grids/lenet5_collapse.yaml"
+_COLLAPSE_GRID, = studies.grids("lenet5_collapse")
+_TABLE1_PAPER, _TABLE1_CPU = studies.grids("tab:mnist")
+_CONTROL_PAPER = studies.grids("tab:lenet_control", preset="paper")[0]
+_CONTROL_CPU, = studies.grids("tab:lenet_control", preset="cpu")
 _LAYER_WISE = {"method": "constrained", "grouping": "layer"}
 _HAND_MADE = {"experiment": "lenet5_collapse", "dataset": "mnist", "model": "lenet5", "preset": "cpu", **_LAYER_WISE}
 
 #: Every run of the investigation, by its name in this module.
 VARIANTS = {
-    "old": Variant("old cpu preset (Table 1 record)", "grids/table1_mnist.yaml",
+    "old": Variant("old cpu preset (Table 1 record)", _TABLE1_CPU,
                    {"model": "lenet5", "grouping": "layer"}),
     "fast": Variant("dual lr 3e-3, clamped", _COLLAPSE_GRID, {"dual_lr": 3e-3, "clamp_log_alpha": True}),
     "fast_unclamped": Variant("dual lr 3e-3, unclamped", _COLLAPSE_GRID, {"dual_lr": 3e-3, "clamp_log_alpha": False}),
@@ -61,12 +64,12 @@ VARIANTS = {
     "slow_clamped": Variant("dual lr 1e-4, clamped", _COLLAPSE_GRID, {"dual_lr": 1e-4, "clamp_log_alpha": True}),
     "slow": Variant("dual lr 1e-4, unclamped (today's cpu preset)", _COLLAPSE_GRID,
                     {"dual_lr": 1e-4, "clamp_log_alpha": False}),
-    "paper": Variant("paper protocol (200 epochs, dual lr 1e-4, unclamped)", "grids/table1_mnist_paper.yaml",
+    "paper": Variant("paper protocol (200 epochs, dual lr 1e-4, unclamped)", _TABLE1_PAPER,
                      {"model": "lenet5", "grouping": "layer", "seed": 0}),
-    "control_old": Variant("20%, old cpu preset", "grids/lenet_control.yaml", {**_LAYER_WISE, "target": 0.2}),
+    "control_old": Variant("20%, old cpu preset", _CONTROL_CPU, {**_LAYER_WISE, "target": 0.2}),
     "control_slow": Variant("20%, today's cpu preset", None, {**_HAND_MADE, "target": 0.2}),
-    "control_35": Variant("35%, old cpu preset", "grids/lenet_control.yaml", {**_LAYER_WISE, "target": 0.35}),
-    "control_paper": Variant("20%, paper protocol", "grids/lenet_control_paper.yaml", {**_LAYER_WISE, "target": 0.2}),
+    "control_35": Variant("35%, old cpu preset", _CONTROL_CPU, {**_LAYER_WISE, "target": 0.35}),
+    "control_paper": Variant("20%, paper protocol", _CONTROL_PAPER, {**_LAYER_WISE, "target": 0.2}),
     "every": Variant("dual lr 3e-3, every epoch", None,
                      {**_HAND_MADE, "target": TABLE1_TARGETS, "dual_lr": 3e-3, "clamp_log_alpha": True, "epochs": 14,
                       "histogram_epochs": list(range(15))}),
@@ -80,8 +83,8 @@ DESCENT = ("fast", "fast_unclamped", "dual_1e3", "slow")
 ERROR_AGAINST_DENSITY = ("paper", "fast", "dual_1e3", "slow")
 FC2_MEDIANS = ("every", "slow", "paper")
 #: The grids of LeNet5 runs at the paper's protocol: Table 1, Table 11, the dual restarts, the gate histograms.
-PAPER_GRIDS = ["grids/table1_mnist_paper.yaml", "grids/lenet_control_paper.yaml", "grids/dual_restarts_paper.yaml",
-               "grids/gate_histograms_mnist_paper.yaml"]
+PAPER_GRIDS = [studies.grids(name, preset="paper")[0]
+               for name in ("tab:mnist", "tab:lenet_control", "fig:dual_restarts", "fig:mnist_gate_histograms")]
 
 
 # --------------------------------------------------------------------------- #
@@ -664,7 +667,7 @@ def unverified_numbers() -> dict[str, str]:
     """Those of "What remains unverified": the complete LeNet5 records of :data:`PAPER_GRIDS` (how many, how
     many layer-wise, the largest final error) and how far the paper-protocol grid of Table 11 is."""
     lenet = report.final_errors(PAPER_GRIDS, "paper").query("model == 'lenet5'")
-    grid = report.grid_table("grids/lenet_control_paper.yaml")
+    grid = report.grid_table(_CONTROL_PAPER)
     done, total = (grid["status"] == "complete").sum(), len(grid)
     status = (f"is complete: all its {total} runs have records" if done == total
               else f"is still being run: {done} of its {total} runs are complete")

@@ -4,7 +4,7 @@
 :mod:`paperlib.paper_results`) and the grid files whose runs reproduce it, and
 returns one row per row of the paper's table: for each metric the paper's value
 (with its printed 95% CI), ours (mean ± 95% CI over the seeds with a complete
-record), and the difference; :data:`TABLES` names the grids of each table, so
+record), and the difference; :data:`paperlib.studies.TABLES` names the grids of each table, so
 ``compare_table(label)`` is what a page shows. The ``protocol`` column says
 which records were used: the ``paper`` preset's where any exist, otherwise the
 ``cpu`` ones, with their epochs and number of seeds. Nothing here invents a number: the paper's
@@ -30,7 +30,6 @@ A magnitude-pruning row of App. L is the best error of the fine-tuning so far
 
 import math
 import statistics
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -40,6 +39,7 @@ from .intervals import difference_interval, mean_ci
 from .paper_numbers import ref
 from .paper_results import paper_results, paper_runs
 from .report import grid_runs, notebook_link, show
+from .studies import TABLES
 from .vocabulary import METRIC_LABELS
 
 #: A constraint "holds" at an epoch when the expected density exceeds its target by at most this much.
@@ -54,44 +54,6 @@ PAPER_MODEL_NAMES = {ours: paper for paper, family in MODEL_FAMILIES.items() for
 
 #: Columns of the paper's table that tell its rows apart (besides the metric).
 ROW_KEYS = ("model", "method", "grouping", "target", "lmbda", "gates_lr", "finetune_epochs")
-
-
-@dataclass(frozen=True)
-class Source:
-    """Where the rows of one of the paper's result tables come from: the grids whose runs fill it (the
-    ``paper``-preset grid first), the book page that shows it, and ``where`` (see :func:`compare`). How many
-    runs the paper's cells aggregate is the paper's (:func:`paperlib.paper_results.paper_runs`)."""
-
-    grids: tuple[str, ...]
-    page: str
-    where: dict | None = None
-
-
-_UNSTRUCTURED_MNIST = ("grids/unstructured_mnist_paper.yaml", "grids/magnitude_pruning_mnist_paper.yaml",
-                       "grids/unstructured_mnist.yaml", "grids/magnitude_pruning_mnist.yaml")
-_TINY = ("grids/tinyimagenet_paper.yaml", "grids/tinyimagenet.yaml")
-
-#: Every result table of the paper that our grids reproduce, page by page: one home for which records a
-#: table is compared with, used by the result pages (:func:`compare_table`) and by :func:`overview`.
-TABLES = {
-    "tab:mnist": Source(("grids/table1_mnist_paper.yaml", "grids/table1_mnist.yaml"), "results_mnist"),
-    "tab:mlp_control": Source(("grids/mlp_control_paper.yaml", "grids/mlp_control_seeds_paper.yaml",
-                               "grids/mlp_control.yaml"), "results_mnist"),
-    "tab:lenet_control": Source(("grids/lenet_control_paper.yaml", "grids/lenet_control_seeds_paper.yaml",
-                                 "grids/lenet_control.yaml"), "results_mnist"),
-    "tab:cifar10_control": Source(("grids/cifar10_control_paper.yaml", "grids/cifar10_control.yaml",
-                                   "grids/cifar10_control_seeds.yaml"), "results_cifar10"),
-    "tab:cifar10": Source(("grids/wrn_gates_ablation.yaml", "grids/cifar10_flagship.yaml"), "results_cifar10",
-                          where={"detach_gates": True}),
-    "tab:mnist_unstructured_comparison_mlp": Source(_UNSTRUCTURED_MNIST, "results_beyond"),
-    "tab:mnist_unstructured_comparison_lenet": Source(_UNSTRUCTURED_MNIST, "results_beyond"),
-    "tab:cifar100_control": Source(("grids/cifar100_control_paper.yaml",), "results_beyond"),
-    "tab:cifar100": Source(("grids/cifar100_control_paper.yaml",), "results_beyond"),
-    "app:all_comparisons:tiny_imagenet": Source(_TINY, "results_beyond"),
-    "tab:tiny_unstructured_comparison": Source(_TINY, "results_beyond"),
-    "tab:mp_comparison_imagenet": Source(("grids/imagenet.yaml", "grids/imagenet_magnitude_pruning.yaml"),
-                                         "results_beyond"),
-}
 
 
 def constrained_densities(record: dict, row: dict) -> list[tuple[float, float]]:

@@ -21,6 +21,7 @@ import math
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from . import studies
 from .comparison import FEASIBILITY_TOLERANCE, constrained_densities, largest_gap
 from .models import gate_counts
 from .paper_results import paper_results
@@ -400,12 +401,12 @@ TABLE_COLUMNS = ["run", "grouping", "setting", "L0-density (%)", "largest gap (p
                  "MACs (%)", "val. error final (%)", "cost (points)"]
 
 #: The grids of the CIFAR-10 control table at the CPU protocol, and how many runs of each kind seed 0 has.
-CONTROL_GRIDS = ("grids/cifar10_control.yaml", "grids/cifar10_control_seeds.yaml")
+CONTROL_GRIDS = studies.grids("tab:cifar10_control", preset="cpu")
 CONTROL_RUNS = {"constrained": 10, "penalized": 10, "dense": 1}
-DUAL_LR_GRID = "grids/cifar10_dual_lr.yaml"
-CAUSE_GRID = "grids/cifar10_layer_cause.yaml"
-FREE_GATES_GRID = "grids/cifar10_free_gates.yaml"
-ABLATION_GRID = "grids/wrn_gates_ablation.yaml"
+DUAL_LR_GRID, = studies.grids("cifar10_dual_lr")
+CAUSE_GRID, = studies.grids("cifar10_layer_cause")
+FREE_GATES_GRID, = studies.grids("cifar10_free_gates")
+ABLATION_GRID = studies.grids("tab:cifar10")[0]
 
 
 def control_runs() -> list[dict]:

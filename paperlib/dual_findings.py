@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from . import studies
 from .comparison import largest_gap, target_label
 from .control import HIT_POINTS, run_link
 from .mnist_findings import records_of, select
@@ -39,12 +40,12 @@ from .paper_numbers import ref
 from .report import grid_runs, in_words, no_record_line, show
 
 #: Table 1's MLP rows at the paper's protocol (five seeds), and the MLP control table's.
-TABLE1_GRID = "grids/table1_mnist_paper.yaml"
-CONTROL_GRID = "grids/mlp_control_paper.yaml"
+TABLE1_GRID = studies.grids("tab:mnist", preset="paper")[0]
+CONTROL_GRID = studies.grids("tab:mlp_control", preset="paper")[0]
 #: nuPI's proportional gain, tried on Table 1's model-wise MLP cell.
-GAIN_GRID = "grids/nupi_gain_paper.yaml"
+GAIN_GRID, = studies.grids("nupi_gain")
 #: Every cell with every optimiser other than the paper's.
-GRID = "grids/dual_optimizers_paper.yaml"
+GRID, = studies.grids("dual_optimizers")
 #: The gain chosen is the smallest within this many points of the best final distance to target.
 GAIN_SLACK_POINTS = 0.1
 

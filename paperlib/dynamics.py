@@ -13,11 +13,11 @@ Each figure is drawn from one grid, the most faithful protocol that has records
 
 import pandas as pd
 
-from . import plots, report
+from . import plots, report, studies
 
 #: The dual-restarts figure's grids and the gate-histogram figure's, the paper's protocol first.
-RESTARTS_GRIDS = ["grids/dual_restarts_paper.yaml", "grids/dual_restarts.yaml"]
-HISTOGRAM_GRIDS = ["grids/gate_histograms_mnist_paper.yaml", "grids/gate_histograms_mnist.yaml"]
+RESTARTS_GRIDS = list(studies.grids("fig:dual_restarts"))
+HISTOGRAM_GRIDS = list(studies.grids("fig:mnist_gate_histograms"))
 
 
 def restarts_label(run: dict) -> str:

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import comparison, counting, gates, intervals, models, plots, purge, records, report
+from . import comparison, counting, gates, intervals, models, plots, purge, records, report, studies
 from .comparison import PAPER_MODEL_NAMES, target_label
 from .paper_numbers import ref
 from .paper_results import paper_cell, paper_results, paper_runs
@@ -38,22 +38,21 @@ from .vocabulary import METRIC_LABELS
 #: The paper's MNIST tables: Table 1, Table 10 (MLP) and Table 11 (LeNet5).
 TABLES = ("tab:mnist", "tab:mlp_control", "tab:lenet_control")
 #: Table 1's grids: the paper's protocol, then the cpu one.
-TABLE1_GRID, TABLE1_CPU_GRID = comparison.TABLES["tab:mnist"].grids
+TABLE1_GRID, TABLE1_CPU_GRID = studies.TABLES["tab:mnist"].grids
 #: Every grid of the three tables.
-GRIDS = [grid for label in TABLES for grid in comparison.TABLES[label].grids]
-MLP_CONTROL_GRID = "grids/mlp_control_paper.yaml"
-LENET_CONTROL_GRID = "grids/lenet_control_paper.yaml"
+GRIDS = [grid for label in TABLES for grid in studies.TABLES[label].grids]
+MLP_CONTROL_GRID = studies.grids("tab:mlp_control", preset="paper")[0]
+LENET_CONTROL_GRID = studies.grids("tab:lenet_control", preset="paper")[0]
 #: Seed 0 of Table 1's MLP rows at the dual learning rate of Appendix J.3, 1e-3.
-DUAL_LR_GRID = "grids/mlp_dual_lr.yaml"
+DUAL_LR_GRID, = studies.grids("mlp_dual_lr")
 #: The MLP's and LeNet5's cells rerun with the authors' fan-out initialisation of linear layers.
-FAN_OUT_GRIDS = ("grids/mlp_linear_init.yaml", "grids/lenet5_linear_init.yaml")
+FAN_OUT_GRIDS = studies.grids("fan_out_init")
 #: Cells rerun with log alpha clamped after every step.
-CLAMP_GRID = "grids/mnist_clamp.yaml"
+CLAMP_GRID, = studies.grids("mnist_clamp")
 #: More seeds of the control tables' cells.
-SEEDS_GRIDS = {"tab:mlp_control": "grids/mlp_control_seeds_paper.yaml",
-               "tab:lenet_control": "grids/lenet_control_seeds_paper.yaml"}
+SEEDS_GRIDS = {label: studies.grids(label, preset="paper")[1] for label in ("tab:mlp_control", "tab:lenet_control")}
 #: Table 11's grids at the paper's protocol.
-LENET_PAPER_GRIDS = [g for g in comparison.TABLES["tab:lenet_control"].grids if g.endswith("_paper.yaml")]
+LENET_PAPER_GRIDS = list(studies.grids("tab:lenet_control", preset="paper"))
 #: Every grid with a penalized LeNet5 run at the paper's protocol: more seeds, fan-out, clamped.
 LENET_PENALIZED_GRIDS = [*LENET_PAPER_GRIDS, FAN_OUT_GRIDS[1], CLAMP_GRID]
 #: Our twins of a run of the authors' code: the same cell, seed 0, with our initialisation and with theirs.
@@ -127,15 +126,17 @@ def naming_pending(table: pd.DataFrame, grids) -> pd.DataFrame:
 
 
 def authors_runs(folder: Path | None = None, **keys) -> list[dict]:
-    """The runs of the authors' published code whose keys have these values (``model="mlp"``), by file name.
+    """The runs of the authors' published code whose keys have these values (``model="mlp"``; constrained
+    unless ``method="penalized"``), by file name.
 
     ``benchmarks/authors_training.py`` writes one JSON per run to ``runs/authors_code/``: its command, cell
     and a history whose rows hold the epoch's mean model density (as the authors' tables average it), the
     groups kept and the validation error.
     """
     folder = folder or records.project_root() / "runs" / "authors_code"
-    runs = [json.loads(path.read_text()) for path in sorted(Path(folder).glob("*.json"))]
-    return [run for run in runs if all(run[name] == value for name, value in keys.items())]
+    runs = [{"method": "constrained", **json.loads(path.read_text())} for path in sorted(Path(folder).glob("*.json"))]
+    keys = {"method": "constrained", **keys}
+    return [run for run in runs if all(run.get(name) == value for name, value in keys.items())]
 
 
 def authors_command(model: str, grouping: str, target: float) -> str:
@@ -322,7 +323,7 @@ def initialisation_table(table: str, metrics: list[str]) -> pd.DataFrame:
     """The paper's cells beside our fan-in records (the table's grids, all seeds) and fan-out records
     (:data:`FAN_OUT_GRIDS`), for the rows a fan-out grid has run at the paper's protocol."""
     fan_out = comparison.compare(table, list(FAN_OUT_GRIDS), metrics).set_index(ROW)
-    fan_in = comparison.compare(table, comparison.TABLES[table].grids, metrics).set_index(ROW)
+    fan_in = comparison.compare(table, studies.TABLES[table].grids, metrics).set_index(ROW)
     rows = []
     for key, row in fan_out[fan_out["protocol"].str.startswith("paper")].iterrows():
         protocol = fan_in.loc[key, "protocol"].split(", ")
@@ -748,7 +749,7 @@ def spreads_in_words(agreement: pd.DataFrame, table1_errors: pd.DataFrame) -> st
     """The run-to-run standard deviation of the final error behind the paper's CIs (:func:`intervals.spread_from_ci`)
     over the rows of :func:`error_agreement`, and over our seeds of each row of ``table1_errors`` (a
     :func:`comparison.compare` of Table 1's final errors) that has 5."""
-    runs_by_table = {ref(label): paper_runs(label) for label in comparison.TABLES}
+    runs_by_table = {ref(label): paper_runs(label) for label in studies.TABLES}
     spreads = {row.row: intervals.spread_from_ci(comparison.split_cell(row.paper)[1], runs_by_table[row.table])
                for row in agreement.itertuples()}
     ours = [statistics.stdev(values["val_error_last"]) for values in table1_errors.attrs["values"]
@@ -795,7 +796,7 @@ def seeds_table() -> pd.DataFrame:
     rows = []
     for label, grid in SEEDS_GRIDS.items():
         cells = list(dict.fromkeys(cell_of(config.to_dict()) for config, _ in report.grid_runs(grid)))
-        rows += seed_rows(label, cells, records_of([g for g in comparison.TABLES[label].grids
+        rows += seed_rows(label, cells, records_of([g for g in studies.TABLES[label].grids
                                                     if g.endswith("_paper.yaml")]))
     return naming_pending(pd.DataFrame(rows), SEEDS_GRIDS.values())
 

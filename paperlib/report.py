@@ -332,27 +332,6 @@ def plot_density_traces(runs: list[dict], label_key: str = "run_name") -> plt.Fi
     return fig
 
 
-def toc_experiments(page: str) -> list[str]:
-    """The experiment folders whose run notebooks ``_toc.yml`` lists under ``page`` (``book/runs_mnist``):
-    the table of contents is the one place that says which runs a page indexes."""
-    def find(entries):
-        for entry in entries:
-            if not isinstance(entry, dict):
-                continue
-            if entry.get("file") == page:
-                return [item["glob"].split("/")[1] for item in entry.get("sections", []) if "glob" in item]
-            for key in ("parts", "chapters", "sections"):
-                found = find(entry.get(key, []))
-                if found is not None:
-                    return found
-        return None
-
-    found = find([yaml.safe_load((records.project_root() / "_toc.yml").read_text())])
-    if found is None:
-        raise ValueError(f"_toc.yml has no page {page!r}")
-    return found
-
-
 def run_index(experiments: list[str]) -> pd.DataFrame:
     """One row per record of these experiment folders: the run (linked to its notebook), its protocol, and its
     final numbers, with two marks a reader needs before trusting a row: *earlier preset* (its parameters

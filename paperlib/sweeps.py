@@ -1,5 +1,9 @@
 """Run a grid of notebook executions: ``python -m paperlib.sweeps grids/<name>.yaml``.
 
+A study's name (:mod:`paperlib.studies`: a label of the paper such as
+``tab:cifar10_control``, or one of the book's own studies) stands for all its grid
+files: ``python -m paperlib.sweeps tab:cifar10_control``.
+
 A grid file (YAML) names one notebook and the runs of one paper table or figure::
 
     notebook: book/mnist.ipynb
@@ -58,7 +62,7 @@ import yaml
 import zmq
 from traitlets.config import Config
 
-from . import bisection, records
+from . import bisection, records, studies
 from .presets import ExperimentConfig, resolve_config
 
 
@@ -334,7 +338,8 @@ def submit(runs: list[tuple], executor: str, folder: Path, gpus: int, cpus: int,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("grids", nargs="+", metavar="grid",
-                        help="grid file(s) (YAML); several run in the given order through one pool of workers")
+                        help="grid file(s) (YAML) or study names (paperlib.studies); several run in the given "
+                             "order through one pool of workers")
     parser.add_argument("--workers", type=int, help="parallel processes (default: the first grid file's, else 1)")
     parser.add_argument("--threads", type=int, help="torch threads per process (default: each grid file's, else 1)")
     parser.add_argument("--commit", action="store_true", help="git-commit each record as soon as it is complete")
@@ -354,6 +359,11 @@ def main(argv: list[str] | None = None) -> int:
                          help="where submitit writes the jobs' logs")
     cluster.add_argument("--wait", action="store_true", help="wait for the jobs and print how each ended")
     args = parser.parse_args(argv)
+    try:
+        args.grids = [grid for name in args.grids
+                      for grid in ([name] if name.endswith(".yaml") else studies.grids(name))]
+    except KeyError as error:
+        parser.error(error.args[0])
     runs = []  # (notebook, dataset, params, threads) in the order they start
     for grid in args.grids:
         spec = yaml.safe_load(Path(grid).read_text())

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from . import comparison, control, report
+from . import comparison, control, report, studies
 from .paper_numbers import ref
 
 VERDICTS = ("reproduced", "partly", "not reproduced", "in progress", "not tested here")
@@ -59,7 +59,7 @@ def share_verdict(agree: int, total: int, partly_at: float = 0.5) -> str:
 def one_shot_mnist() -> Claim:
     """Constrained MNIST runs at the paper's protocol (Table 1 and the control tables): reproduced when every
     run ends within :data:`POINTS` of every target, as the paper's own runs do (they end up to 3.3 points above)."""
-    grids = [g for t in MNIST_TABLES for g in comparison.TABLES[t].grids]
+    grids = [g for t in MNIST_TABLES for g in studies.TABLES[t].grids]
     gaps = comparison.distance_to_target(grids)
     gaps = gaps[gaps["protocol"].astype(str).str.startswith("paper") & (gaps["sparsity"] == "structured")]
     within = int((gaps["largest gap (points)"].abs() <= POINTS).sum())
@@ -130,7 +130,7 @@ def dual_restarts() -> Claim:
     """LeNet5 with and without dual restarts (the paper's protocol): reproduced when, at every target, the
     run with restarts ends nearer its target than the run without."""
     pairs = {}
-    for run in report.complete_records("grids/dual_restarts_paper.yaml"):
+    for run in report.complete_records(studies.grids("fig:dual_restarts", preset="paper")[0]):
         pairs.setdefault(run["metrics"]["target"], {})[run["params"]["dual_restarts"]] = run["metrics"]["l0_density"]
     pairs = {target: pair for target, pair in pairs.items() if len(pair) == 2}
     nearer = sum(abs(pair[True] - target) < abs(pair[False] - target) for target, pair in pairs.items())
@@ -144,7 +144,7 @@ def dual_restarts() -> Claim:
 def cifar10_control() -> Claim:
     """The CIFAR-10 control table at the CPU protocol: reproduced when at least 9 of the 10 constrained runs
     end within 1 point of every target; in progress until its 21 runs are complete."""
-    runs = [run for grid in ("grids/cifar10_control.yaml",) for run in report.complete_records(grid)]
+    runs = report.complete_records(control.CONTROL_GRIDS[0])
     rows = control.run_rows(runs, None)
     constrained = rows[rows["method"] == "constrained"]
     hits = int(constrained["hit"].sum()) if len(constrained) else 0
@@ -162,7 +162,7 @@ def cifar10_control() -> Claim:
 def bisection() -> Claim:
     """App. E's bisection over λ_pen for a 50% MLP: reproduced when each search needs several trainings
     (at least 4; the paper counts 6 and 7) to land within its tolerance."""
-    searches = report.complete_searches("grids/bisection_paper.yaml")
+    searches = report.complete_searches(studies.grids("app:bisection")[0])
     evidence = ", ".join(f"{s['grouping']}-wise: {s['num_trainings']} trainings" for s in searches)
     verdict = share_verdict(sum(s["num_trainings"] >= 4 for s in searches), len(searches))
     return Claim("A penalty needs a search to reach a density", f"{ref('app:bisection')}, {ref('fig:bisection')}",
@@ -186,7 +186,7 @@ def gate_medians() -> Claim:
     """App. I's test-time gates on MNIST: reproduced when, in every run, at least 80% of the first gated layer's
     medians (eq. 9) are exactly 0 or 1 at the last saved epoch."""
     shares = []
-    for run in report.complete_records("grids/gate_histograms_mnist_paper.yaml"):
+    for run in report.complete_records(studies.grids("fig:mnist_gate_histograms", preset="paper")[0]):
         shares.append((run["metrics"]["model"], 1.0 - report.fractional_medians(run)[1]))
     evidence = "; ".join(f"{model}: {100 * share:.1f}% of the first layer's medians at 0 or 1" for model, share in shares)
     return Claim("Test-time gates end at 0 or 1", f"{ref('app:test_time_gates')}, {ref('fig:mnist_gate_histograms')}",
@@ -213,7 +213,7 @@ def claims() -> list[Claim]:
         Claim("Gates need a larger learning rate and no weight decay", f"{ref('app:resnet_control_fixes')}, "
               f"{ref('tab:cifar10')}, {ref('fig:increase_lr')}, {ref('fig:wd_overpen')}",
               "WideResNet-16-1 (CPU protocol)", "in progress" if report.complete_records(
-                  "grids/wrn_gates_ablation.yaml") else "not tested here",
+                  control.ABLATION_GRID) else "not tested here",
               "the ablation runs come after the CIFAR-10 control table in the sweep", "results_cifar10"),
         not_tested("The same control on CIFAR-100 and TinyImageNet, structured and unstructured",
                    f"{ref('app:all_comparisons')}, {ref('tab:cifar100_control')}, {ref('fig:cifar100_comparison')}, "

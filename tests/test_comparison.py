@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from paperlib import comparison, intervals, records
+from paperlib import comparison, intervals, records, studies
 from paperlib.paper_results import paper_cell
 from paperlib.report import grid_runs
 
@@ -189,12 +189,12 @@ def test_missing_commands_name_each_command_once_with_the_rows_it_produces():
 
 
 def test_every_compared_table_is_a_result_table_of_the_paper_shown_on_its_page():
-    """comparison.TABLES is the one home of which grids fill which table: each label is one of the paper's
+    """studies.TABLES is the one home of which grids fill which table: each label is one of the paper's
     tables, each grid file exists, and the page it names shows that table."""
     from paperlib.paper_results import paper_results
 
     tables = set(paper_results().query("source_kind == 'table'")["table"])
-    for label, source in comparison.TABLES.items():
+    for label, source in studies.TABLES.items():
         assert label in tables, label
         assert all((records.project_root() / grid).is_file() for grid in source.grids), source.grids
         assert f'"{label}"' in (records.project_root() / "book" / f"{source.page}.md").read_text(), label
@@ -213,7 +213,7 @@ def test_overview_counts_rows_by_protocol_and_differences_at_the_papers_protocol
                              metric="val_error_last").value)
     _write(grid, 0, paper + 2.5, 200)  # final error 2.5 points above the paper's; best error 2.0 above
     _write(grid, 1, 9.0, 100, _history([90.0, 9.0], [0.9, 0.3]))  # cpu: counted as a row, never compared
-    monkeypatch.setattr(comparison, "TABLES", {"tab:mnist": comparison.Source((str(grid),), "results_mnist")})
+    monkeypatch.setattr(comparison, "TABLES", {"tab:mnist": studies.Study((str(grid),), "results_mnist")})
 
     row = comparison.overview().iloc[0]
     # Table 1 has four constrained rows (the Louizos et al. rows are quoted, not counted).
@@ -234,7 +234,7 @@ def test_agreement_tests_each_difference_against_the_spread_behind_the_papers_ci
         "notebook": str(records.project_root() / "book" / "mnist.ipynb"), "dataset": "mnist", "base": base,
         "runs": [{"grouping": "model", "target": 0.33, "seed": 0}, {"grouping": "model", "target": 0.33, "seed": 1},
                  {"grouping": "layer", "target": [0.3, 0.3, 0.3], "seed": 0}]}))
-    monkeypatch.setitem(comparison.TABLES, "tab:mnist", comparison.Source((str(grid),), "results_mnist"))
+    monkeypatch.setitem(studies.TABLES, "tab:mnist", studies.Study((str(grid),), "results_mnist"))
     paper = {g: paper_cell("tab:mnist", model="MLP", method="constrained", grouping=g, metric="val_error_last")
              for g in ("model", "layer")}
     ci = {g: float(cell.ci) for g, cell in paper.items()}

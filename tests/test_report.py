@@ -211,15 +211,6 @@ def test_run_index_marks_records_of_an_earlier_preset_and_resumed_runs(workspace
     assert index.loc[current["metrics"]["run_name"], "protocol"] == "cpu, 1 of 1 ep"
 
 
-def test_toc_experiments_reads_the_folders_a_page_indexes_from_the_table_of_contents():
-    assert report.toc_experiments("book/runs_cifar10") == ["cifar10", "cifar10_control", "cifar10_dual_lr",
-                                                           "cifar10_layer_cause", "cifar10_free_gates",
-                                                           "gates_ablation"]
-    assert report.toc_experiments("book/runs_dual_optimizers") == ["dual_optimizers"]
-    with pytest.raises(ValueError, match="no page 'book/nothing'"):
-        report.toc_experiments("book/nothing")
-
-
 def test_a_run_page_says_when_its_run_resumed_or_is_of_an_earlier_preset(workspace):
     common = {"experiment": "remarks", "model": "mlp", "preset": "cpu", "epochs": 1, "batch_size": 16}
     done = training.run_experiment(progress=False, dataset="mnist", target=0.4, **common)

@@ -236,3 +236,13 @@ def test_a_bisection_search_is_committed_with_the_trainings_its_record_lists(tmp
     run.mkdir()
     records.write_json(run / "metrics.json", {"status": "complete", "run_name": run.name})
     assert sweeps.record_folders(run) == [run]
+
+
+def test_a_study_name_stands_for_its_grids(capsys):
+    """The compiled-gates study's one grid resolves to its committed record; an unknown name is refused."""
+    assert sweeps.main(["compiled_gates", "--dry-run"]) == 0
+    assert capsys.readouterr().out.split() == ["complete", str(records.runs_dir() / "compiled_gates" /
+                                                              "mlp-constrained-model-t0.33-s0-paper")]
+    with pytest.raises(SystemExit):
+        sweeps.main(["tab:nothing", "--dry-run"])
+    assert "no study is called 'tab:nothing'" in capsys.readouterr().err
