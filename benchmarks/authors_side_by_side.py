@@ -118,6 +118,74 @@ class TheirStep:
         return lagrangian.detach()
 
 
+class TheirPenalizedStep:
+    """Their penalized step, written out from ``utils/cmp_utils.PenalizedL0Problem.closure`` and
+    ``compute_penalty``: cross-entropy plus the L2 term plus ``dot(lambdas, l0_layer)`` layer-wise (one
+    lambda_pen per layer) or ``lambda * l0_model`` model-wise, minimised by the same Adam as
+    :class:`TheirStep`; there are no multipliers.
+
+    Their class cannot be used as published: its ``__init__`` calls ``super(ConstrainedL0Problem, self)``
+    on an object that is not a ``ConstrainedL0Problem``, which raises ``TypeError`` before any training
+    (:func:`their_penalized_class_error` constructs it). This is the closure that class would run.
+    """
+
+    def __init__(self, model: torch.nn.Module, lambdas: list[float], lr: float, gates_lr: float,
+                 grouping: str = "layer"):
+        self.model = model.train()
+        self.lambdas = torch.tensor(lambdas)
+        self.grouping = grouping
+        self.l0_model = torch.tensor(float("nan"))
+        net, gates = model.params_dict["net"], model.params_dict["gates"]
+        self.primal = torch.optim.Adam([{"params": net, "lr": lr}, {"params": gates, "lr": gates_lr}])
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        self.primal.zero_grad()
+        loss = F.cross_entropy(self.model(x), y)
+        reg = self.model.regularization()
+        loss = loss + reg.l2_model
+        self.l0_model = reg.l0_model.detach()
+        penalty = torch.dot(self.lambdas, reg.l0_layer) if self.grouping == "layer" else self.lambdas[0] * reg.l0_model
+        loss = loss + penalty
+        loss.backward()
+        self.primal.step()
+        return loss.detach()
+
+
+def their_penalized_class_error(root: Path) -> str:
+    """What constructing their ``PenalizedL0Problem`` raises: their ``utils/cmp_utils.py`` loaded from ``root``
+    with a stub ``cooper`` whose problem class takes ``is_constrained`` (as every Cooper version's did), so
+    that only their own code is tried. ``"none"`` if it constructs."""
+    cooper = types.ModuleType("cooper")
+    cooper.ConstrainedMinimizationProblem = type("ConstrainedMinimizationProblem", (), {
+        "__init__": lambda self, is_constrained=False: setattr(self, "is_constrained", is_constrained)})
+    cooper.CMPState = dict
+    package = types.ModuleType("authors_utils")
+    package.__path__ = [str(root / "utils")]
+    saved = {name: sys.modules.get(name) for name in ("cooper", "authors_utils")}
+    sys.modules.update(cooper=cooper, authors_utils=package)
+    try:
+        for name in ("constraints", "cmp_utils"):
+            spec = importlib.util.spec_from_file_location(f"authors_utils.{name}", root / "utils" / f"{name}.py")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module
+            spec.loader.exec_module(module)
+        problems = sys.modules["authors_utils.cmp_utils"]
+        problems.ConstrainedL0Problem(torch.nn.CrossEntropyLoss())  # theirs for constraints constructs
+        try:
+            problems.PenalizedL0Problem(torch.nn.CrossEntropyLoss())
+        except TypeError as error:
+            return f"TypeError: {error}"
+        return "none"
+    finally:
+        for name in ("authors_utils.constraints", "authors_utils.cmp_utils"):
+            sys.modules.pop(name, None)
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+
+
 def check_comparable(name: str, ours: TrainStep, theirs: TheirStep, x: torch.Tensor) -> None:
     """Same parameter shapes; with our parameters copied from theirs, same logits and layer densities."""
     ours_params = [p for layer in ours.model.modules() if hasattr(layer, "weight_log_alpha")

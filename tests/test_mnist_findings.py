@@ -74,7 +74,9 @@ def test_a_missing_record_is_named_with_the_command_that_makes_it(grids):
 def test_authors_runs_are_read_by_file_name_and_filtered(tmp_path):
     for name, model in (("b.json", "mlp"), ("a.json", "mlp"), ("c.json", "lenet5")):
         (tmp_path / name).write_text(json.dumps({"model": model, "name": name}))
+    (tmp_path / "d.json").write_text(json.dumps({"model": "mlp", "name": "d.json", "method": "penalized"}))
     assert [run["name"] for run in findings.authors_runs(tmp_path, model="mlp")] == ["a.json", "b.json"]
+    assert [run["name"] for run in findings.authors_runs(tmp_path, method="penalized")] == ["d.json"]
     assert findings.authors_command("mlp", "layer", 0.2).endswith("--model mlp --grouping layer --target 0.2")
 
 
