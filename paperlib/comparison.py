@@ -138,7 +138,7 @@ def our_value(record: dict, metric: str, finetune_epochs: int | None = None):
     m = record["metrics"]
     if finetune_epochs is not None and m["method"] == "magnitude_pruning":
         row = finetuning_row(record, finetune_epochs)
-        if row is None or metric not in ("val_error_best", "val_error_last", "l0_density"):
+        if row is None or metric not in ("val_error_best", "val_error_final", "l0_density"):
             return None
         if metric == "l0_density":
             return 100.0 * m["target"]
@@ -149,8 +149,6 @@ def our_value(record: dict, metric: str, finetune_epochs: int | None = None):
         return "-".join(map(str, m.get("pruned_architecture") or [])) or None
     if metric == "val_error_best":
         return best_feasible_error(record)
-    if metric == "val_error_last":
-        return m["val_error_final"]
     return m[metric]
 
 
@@ -452,7 +450,7 @@ def overview(threshold: float = 2.0) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def agreement(table: str, metric: str = "val_error_last", level: float = 0.95) -> pd.DataFrame:
+def agreement(table: str, metric: str = "val_error_final", level: float = 0.95) -> pd.DataFrame:
     """Whether ours differs from the paper's by more than chance, row by row of the paper's ``table``.
 
     For every row with records at the paper's protocol and a printed CI: ours

@@ -105,7 +105,7 @@ def layer_rows(runs: list[dict]) -> pd.DataFrame:
 
 #: The paper's metrics a control figure plots, and their labels.
 POINT_METRICS = {metric: METRIC_LABELS[metric]
-                 for metric in ("l0_density", "params_pct", "macs_pct", "val_error_last")}
+                 for metric in ("l0_density", "params_pct", "macs_pct", "val_error_final")}
 
 
 def paper_points(table: str) -> pd.DataFrame:

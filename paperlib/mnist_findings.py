@@ -68,9 +68,9 @@ AUTHORS_TABLE1_DENSITY = {("mlp", "model"): 34.17, ("mlp", "layer"): 30.87, ("le
 #: The columns that name a row of a :func:`comparison.compare` table.
 ROW = ["model", "method", "grouping", "target / λ_pen"]
 #: The tables and metrics :func:`initialisation_table` compares.
-INITIALISATION_CELLS = (("tab:mlp_control", ["l0_density", "params_pct", "val_error_last"]),
-                        ("tab:mnist", ["l0_density", "pruned_architecture", "val_error_last"]),
-                        ("tab:lenet_control", ["l0_density", "macs_pct", "val_error_last"]))
+INITIALISATION_CELLS = (("tab:mlp_control", ["l0_density", "params_pct", "val_error_final"]),
+                        ("tab:mnist", ["l0_density", "pruned_architecture", "val_error_final"]),
+                        ("tab:lenet_control", ["l0_density", "macs_pct", "val_error_final"]))
 #: The cells rerun clamped: model, grouping, target, the unclamped paper-protocol grid, the paper's table.
 CLAMP_CELLS = [
     ("mlp", "model", 0.33, TABLE1_GRID, "tab:mnist"),
@@ -174,7 +174,7 @@ def authors_best_errors(runs: list[dict]) -> pd.DataFrame:
 def control_tables(label: str) -> list[pd.DataFrame]:
     """A control table beside ours, twice, so that each fits the page: densities and counts, then errors."""
     return [comparison.compare_table(label, metrics) for metrics in
-            (["l0_density", "params_pct", "macs_pct"], ["val_error_best", "val_error_last"])]
+            (["l0_density", "params_pct", "macs_pct"], ["val_error_best", "val_error_final"])]
 
 
 def within_one_point(gaps: pd.DataFrame) -> list[str]:
@@ -388,7 +388,7 @@ def authors_mlp_table(theirs: list[dict], twins: list[dict]) -> pd.DataFrame:
         rows += [{"cell": cell, **_authors_row(run)},
                  *({"cell": cell, **_our_row(label, record)} for label, record in ours.items() if record),
                  {"cell": cell, "run": "paper", "L0-density (%)": comparison.printed_cell(paper), "groups kept": None,
-                  "val. error final (%)": paper_cell("tab:mlp_control", metric="val_error_last", **keys).value,
+                  "val. error final (%)": paper_cell("tab:mlp_control", metric="val_error_final", **keys).value,
                   "record": None}]
     return pd.DataFrame(rows, columns=["cell", "run", "L0-density (%)", "groups kept", "val. error final (%)", "record"])
 
@@ -455,7 +455,7 @@ def paper_row(cell: str, model: str, grouping: str, target, table: str) -> dict:
     aggregated density; a model-wise LeNet5 row of Table 11 the architecture its counts imply."""
     paper_target = " ".join(f"{t:g}" for t in target) if isinstance(target, list) else target
     keys = dict(model=PAPER_MODEL_NAMES[model], method="constrained", grouping=grouping, target=paper_target)
-    error = paper_cell(table, metric="val_error_last", **keys).value_num
+    error = paper_cell(table, metric="val_error_final", **keys).value_num
     if table == "tab:mnist":
         kept = paper_cell(table, metric="pruned_architecture", **keys).value
         params, macs = model_percentages(model, kept.split("-"))
@@ -752,8 +752,8 @@ def spreads_in_words(agreement: pd.DataFrame, table1_errors: pd.DataFrame) -> st
     runs_by_table = {ref(label): paper_runs(label) for label in studies.TABLES}
     spreads = {row.row: intervals.spread_from_ci(comparison.split_cell(row.paper)[1], runs_by_table[row.table])
                for row in agreement.itertuples()}
-    ours = [statistics.stdev(values["val_error_last"]) for values in table1_errors.attrs["values"]
-            if len(values.get("val_error_last", [])) >= 5]
+    ours = [statistics.stdev(values["val_error_final"]) for values in table1_errors.attrs["values"]
+            if len(values.get("val_error_final", [])) >= 5]
     return (f"Run-to-run standard deviation of the final error behind the paper's CIs: {min(spreads.values()):.3f} to "
             f"{max(spreads.values()):.3f} points over these rows ({min(spreads, key=spreads.get)} the smallest). "
             + (f"Over our 5 seeds of each of Table 1's rows that has them: {report.in_words(f'{sd:.3f}' for sd in ours)} points."
@@ -771,7 +771,7 @@ def seed0_beyond_chance(label: str, cell: tuple, error: float) -> bool:
     :func:`comparison.agreement`)."""
     model, method, grouping, hyper = cell
     paper = paper_cell(label, model=PAPER_MODEL_NAMES[model], method=method, grouping=grouping,
-                       metric="val_error_last", **{"target" if method == "constrained" else "lmbda": f"{hyper:g}"})
+                       metric="val_error_final", **{"target" if method == "constrained" else "lmbda": f"{hyper:g}"})
     chance = intervals.difference_interval(float(paper.ci), paper_runs(label), [error])
     return abs(error - paper.value_num) > chance
 
@@ -817,7 +817,7 @@ def retested_in_words(seeds: pd.DataFrame, agreement: pd.DataFrame) -> str | Non
 def clamped_error_in_words(clamped: dict, unclamped: list[dict]) -> str:
     """Table 1's model-wise 10% LeNet5 row: the clamped run's final error and parameters beside the unclamped
     seeds' and the paper's, and the clamped run's difference against the interval of chance."""
-    paper = paper_cell("tab:mnist", model="LeNet5", method="constrained", grouping="model", metric="val_error_last")
+    paper = paper_cell("tab:mnist", model="LeNet5", method="constrained", grouping="model", metric="val_error_final")
     error = clamped["metrics"]["val_error_final"]
     errors = report.in_words(f"{r['metrics']['val_error_final']:.2f}" for r in unclamped)
     params = [r["metrics"]["params_pct"] for r in unclamped]

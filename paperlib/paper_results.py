@@ -38,7 +38,7 @@ Columns
     prints it), variant (free text where the other keys do not tell two rows apart),
     finetune_epochs (the "after fine-tuning for # epochs" column; 0 for constrained and
     dense models, which are not fine-tuned), metric (l0_density, params_pct, macs_pct,
-    val_error_best, val_error_last, pruned_architecture, params_count, macs_count,
+    val_error_best, val_error_final, pruned_architecture, params_count, macs_count,
     input_size, train_set_size, status, ...), qualifier (``>``, ``<``, ``~``, ``>=``
     for approximate or bounded statements in the text), value and ci (text exactly as
     printed; ci is the printed +- 95% confidence interval, which the authors' code

@@ -79,7 +79,7 @@ def result_columns(record: dict) -> dict:
     m = record["metrics"]
     values = {"l0_density": None if m["l0_density"] is None else 100 * m["l0_density"],
               "params_pct": m["params_pct"], "macs_pct": m["macs_pct"],
-              "val_error_best": m["val_error_best"], "val_error_last": m["val_error_final"]}
+              "val_error_best": m["val_error_best"], "val_error_final": m["val_error_final"]}
     return {**{METRIC_LABELS[metric]: value for metric, value in values.items()}, "epochs": m["epochs_completed"]}
 
 

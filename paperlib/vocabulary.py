@@ -29,7 +29,7 @@ COMPILE_GATES = ("auto", "always", "never")  # not on/off, which YAML and paperm
 #: own page to the book's tables ("Val. Error" as the paper's tables head it, best and final).
 METRIC_LABELS = {"l0_density": "L0-density (%)", "params_pct": "params (%)", "macs_pct": "MACs (%)",
                  "pruned_architecture": "pruned architecture", "val_error_best": "val. error best (%)",
-                 "val_error_last": "val. error final (%)"}
+                 "val_error_final": "val. error final (%)"}
 
 WIDE_RESNET = re.compile(r"wrn-(\d+)-(\d+)")
 

@@ -75,7 +75,7 @@ def test_compare_prefers_paper_protocol_records_and_names_missing_rows(runs):
     mean, ci = 1.75, 1.96 * statistics.stdev([1.6, 1.9]) / math.sqrt(2)  # the authors' CI
     assert row["val. error final (%) ours"] == f"{mean:.2f} ± {ci:.2f}"
     assert comparison.mean_of(row["val. error final (%) ours"]) == pytest.approx(1.75)
-    paper = paper_cell("tab:mnist", model="MLP", method="constrained", grouping="model", metric="val_error_last")
+    paper = paper_cell("tab:mnist", model="MLP", method="constrained", grouping="model", metric="val_error_final")
     assert row["val. error final (%) paper"] == f"{paper.value} ± {paper.ci}"
     assert comparison.mean_of(row["val. error final (%) paper"]) == float(paper.value)
     assert row["val. error final (%) Δ"] == f"{mean - float(paper.value):+.2f}"
@@ -152,7 +152,7 @@ def test_magnitude_pruning_is_read_at_the_papers_fine_tuning_checkpoints():
     assert comparison.our_value(record, "val_error_best", 0) == 30.0  # the pruned model, dense epochs excluded
     assert comparison.our_value(record, "val_error_best", 1) == 29.0
     assert comparison.our_value(record, "val_error_best", 4) == 26.0  # best so far, not the checkpoint's 28
-    assert comparison.our_value(record, "val_error_last", 4) == 28.0
+    assert comparison.our_value(record, "val_error_final", 4) == 28.0
     assert comparison.our_value(record, "val_error_best", 5) == 25.0
     assert comparison.our_value(record, "val_error_best", 6) is None  # not fine-tuned that long
     assert comparison.our_value(record, "l0_density", 3) == 10.0
@@ -210,7 +210,7 @@ def test_overview_counts_rows_by_protocol_and_differences_at_the_papers_protocol
         "runs": [{"preset": "paper", "grouping": "model"}, {"preset": "cpu", "grouping": "layer",
                                                            "target": [0.3, 0.3, 0.3]}]}))
     paper = float(paper_cell("tab:mnist", model="MLP", method="constrained", grouping="model",
-                             metric="val_error_last").value)
+                             metric="val_error_final").value)
     _write(grid, 0, paper + 2.5, 200)  # final error 2.5 points above the paper's; best error 2.0 above
     _write(grid, 1, 9.0, 100, _history([90.0, 9.0], [0.9, 0.3]))  # cpu: counted as a row, never compared
     monkeypatch.setattr(comparison, "TABLES", {"tab:mnist": studies.Study((str(grid),), "results_mnist")})
@@ -235,7 +235,7 @@ def test_agreement_tests_each_difference_against_the_spread_behind_the_papers_ci
         "runs": [{"grouping": "model", "target": 0.33, "seed": 0}, {"grouping": "model", "target": 0.33, "seed": 1},
                  {"grouping": "layer", "target": [0.3, 0.3, 0.3], "seed": 0}]}))
     monkeypatch.setitem(studies.TABLES, "tab:mnist", studies.Study((str(grid),), "results_mnist"))
-    paper = {g: paper_cell("tab:mnist", model="MLP", method="constrained", grouping=g, metric="val_error_last")
+    paper = {g: paper_cell("tab:mnist", model="MLP", method="constrained", grouping=g, metric="val_error_final")
              for g in ("model", "layer")}
     ci = {g: float(cell.ci) for g, cell in paper.items()}
     far = paper["layer"].value_num + 10 * ci["layer"]  # ten CIs off: beyond any chance

@@ -374,7 +374,7 @@ def test_beyond_chance_and_the_spreads_in_words():
         "1 of 2 rows differ from the paper's by more than chance at 95%; with no difference at all, about 0.1 would. "
         "They are LeNet5 constrained model 10% (-0.10 points, 0.91 ± 0.06 against 1.01 ± 0.05).")
     table1 = pd.DataFrame()
-    table1.attrs["values"] = [{"val_error_last": [1.0, 1.2, 1.1, 1.3, 1.4]}, {"val_error_last": [1.0]}]
+    table1.attrs["values"] = [{"val_error_final": [1.0, 1.2, 1.1, 1.3, 1.4]}, {"val_error_final": [1.0]}]
     spread = 0.01 * math.sqrt(5) / 1.96
     assert findings.spreads_in_words(agreement, table1) == (
         f"Run-to-run standard deviation of the final error behind the paper's CIs: {spread:.3f} to "

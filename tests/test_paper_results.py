@@ -59,13 +59,13 @@ def test_every_value_and_ci_is_on_its_source_line(df):
 def test_sample_of_cells_by_hand(df):
     # Cells read off the .tex by hand, independently of how the CSV was built; one or more per table.
     expected = [
-        (dict(table="tab:mnist", model="MLP", method="constrained", grouping="model", metric="val_error_last"), "1.77", "0.08"),
+        (dict(table="tab:mnist", model="MLP", method="constrained", grouping="model", metric="val_error_final"), "1.77", "0.08"),
         (dict(table="tab:mnist", model="LeNet5", method="louizos", grouping="layer", metric="pruned_architecture"), "9-18-65-25", ""),
         (dict(table="tab:mlp_control", method="penalized", grouping="model", lmbda="0.1", metric="params_pct"), "62.37", "0.3"),
         (dict(table="tab:lenet_control", method="penalized", grouping="model", lmbda="0.001", metric="params_pct"), "100", "0.00"),
         (dict(table="tab:cifar10_control", method="penalized", grouping="layer", lmbda="1", metric="status"), "Failed due to sparsity collapse", ""),
         (dict(table="tab:cifar100_control", method="constrained", grouping="layer", target="0.8", metric="l0_density"), "79.82", "0.15"),
-        (dict(table="app:all_comparisons:tiny_imagenet", method="penalized", grouping="model", lmbda="0.0001", metric="val_error_last"), "41.05", "0.33"),
+        (dict(table="app:all_comparisons:tiny_imagenet", method="penalized", grouping="model", lmbda="0.0001", metric="val_error_final"), "41.05", "0.33"),
         (dict(table="tab:cifar10", method="louizos", lmbda="0.002/N", metric="val_error_best"), "3.93", ""),
         (dict(table="tab:cifar100", method="penalized", lmbda="0.001", gates_lr="0.1", metric="params_pct"), "100.00", "0.00"),
         (dict(table="tab:mp_comparison_imagenet", method="magnitude_pruning", target="0.3", finetune_epochs="20", metric="val_error_best"), "34.74", ""),
@@ -162,7 +162,7 @@ def test_appendix_repeats_match_their_main_tables(df):
 # ------------------------------------------------------------------ (3) paper_cell
 
 def test_paper_cell_returns_the_one_row():
-    row = paper_cell("tab:mnist", model="LeNet5", grouping="layer", method="constrained", metric="val_error_last")
+    row = paper_cell("tab:mnist", model="LeNet5", grouping="layer", method="constrained", metric="val_error_final")
     assert (row["value"], row["ci"], row["target"]) == ("0.91", "0.05", "0.5 0.3 0.7 0.1")
     row = paper_cell("tab:mlp_control", method="constrained", grouping="model", target=0.5, metric="l0_density")
     assert row["value"] == "50.89" and row["value_num"] == pytest.approx(50.89)
