@@ -909,11 +909,30 @@ def fc1_behind_conv2_section() -> list:
     return [fc1_behind_conv2_in_words(runs) if runs else report.no_record_line("LeNet5's layer-wise 50% cell", [LENET_CONTROL_GRID, CLAMP_GRID])]
 
 
+def authors_penalized_in_words(theirs: dict, ours: list[dict]) -> str:
+    """A run of the authors' LeNet5 with their penalty (``benchmarks/authors_training.py --lmbda``): its final
+    L0-density, layer densities and error beside the paper's cell and our records of it."""
+    grouping, lmbda, last = theirs["grouping"], theirs["lmbda"], theirs["history"][-1]
+    layers = "-".join(f"{100 * last[f'density[{i}]']:.1f}" for i in range(len(last["kept_groups"])))
+    peak = max(theirs["history"], key=lambda row: row["l0_density"])
+    ours_text = report.in_words(f"{100 * r['metrics']['l0_density']:.2f}% ({variant(r['params']) or 'seed 0'})"
+                                for r in select(ours, grouping=grouping, lmbda=lmbda)) or "none yet"
+    return (f"The authors' own LeNet5 with their penalty, {grouping}-wise λ_pen = {lmbda:g}, "
+            f"{len(theirs['history'])} epochs: final L0-density {100 * last['l0_density']:.2f}% (layers {layers}%), "
+            f"highest {100 * peak['l0_density']:.2f}% at epoch {peak['epoch']}, final error {last['val_error']:.2f}%; "
+            f"the paper's {paper_penalized_density(grouping, lmbda):.2f}%; ours {ours_text}.")
+
+
 def penalized_lenet_section() -> list:
-    """The penalized LeNet5 runs' densities against λ_pen, and the λ_pen = 0.01 cell in words."""
+    """The penalized LeNet5 runs' densities against λ_pen, the λ_pen = 0.01 cell in words, and the authors'
+    model with their penalty on the layer-wise cell."""
     penalized = {grouping: records_of(LENET_PENALIZED_GRIDS, model="lenet5", method="penalized", grouping=grouping)
                  for grouping in ("model", "layer")}
-    return [plot_penalized_lenet(penalized), penalized_in_words(penalized, 0.01)]
+    theirs = authors_runs(model="lenet5", method="penalized", grouping="layer", lmbda=0.01)
+    authors = (authors_penalized_in_words(theirs[0], penalized["layer"]) if theirs else
+               "No run yet of the authors' LeNet5 with their penalty: `PAPERLIB_DATA=../shared/data python "
+               "benchmarks/authors_training.py --model lenet5 --grouping layer --lmbda 0.01`.")
+    return [plot_penalized_lenet(penalized), penalized_in_words(penalized, 0.01), authors]
 
 
 def seeds_section(agreement: pd.DataFrame) -> list:

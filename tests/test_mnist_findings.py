@@ -357,6 +357,17 @@ def test_penalized_lenet5_runs_are_told_apart_by_seed_initialisation_and_clamp()
     assert list(fig.axes[1].lines[-1].get_ydata()) == [90.63]  # the paper's final, layer-wise
 
 
+def test_the_authors_penalized_lenet5_is_put_beside_the_papers_cell_and_ours():
+    history = [{"epoch": e, "l0_density": d, **{f"density[{i}]": d for i in range(4)}, "val_error": err,
+                "kept_groups": [20, 50, 800, 500]} for e, d, err in ((1, 0.83, 59.5), (2, 0.9, 3.0), (3, 0.5, 1.1))]
+    theirs = {"method": "penalized", "model": "lenet5", "grouping": "layer", "lmbda": 0.01, "history": history}
+    ours = [record(model="lenet5", method="penalized", grouping="layer", target=None, lmbda=0.01, density=0.4)]
+    assert findings.authors_penalized_in_words(theirs, ours) == (
+        "The authors' own LeNet5 with their penalty, layer-wise λ_pen = 0.01, 3 epochs: final L0-density 50.00% "
+        "(layers 50.0-50.0-50.0-50.0%), highest 90.00% at epoch 2, final error 1.10%; the paper's "
+        f"{findings.paper_penalized_density('layer', 0.01):.2f}%; ours 40.00% (seed 0).")
+
+
 # --- final errors ---------------------------------------------------------------------------------
 
 
