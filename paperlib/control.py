@@ -636,25 +636,19 @@ def plot_free_drift(runs: list[dict], free: dict | None = None) -> plt.Figure:
 
 
 def free_drift_in_words(runs: list[dict], free: dict | None) -> str:
-    """What the runs of :func:`inactive_misses` and the run with no binding constraint show, in sentences."""
+    """What the table of :func:`drift_rows` shows, in a few sentences: in how many rows the multiplier's last
+    push took the constraint under its target within a logged step, how many blocks end within one gate of
+    their target, and where the loss alone takes the model (the run with no binding constraint)."""
     if not runs:
         return "No constrained run ends more than a point under a target with that constraint's multiplier at zero."
-    lines = []
-    for run in runs:
-        parts = []
-        for _, row in drift_rows([run]).iterrows():
-            gates = "" if pd.isna(row["gap (gates)"]) else f", {row['gap (gates)']:+.2f} gates"
-            name = "the model" if row["constraint"] == "model" else row["constraint"]
-            parts.append(f"{name} from {row['density then (%)']:.1f}% to {row['a step later (%)']:.1f}% "
-                         f"at epoch {row['last epoch with λ > 0']:.2f}, then {row['final density (%)']:.1f}% at the "
-                         f"end ({row['gap (points)']:+.2f} points{gates})")
-        lines.append(f"{_run_label(run).capitalize()}: the last push of the multiplier took "
-                     + "; ".join(parts) + ".")
-        gates = drift_rows([run])["gap (gates)"].dropna()
-        if len(gates) > 1:
-            within = int((gates >= -1).sum())
-            lines.append(f"Each of these {len(gates)} blocks ends within one gate of its target." if within == len(gates)
-                         else f"{within} of these {len(gates)} blocks end within one gate of their target.")
+    rows = drift_rows(runs)
+    targets = rows["final density (%)"] - rows["gap (points)"]
+    crossed = int((rows["a step later (%)"] < targets).sum())
+    lines = [f"In {crossed} of these {len(rows)} constraints the multiplier's last push took the density under "
+             f"the target within one logged step."]
+    gates = rows["gap (gates)"].dropna()
+    if len(gates):
+        lines.append(f"{int((gates >= -1).sum())} of the {len(gates)} blocks end within one gate of their target.")
     if free is None:
         lines.append(no_record_line("the run whose constraint never binds", [FREE_GATES_GRID]))
     else:
