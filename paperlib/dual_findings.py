@@ -38,6 +38,7 @@ from .control import HIT_POINTS, run_link
 from .mnist_findings import records_of, select
 from .paper_numbers import ref
 from .report import grid_runs, in_words, no_record_line, show
+from .vocabulary import short_number
 
 #: Table 1's MLP rows at the paper's protocol (five seeds), and the MLP control table's.
 TABLE1_GRID = studies.grids("tab:mnist", preset="paper")[0]
@@ -104,7 +105,7 @@ def gain_rows(runs: list[dict]) -> pd.DataFrame:
 def gain_table(runs: list[dict]) -> pd.DataFrame:
     """:func:`gain_rows` for the page: each gain as it is written (1, 10, 1e+04)."""
     rows = gain_rows(runs)
-    return rows.assign(kp=rows["kp"].map("{:g}".format)) if len(rows) else rows
+    return rows.assign(kp=rows["kp"].map(short_number)) if len(rows) else rows
 
 
 def violation_change(run: dict) -> float:
@@ -269,13 +270,13 @@ class Comparison:
         first run, and the gain chosen (or the command for the runs it waits for)."""
         first = min(self.gains, key=lambda run: run["params"]["nupi_kp"], default=None)
         ratio = None if first is None else (
-            f"In the kp = {first['params']['nupi_kp']:g} run the violation changes by {violation_change(first):.1e} a "
+            f"In the kp = {short_number(first['params']['nupi_kp'])} run the violation changes by {violation_change(first):.1e} a "
             f"step (median) and is {abs(largest_gap(first)) / 100:.2f} at the end: the proportional step matches "
-            f"the integral one at kp ≈ {abs(largest_gap(first)) / 100 / violation_change(first):.0e}.")
+            f"the integral one at kp ≈ {short_number(float(f'{abs(largest_gap(first)) / 100 / violation_change(first):.0e}'))}.")
         if self.kp is not None:
-            chosen = f"Chosen gain: kp = {self.kp:g}."
+            chosen = f"Chosen gain: kp = {short_number(self.kp)}."
         elif gain_at_edge(self.gains):
-            chosen = (f"The best final distance so far is at the largest gain tried (kp = {_best_gain(self.gains):g}): "
+            chosen = (f"The best final distance so far is at the largest gain tried (kp = {short_number(_best_gain(self.gains))}): "
                       f"no gain is chosen until a larger one has run. "
                       f"{no_record_line('every gain of the range', [GAIN_GRID])}")
         else:

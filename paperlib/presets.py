@@ -15,7 +15,6 @@ value before any training starts.
 
 import dataclasses
 import json
-import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ import torch
 from .lagrangian import check_dual_optimizer
 from .models import gated_layer_names
 from .vocabulary import (COMPILE_GATES, DATASETS, GROUPINGS, LINEAR_INITS, METHODS, MODEL_NAMES, OPTIMIZERS, PRESETS, SPARSITY_KINDS,
-                         is_model_name)
+                         is_model_name, short_number)
 
 #: Parameters a method does not use; :func:`resolve_config` sets them to None.
 UNUSED_BY_METHOD = {"constrained": ("lmbda",), "penalized": ("target",), "dense": ("target", "lmbda"),
@@ -454,7 +453,7 @@ def default_run_name(config: ExperimentConfig, preset_config: ExperimentConfig |
         if isinstance(value, list):
             return "_".join(fmt(v) for v in value)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return re.sub(r"e\+0*", "e", f"{value:g}")  # 1e6, not 1e+06: no '+' in a folder name or a URL
+            return short_number(value)
         return str(value)
 
     parts = [config.model, config.method]

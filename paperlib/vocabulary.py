@@ -37,3 +37,10 @@ WIDE_RESNET = re.compile(r"wrn-(\d+)-(\d+)")
 def is_model_name(name: str) -> bool:
     """One of :data:`MODEL_NAMES` or ``wrn-DEPTH-WIDTH``."""
     return name in MODEL_NAMES or WIDE_RESNET.fullmatch(str(name)) is not None
+
+
+def short_number(value: float) -> str:
+    """A number as ``{:g}`` writes it, with exponents as 1e6 and 2e-05 rather than 1e+06: no '+' in a run's
+    folder name or URL, and the way a reader writes a gain."""
+    return re.sub(r"e\+0*", "e", f"{value:g}")
+
