@@ -93,11 +93,19 @@ def final_multipliers(record: dict) -> list[float]:
 # nuPI's gain
 # --------------------------------------------------------------------------- #
 
+def _train_epochs(run: dict, column: str) -> list[float]:
+    return [float(row[column]) for row in run["history"] if row["phase"] == "train" and row.get(column) not in (None, "")]
+
+
 def gain_rows(runs: list[dict]) -> pd.DataFrame:
-    """One row per run of the gain experiment: ``kp``, the final density, its distance to the target and the
-    final multiplier; the final error is shown, not used."""
+    """One row per run of the gain experiment: ``kp``, the final density, its distance to the target, the
+    largest and the final multiplier, and the lowest share of parameters the test-time model (gates at their
+    medians, computed from the gates alone) kept at any epoch: a gain whose multiplier leaps closes every
+    median for a while. The final error is shown, not used."""
     rows = [{"kp": run["params"]["nupi_kp"], "L0-density (%)": 100 * run["metrics"]["l0_density"],
-             "gap (points)": largest_gap(run), "final λ": final_multipliers(run)[0],
+             "gap (points)": largest_gap(run), "largest λ": max(_train_epochs(run, "lambda_0"), default=None),
+             "final λ": final_multipliers(run)[0],
+             "lowest params (%)": min(_train_epochs(run, "params_pct"), default=None),
              "val. error final (%)": run["metrics"]["val_error_final"], "run": run_link(run)} for run in runs]
     return pd.DataFrame(rows).sort_values("kp", ignore_index=True) if rows else pd.DataFrame(rows)
 
@@ -119,8 +127,8 @@ def violation_change(run: dict) -> float:
 
 def chosen_gain(runs: list[dict], planned: int) -> float | None:
     """The smallest ``kp`` whose final distance to the target is within :data:`GAIN_SLACK_POINTS` of the
-    smallest; None until all ``planned`` runs of the gain experiment have a record, and None when that is
-    the largest gain tried (the best may lie beyond the range: :func:`gain_at_edge`)."""
+    smallest; None until all ``planned`` runs of the gain experiment have a record, and None while the best
+    may lie beyond the range (:func:`gain_at_edge`)."""
     if len(runs) < planned or gain_at_edge(runs):
         return None
     return _best_gain(runs)
@@ -133,8 +141,15 @@ def _best_gain(runs: list[dict]) -> float:
 
 
 def gain_at_edge(runs: list[dict]) -> bool:
-    """Whether the gain :func:`chosen_gain` would choose is the largest one tried."""
-    return bool(runs) and _best_gain(runs) == max(run["params"]["nupi_kp"] for run in runs)
+    """Whether the range of gains must go on: the gain :func:`chosen_gain` would choose is the largest one
+    tried, and its final distance to the target is more than :data:`GAIN_SLACK_POINTS`, so that a larger
+    gain could still end closer by more than the slack."""
+    if not runs:
+        return False
+    rows = gain_rows(runs)
+    best = _best_gain(runs)
+    distance = rows.loc[rows["kp"] == best, "gap (points)"].abs().iloc[0]
+    return best == rows["kp"].max() and distance > GAIN_SLACK_POINTS
 
 
 # --------------------------------------------------------------------------- #

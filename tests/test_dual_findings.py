@@ -39,9 +39,18 @@ def test_the_gain_is_the_smallest_within_a_tenth_of_a_point_of_the_best_final_di
     # |gap| 8, 0.45, 0.05, 0.02 points: 100 is within 0.1 of the best (1000), 10 is not.
     assert findings.chosen_gain(runs, planned=4) == 100.0
     assert findings.chosen_gain(runs[:3], planned=4) is None  # not every gain has run
-    assert findings.chosen_gain(runs[:3], planned=3) is None and findings.gain_at_edge(runs[:3])  # 100 is the largest
+    assert findings.chosen_gain(runs[:2], planned=2) is None and findings.gain_at_edge(runs[:2])  # 10, 0.45 off
+    # 100 is the largest tried, but 0.05 points from the target: no larger gain can come closer by the slack
+    assert findings.chosen_gain(runs[:3], planned=3) == 100.0 and not findings.gain_at_edge(runs[:3])
     rows = findings.gain_rows(runs[::-1])
     assert rows["kp"].tolist() == [1.0, 10.0, 100.0, 1000.0]
+    leaping = record(kp=1e7, optimizer="nupi")
+    final = leaping["history"][-1]
+    leaping["history"] = [{"epoch": str(e), "phase": "train", "lambda_0": str(lam), "params_pct": str(kept)}
+                          for e, lam, kept in ((1, 585.7, 100.0), (2, 120.0, 0.41))]
+    leaping["history"] += [{"epoch": "2", "phase": "val", "params_pct": "0.0"},  # not a training epoch
+                           {**final, "lambda_0": "0.1", "params_pct": "28.0"}]
+    assert findings.gain_rows([leaping])[["largest λ", "lowest params (%)"]].iloc[0].tolist() == [585.7, 0.41]
     assert rows["gap (points)"].tolist() == pytest.approx([-8.0, 0.45, 0.05, 0.02])
 
 
