@@ -1,5 +1,5 @@
 """The paper's experiments beyond its structured MNIST and CIFAR-10 tables, as our records answer them
-(the page ``book/results_beyond.md``).
+(the pages ``book/results_unstructured.md`` and ``book/results_beyond.md``).
 
 Most of it is App. L on MNIST: one gate per weight against magnitude pruning of a trained dense model
 (Table 20 for the MLP, Table 21 for LeNet5). The page finds our magnitude-pruned models, before

@@ -179,7 +179,7 @@ def unstructured_mnist() -> Claim:
     return Claim("Unstructured sparsity, against magnitude pruning (MNIST)",
                  f"§5.6, {ref('tab:mnist_unstructured_comparison_mlp')}, "
                  f"{ref('tab:mnist_unstructured_comparison_lenet')}", "MLP and LeNet5, the paper's protocol",
-                 share_verdict(agree, len(deltas)), evidence, "results_beyond")
+                 share_verdict(agree, len(deltas)), evidence, "results_unstructured")
 
 
 def gate_medians() -> Claim:
@@ -225,7 +225,7 @@ def claims() -> list[Claim]:
 #: How the verdict table names the book's pages.
 PAGE_NAMES = {"results_mnist": "MNIST", "results_mnist_investigations": "MNIST, investigated",
               "results_dynamics": "dynamics", "results_cifar10": "CIFAR-10",
-              "results_beyond": "beyond"}
+              "results_unstructured": "unstructured", "results_beyond": "beyond"}
 
 
 def table(found: list[Claim]) -> pd.DataFrame:
