@@ -1,11 +1,12 @@
 """MNIST: how close our runs come to the paper's tables, and what the tests of the differences show.
 
-The analysis behind the two MNIST pages. ``book/results_mnist.md`` compares our
+The analysis behind the MNIST pages. ``book/results_mnist.md`` compares our
 records with Table 1 and the control tables of Appendix K.1 (Table 10, the MLP;
 Table 11, LeNet5): the "error best" of Table 1 taken the authors' way
 (:func:`authors_best_errors`) and how far each constrained run ends from its
 target, beside the paper's own runs (:func:`paper_gap_table`,
-:func:`misses_by_cell`). ``book/results_mnist_investigations.md`` tests the causes
+:func:`misses_by_cell`). ``book/results_mnist_investigations.md``, ``results_mnist_authors.md`` and
+``results_mnist_differences.md`` test the causes
 of the differences: the dual learning rate (:func:`dual_lr_table`), the authors'
 initialisation (:func:`initialisation_table`), the authors' published code run
 (:func:`authors_runs`), which groups the paper's LeNet5 keeps
@@ -830,7 +831,7 @@ def clamped_error_in_words(clamped: dict, unclamped: list[dict]) -> str:
 
 
 # --------------------------------------------------------------------------- #
-# The sections of book/results_mnist_investigations.md (report.display_all shows each)
+# The sections of the pages book/results_mnist_{investigations,authors,differences}.md (report.display_all shows each)
 # --------------------------------------------------------------------------- #
 
 def table1_mlp_traces() -> list:

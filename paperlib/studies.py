@@ -84,8 +84,7 @@ FIGURES = {
 #: The book's own experiments: investigations of a result, and what goes beyond the paper.
 OURS = {
     "mlp_dual_lr": Study(("grids/mlp_dual_lr.yaml",), "results_mnist_investigations"),
-    "fan_out_init": Study(("grids/mlp_linear_init.yaml", "grids/lenet5_linear_init.yaml"),
-                          "results_mnist_investigations"),
+    "fan_out_init": Study(("grids/mlp_linear_init.yaml", "grids/lenet5_linear_init.yaml"), "results_mnist_authors"),
     "mnist_clamp": Study(("grids/mnist_clamp.yaml",), "results_mnist_investigations"),
     "compiled_gates": Study(("grids/compiled_gates_paper.yaml",), "results_mnist_investigations"),
     "mnist_flagship": Study(("grids/mnist_flagship.yaml",), "results_mnist"),
@@ -102,7 +101,7 @@ STUDIES = {**TABLES, **FIGURES, **OURS}
 
 #: The run indexes of the book (book/runs_*.md) and the result pages whose studies' runs each lists.
 RUN_INDEXES = {
-    "runs_mnist": ("results_mnist", "results_mnist_investigations"),
+    "runs_mnist": ("results_mnist", "results_mnist_investigations", "results_mnist_authors", "results_mnist_differences"),
     "runs_dynamics": ("results_dynamics",),
     "runs_cifar10": ("results_cifar10",),
     "runs_beyond": ("results_unstructured", "results_beyond"),
