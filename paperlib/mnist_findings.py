@@ -134,7 +134,7 @@ def authors_runs(folder: Path | None = None, **keys) -> list[dict]:
     and a history whose rows hold the epoch's mean model density (as the authors' tables average it), the
     groups kept and the validation error.
     """
-    folder = folder or records.project_root() / "runs" / "authors_code"
+    folder = folder or records.runs_dir() / "authors_code"
     runs = [{"method": "constrained", **json.loads(path.read_text())} for path in sorted(Path(folder).glob("*.json"))]
     keys = {"method": "constrained", **keys}
     return [run for run in runs if all(run.get(name) == value for name, value in keys.items())]
