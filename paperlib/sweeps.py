@@ -1,8 +1,9 @@
 """Run a grid of notebook executions: ``python -m paperlib.sweeps grids/<name>.yaml``.
 
 A study's name (:mod:`paperlib.studies`: a label of the paper such as
-``tab:cifar10_control``, or one of the book's own studies) stands for all its grid
-files: ``python -m paperlib.sweeps tab:cifar10_control``.
+``tab:cifar10_control``, or one of the book's own studies) stands for its grid files,
+those of one preset with ``--preset``: ``python -m paperlib.sweeps tab:cifar10_control
+--preset cpu`` runs the CPU protocol's grids only, not the paper's WideResNet-28-10 ones.
 
 A grid file (YAML) names one notebook and the runs of one paper table or figure::
 
@@ -340,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("grids", nargs="+", metavar="grid",
                         help="grid file(s) (YAML) or study names (paperlib.studies); several run in the given "
                              "order through one pool of workers")
+    parser.add_argument("--preset", choices=("paper", "cpu"),
+                        help="for a study's name: only its grids at this preset (grid files are taken as given)")
     parser.add_argument("--workers", type=int, help="parallel processes (default: the first grid file's, else 1)")
     parser.add_argument("--threads", type=int, help="torch threads per process (default: each grid file's, else 1)")
     parser.add_argument("--commit", action="store_true", help="git-commit each record as soon as it is complete")
@@ -361,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         args.grids = [grid for name in args.grids
-                      for grid in ([name] if name.endswith(".yaml") else studies.grids(name))]
+                      for grid in ([name] if name.endswith(".yaml") else studies.grids(name, preset=args.preset))]
     except KeyError as error:
         parser.error(error.args[0])
     runs = []  # (notebook, dataset, params, threads) in the order they start

@@ -243,6 +243,9 @@ def test_a_study_name_stands_for_its_grids(capsys):
     assert sweeps.main(["compiled_gates", "--dry-run"]) == 0
     assert capsys.readouterr().out.split() == ["complete", str(records.runs_dir() / "compiled_gates" /
                                                               "mlp-constrained-model-t0.33-s0-paper")]
+    assert sweeps.main(["tab:cifar10_control", "--preset", "cpu", "--dry-run"]) == 0
+    folders = [line.split()[1] for line in capsys.readouterr().out.splitlines()]
+    assert folders and all(folder.endswith("-cpu") for folder in folders)  # not the paper's WRN-28-10 grid
     with pytest.raises(SystemExit):
         sweeps.main(["tab:nothing", "--dry-run"])
     assert "no study is called 'tab:nothing'" in capsys.readouterr().err
