@@ -659,7 +659,7 @@ def free_drift_in_words(runs: list[dict], free: dict | None) -> str:
 
 
 # --------------------------------------------------------------------------- #
-# The sections of book/results_cifar10.md (report.display_all shows each)
+# The sections of book/results_cifar10.md and results_cifar10_misses.md (report.display_all shows each)
 # --------------------------------------------------------------------------- #
 
 def dual_lr_section(dual: list[dict]) -> list:

@@ -90,8 +90,8 @@ OURS = {
     "mnist_flagship": Study(("grids/mnist_flagship.yaml",), "results_mnist"),
     "lenet5_collapse": Study(("grids/lenet5_collapse.yaml",), "lenet5_collapse"),
     "cifar10_dual_lr": Study(("grids/cifar10_dual_lr.yaml",), "results_cifar10"),
-    "cifar10_layer_cause": Study(("grids/cifar10_layer_cause.yaml",), "results_cifar10"),
-    "cifar10_free_gates": Study(("grids/cifar10_free_gates.yaml",), "results_cifar10"),
+    "cifar10_layer_cause": Study(("grids/cifar10_layer_cause.yaml",), "results_cifar10_misses"),
+    "cifar10_free_gates": Study(("grids/cifar10_free_gates.yaml",), "results_cifar10_misses"),
     "nupi_gain": Study(("grids/nupi_gain_paper.yaml",), "results_dual_optimizers"),
     "dual_optimizers": Study(("grids/dual_optimizers_paper.yaml",), "results_dual_optimizers"),
 }
@@ -103,7 +103,7 @@ STUDIES = {**TABLES, **FIGURES, **OURS}
 RUN_INDEXES = {
     "runs_mnist": ("results_mnist", "results_mnist_investigations", "results_mnist_authors", "results_mnist_differences"),
     "runs_dynamics": ("results_dynamics",),
-    "runs_cifar10": ("results_cifar10",),
+    "runs_cifar10": ("results_cifar10", "results_cifar10_misses"),
     "runs_beyond": ("results_unstructured", "results_beyond"),
     "runs_dual_optimizers": ("results_dual_optimizers",),
     "runs_lenet5_collapse": ("lenet5_collapse",),

@@ -225,7 +225,7 @@ def claims() -> list[Claim]:
 #: How the verdict table names the book's pages.
 PAGE_NAMES = {"results_mnist": "MNIST", "results_mnist_investigations": "MNIST, overshoot",
               "results_mnist_authors": "MNIST, authors' code", "results_mnist_differences": "MNIST, differences",
-              "results_dynamics": "dynamics", "results_cifar10": "CIFAR-10",
+              "results_dynamics": "dynamics", "results_cifar10": "CIFAR-10", "results_cifar10_misses": "CIFAR-10, misses",
               "results_unstructured": "unstructured", "results_beyond": "beyond"}
 
 
