@@ -57,7 +57,8 @@ def setting(metrics: dict) -> str:
 
 #: The columns of :func:`run_rows`.
 RUN_COLUMNS = ["run", "method", "grouping", "setting", "target", "lmbda", "seed", "L0-density (%)",
-               "largest gap (points)", "hit", "over target (points)", "params (%)", "MACs (%)", "val. error final (%)", "cost (points)", "epochs"]
+               "largest gap (points)", "hit", "over target (points)", "params (%)", "MACs (%)",
+               "val. error final (%)", "cost (points)", "epochs"]
 
 
 def run_rows(runs: list[dict], dense: dict | None) -> pd.DataFrame:
@@ -539,7 +540,8 @@ def final_gaps(record: dict) -> list[float]:
 
 def unpushed_under(record: dict) -> list[int]:
     """The constraints (indices) that end more than :data:`HIT_POINTS` under their target with their
-    multiplier at zero: they hold, and what took them below the target is not their multiplier."""
+    multiplier at zero: they hold, and nothing pushes them back up (a multiplier acts only while its
+    constraint is violated; :func:`last_push` finds what took them under)."""
     multipliers = record["metrics"]["multipliers_final"]
     return [i for i, gap in enumerate(final_gaps(record)) if gap < -HIT_POINTS and multipliers[i] == 0]
 
