@@ -94,7 +94,8 @@ def final_multipliers(record: dict) -> list[float]:
 # --------------------------------------------------------------------------- #
 
 def _train_epochs(run: dict, column: str) -> list[float]:
-    return [float(row[column]) for row in run["history"] if row["phase"] == "train" and row.get(column) not in (None, "")]
+    return [float(row[column]) for row in run["history"]
+            if row["phase"] == "train" and row.get(column) not in (None, "")]
 
 
 def gain_rows(runs: list[dict]) -> pd.DataFrame:
@@ -284,15 +285,18 @@ class Comparison:
         """The gain experiment's table, how large the proportional step is against the integral one in its
         first run, and the gain chosen (or the command for the runs it waits for)."""
         first = min(self.gains, key=lambda run: run["params"]["nupi_kp"], default=None)
-        ratio = None if first is None else (
-            f"In the kp = {short_number(first['params']['nupi_kp'])} run the violation changes by {violation_change(first):.1e} a "
-            f"step (median) and is {abs(largest_gap(first)) / 100:.2f} at the end: the proportional step matches "
-            f"the integral one at kp ≈ {short_number(float(f'{abs(largest_gap(first)) / 100 / violation_change(first):.0e}'))}.")
+        ratio = None
+        if first is not None:
+            violation, change = abs(largest_gap(first)) / 100, violation_change(first)
+            balance = float(f"{violation / change:.0e}")  # one significant digit
+            ratio = (f"In the kp = {short_number(first['params']['nupi_kp'])} run the violation changes by "
+                     f"{change:.1e} a step (median) and is {violation:.2f} at the end: the proportional step "
+                     f"matches the integral one at kp ≈ {short_number(balance)}.")
         if self.kp is not None:
             chosen = f"Chosen gain: kp = {short_number(self.kp)}."
         elif gain_at_edge(self.gains):
-            chosen = (f"The best final distance so far is at the largest gain tried (kp = {short_number(_best_gain(self.gains))}): "
-                      f"no gain is chosen until a larger one has run. "
+            chosen = (f"The best final distance so far is at the largest gain tried "
+                      f"(kp = {short_number(_best_gain(self.gains))}): no gain is chosen until a larger one has run. "
                       f"{no_record_line('every gain of the range', [GAIN_GRID])}")
         else:
             chosen = no_record_line("all the gains", [GAIN_GRID])

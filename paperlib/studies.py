@@ -101,7 +101,8 @@ STUDIES = {**TABLES, **FIGURES, **OURS}
 
 #: The run indexes of the book (book/runs_*.md) and the result pages whose studies' runs each lists.
 RUN_INDEXES = {
-    "runs_mnist": ("results_mnist", "results_mnist_investigations", "results_mnist_authors", "results_mnist_differences"),
+    "runs_mnist": ("results_mnist", "results_mnist_investigations", "results_mnist_authors",
+                   "results_mnist_differences"),
     "runs_dynamics": ("results_dynamics",),
     "runs_cifar10": ("results_cifar10", "results_cifar10_misses"),
     "runs_beyond": ("results_unstructured", "results_beyond"),
