@@ -49,6 +49,30 @@ from paperlib.models import layer_densities  # noqa: E402
 from paperlib.training import device_name  # noqa: E402
 
 
+def _load_their_files(root: Path, folder: str, names: tuple[str, ...], stubs: dict) -> dict[str, types.ModuleType]:
+    """Their ``root/folder/<name>.py`` files, executed in order as modules of a package of their own, with
+    ``stubs`` (module name -> stand-in) in place of the imports we do not load; sys.modules is restored."""
+    package = types.ModuleType(f"authors_{folder}")
+    package.__path__ = [str(root / folder)]
+    saved = {name: sys.modules.get(name) for name in (*stubs, package.__name__)}
+    sys.modules.update(stubs)
+    sys.modules[package.__name__] = package
+    try:
+        loaded = {}
+        for name in names:
+            spec = importlib.util.spec_from_file_location(f"{package.__name__}.{name}", root / folder / f"{name}.py")
+            loaded[name] = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = loaded[name]
+            spec.loader.exec_module(loaded[name])
+        return loaded
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+
+
 def load_authors(root: Path) -> types.ModuleType:
     """Their ``sparse.models`` module, loaded from ``root`` with a stub ``utils``; sys.modules is restored."""
 
@@ -56,25 +80,9 @@ def load_authors(root: Path) -> types.ModuleType:
         module.eval()
         return module(torch.ones(1, *in_size)).size()[1:]
 
-    stub = types.ModuleType("utils")
-    stub.basic_utils = types.SimpleNamespace(get_final_features=get_final_features)
-    package = types.ModuleType("authors_sparse")
-    package.__path__ = [str(root / "sparse")]
-    saved = {name: sys.modules.get(name) for name in ("utils", "authors_sparse")}
-    sys.modules.update(utils=stub, authors_sparse=package)
-    try:
-        for name in ("l0_layers", "models"):
-            spec = importlib.util.spec_from_file_location(f"authors_sparse.{name}", root / "sparse" / f"{name}.py")
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[spec.name] = module
-            spec.loader.exec_module(module)
-        return sys.modules["authors_sparse.models"]
-    finally:
-        for name, module in saved.items():
-            if module is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module
+    utils = types.ModuleType("utils")
+    utils.basic_utils = types.SimpleNamespace(get_final_features=get_final_features)
+    return _load_their_files(root, "sparse", ("l0_layers", "models"), {"utils": utils})["models"]
 
 
 def their_model(models: types.ModuleType, name: str, weight_decay: float) -> torch.nn.Module:
@@ -159,31 +167,13 @@ def their_penalized_class_error(root: Path) -> str:
     cooper.ConstrainedMinimizationProblem = type("ConstrainedMinimizationProblem", (), {
         "__init__": lambda self, is_constrained=False: setattr(self, "is_constrained", is_constrained)})
     cooper.CMPState = dict
-    package = types.ModuleType("authors_utils")
-    package.__path__ = [str(root / "utils")]
-    saved = {name: sys.modules.get(name) for name in ("cooper", "authors_utils")}
-    sys.modules.update(cooper=cooper, authors_utils=package)
+    problems = _load_their_files(root, "utils", ("constraints", "cmp_utils"), {"cooper": cooper})["cmp_utils"]
+    problems.ConstrainedL0Problem(torch.nn.CrossEntropyLoss())  # theirs for constraints constructs
     try:
-        for name in ("constraints", "cmp_utils"):
-            spec = importlib.util.spec_from_file_location(f"authors_utils.{name}", root / "utils" / f"{name}.py")
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[spec.name] = module
-            spec.loader.exec_module(module)
-        problems = sys.modules["authors_utils.cmp_utils"]
-        problems.ConstrainedL0Problem(torch.nn.CrossEntropyLoss())  # theirs for constraints constructs
-        try:
-            problems.PenalizedL0Problem(torch.nn.CrossEntropyLoss())
-        except TypeError as error:
-            return f"TypeError: {error}"
-        return "none"
-    finally:
-        for name in ("authors_utils.constraints", "authors_utils.cmp_utils"):
-            sys.modules.pop(name, None)
-        for name, module in saved.items():
-            if module is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module
+        problems.PenalizedL0Problem(torch.nn.CrossEntropyLoss())
+    except TypeError as error:
+        return f"TypeError: {error}"
+    return "none"
 
 
 def check_comparable(name: str, ours: TrainStep, theirs: TheirStep, x: torch.Tensor) -> None:
