@@ -273,6 +273,20 @@ def layer_densities(record: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def layer_densities_by_run(runs: list[dict]) -> pd.DataFrame:
+    """:func:`layer_densities` of several runs of one model, a row per run: for each layer (headed by its
+    target), the expected L0-density and the test-time share of groups kept, as ``expected / kept`` in %."""
+    rows = []
+    for run in runs:
+        table = layer_densities(run)
+        row = {"run": notebook_link(run["path"], run["metrics"]["run_name"]) or run["metrics"]["run_name"]}
+        for _, layer in table.iterrows():
+            header = f"{layer['layer']} ({layer['target (%)']:g}%)"
+            row[header] = f"{layer['expected L0-density (%)']:.1f} / {layer['groups kept at test time (%)']:.1f}"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def plot_control(runs: list[dict], title: str = "") -> plt.Figure:
     """Target versus achieved L0-density (constrained) and lambda versus density (penalized).
 

@@ -43,6 +43,18 @@ def test_layer_densities_compare_expected_and_test_time_density():
     assert report.layer_densities(unstructured)["groups kept"][0] == "20 of 100"
 
 
+def test_layer_densities_by_run_puts_each_run_on_a_row_headed_by_the_layers_targets(tmp_path):
+    def run(name, b_expected):
+        return {"path": tmp_path / name,
+                "metrics": {"run_name": name, "target": [0.5, 0.1], "l0_density_per_layer": {"a": 0.52, "b": b_expected}},
+                "gate_medians": {"7": {"a": [0.0, 0.3, 1.0, 1.0], "b": [0.0] * 9 + [1.0]}}}
+    table = report.layer_densities_by_run([run("s0", 0.12), run("s1", 0.0875)])
+    assert list(table.columns) == ["run", "a (50%)", "b (10%)"]
+    assert list(table["run"]) == ["s0", "s1"]  # no notebook in the folder: the bare name
+    assert list(table["a (50%)"]) == ["52.0 / 75.0"] * 2
+    assert list(table["b (10%)"]) == ["12.0 / 10.0", "8.8 / 10.0"]
+
+
 def test_make_portable_removes_machine_paths_and_nothing_else(tmp_path, monkeypatch):
     run = tmp_path / "runs" / "x" / "run"
     metrics = {"status": "complete", "val_error_final": 1.23456789,
