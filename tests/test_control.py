@@ -272,3 +272,26 @@ def test_the_free_drift_section_shows_table_figure_and_words_and_names_the_missi
     assert items[0].data["setting"].tolist() == ["model-wise target 80%"] and "cifar10_free_gates.yaml" in items[2]
     assert control.free_drift_section([drifting(0.5, 0.495)]) == [
         "No constrained run ends more than a point under a target with that constraint's multiplier at zero."]
+
+
+def test_ablation_checks_compare_gates_lrs_on_test_time_parameters_and_the_stop_gradient_on_the_gap():
+    def ablation(method, grouping, target=None, lmbda=None, density=0.9, params_pct=90.0, gates_lr=6.0,
+                 detach_gates=True):
+        run = record(method, grouping, target=target, lmbda=lmbda, densities=(density, density))
+        run["metrics"]["params_pct"] = params_pct
+        run["params"] = {"method": method, "grouping": grouping, "target": target, "lmbda": lmbda,
+                         "gates_lr": gates_lr, "detach_gates": detach_gates}
+        return run
+
+    runs = [ablation("penalized", "model", lmbda=0.001, params_pct=99.8, gates_lr=0.1),
+            ablation("penalized", "model", lmbda=0.001, params_pct=94.0),
+            ablation("constrained", "layer", target=1.0, params_pct=99.9, gates_lr=0.1),
+            ablation("constrained", "layer", target=1.0, params_pct=99.5),  # 0.4 points: not more than a point
+            ablation("constrained", "model", target=0.5, density=0.45, detach_gates=False),
+            ablation("constrained", "model", target=0.2, density=0.195, detach_gates=False)]
+    with_stop_gradient = [ablation("constrained", "model", target=t, density=d) for t, d in ((0.5, 0.5), (0.2, 0.2))]
+    checks = control.ablation_checks(runs, with_stop_gradient)
+    assert [held for _, held in checks] == [True, False, True, False]
+    assert checks[0][0] == "penalized, model-wise λ_pen 0.001: parameters kept 99.80% at gates lr 0.1, 94.00% at 6"
+    assert checks[2][0] == "model-wise target 50%: -5.00 points without the stop-gradient, +0.00 with it"
+    assert control.ablation_checks(runs[:1], []) == []  # a run without its twin tests nothing

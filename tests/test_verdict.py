@@ -71,3 +71,20 @@ def test_every_claim_of_the_papers_experiments_has_a_row_and_untested_ones_say_w
     for part in ("§5.2", "§5.3", "§5.4", "§5.5", "§5.6", "Appendix E", "Appendix H", "Appendix I", "Appendix K"):
         assert part in where, part
     assert all(c.evidence for c in claims)
+
+
+def test_the_gates_ablation_is_in_progress_until_its_grid_is_complete_then_every_check_must_hold(monkeypatch):
+    records = []
+    monkeypatch.setattr(verdict.report, "complete_records", lambda grid: records)
+    monkeypatch.setattr(verdict.report, "grid_runs", lambda grid: [None] * 2)
+    monkeypatch.setattr(verdict.control, "control_runs", lambda: [])
+    checks = [("gates lr", True), ("stop-gradient", False)]
+    monkeypatch.setattr(verdict.control, "ablation_checks", lambda ablation, runs: checks)
+    records.append("one run")
+    claim = verdict.gates_ablation()
+    assert (claim.verdict, claim.evidence) == ("in progress", "1 of 2 ablation runs complete")
+    records.append("another")
+    claim = verdict.gates_ablation()
+    assert claim.verdict == "partly" and claim.evidence == "2 of 2 ablation runs complete; gates lr; stop-gradient"
+    checks[1] = ("stop-gradient", True)
+    assert verdict.gates_ablation().verdict == "reproduced"
