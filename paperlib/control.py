@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from . import studies
-from .comparison import FEASIBILITY_TOLERANCE, constrained_densities, largest_gap
+from .comparison import FEASIBILITY_TOLERANCE, constrained_densities, largest_gap, target_label
 from .models import gate_counts
 from .paper_results import paper_cell, paper_results
 from .plots import plot_gate_histograms
@@ -531,13 +531,14 @@ def ablation_checks(ablation: list[dict], runs: list[dict]) -> list[tuple[str, b
     for run in ablation:
         params = run["params"]
         if params["detach_gates"]:
-            key = (params["method"], params["grouping"], params["target"], params["lmbda"])
+            setting = (f"λ_pen {params['lmbda']:g}" if params["method"] == "penalized"
+                       else f"target {target_label(params['target'])}")
+            key = f"{params['method']}, {params['grouping']}-wise {setting}"
             by_lr.setdefault(key, {})[params["gates_lr"]] = run["metrics"]["params_pct"]
-    for (method, grouping, target, lmbda), kept in by_lr.items():
+    for setting, kept in by_lr.items():
         if {0.1, 6.0} <= set(kept):
-            setting = f"λ_pen {lmbda:g}" if method == "penalized" else f"target {100 * target:g}%"
-            checks.append((f"{method}, {grouping}-wise {setting}: parameters kept {kept[0.1]:.2f}% at gates lr 0.1, "
-                           f"{kept[6.0]:.2f}% at 6", kept[6.0] < kept[0.1] - 1))
+            checks.append((f"{setting}: parameters kept {kept[0.1]:.2f}% at gates lr 0.1, {kept[6.0]:.2f}% at 6",
+                           kept[6.0] < kept[0.1] - 1))
     pairs = detach_pairs(ablation, runs)
     for undetached in (run for run in pairs if not run["params"]["detach_gates"]):
         target = undetached["metrics"]["target"]

@@ -295,3 +295,7 @@ def test_ablation_checks_compare_gates_lrs_on_test_time_parameters_and_the_stop_
     assert checks[0][0] == "penalized, model-wise λ_pen 0.001: parameters kept 99.80% at gates lr 0.1, 94.00% at 6"
     assert checks[2][0] == "model-wise target 50%: -5.00 points without the stop-gradient, +0.00 with it"
     assert control.ablation_checks(runs[:1], []) == []  # a run without its twin tests nothing
+    per_layer = [ablation("constrained", "layer", target=[0.7, 0.5], params_pct=p, gates_lr=lr)
+                 for p, lr in ((99.0, 0.1), (60.0, 6.0))]
+    assert control.ablation_checks(per_layer, []) == [
+        ("constrained, layer-wise target [70, 50]%: parameters kept 99.00% at gates lr 0.1, 60.00% at 6", True)]
