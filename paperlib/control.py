@@ -19,6 +19,7 @@ densest run of the table (:func:`paper_reference_error`).
 import math
 
 import matplotlib.pyplot as plt
+from matplotlib.lines import Line2D
 import pandas as pd
 
 from . import studies
@@ -139,10 +140,11 @@ def paper_reference_error(points: pd.DataFrame) -> tuple[float, str]:
 def plot_comparison(ours: pd.DataFrame, paper: pd.DataFrame, title: str = "") -> plt.Figure:
     """The control figure: density, parameters and MACs against the target (constrained) and against
     lambda_pen (penalized), ours filled and the paper's hollow; and each run's error cost against its
-    density: ours against our dense run (:func:`run_rows`), the paper's against its densest run
-    (:func:`paper_reference_error`).
+    density: ours against the reference run given to :func:`run_rows` (our dense run, or the densest
+    where a table has none), the paper's against its densest run (:func:`paper_reference_error`). In
+    the cost panel a triangle marks a penalized run.
     """
-    fig, axes = plt.subplots(2, 4, figsize=(13, 6.2))
+    fig, axes = plt.subplots(2, 4, figsize=(10.5, 5.8))
     metrics = ["L0-density (%)", "params (%)", "MACs (%)"]
     styles = {"model": ("o", "C0"), "layer": ("s", "C3")}
     for row, (method, x_key, x_label) in enumerate((("constrained", "target", "target density (%)"),
@@ -150,15 +152,14 @@ def plot_comparison(ours: pd.DataFrame, paper: pd.DataFrame, title: str = "") ->
         for col, metric in enumerate(metrics):
             ax = axes[row, col]
             for grouping, (marker, color) in styles.items():
-                for source, frame, filled in (("ours", ours, True), ("paper", paper, False)):
+                for frame, filled in ((ours, True), (paper, False)):
                     chosen = frame[(frame["method"] == method) & (frame["grouping"] == grouping)].dropna(
                         subset=[metric])
                     if chosen.empty:
                         continue
                     x = 100 * chosen[x_key] if method == "constrained" else chosen[x_key]
                     ax.scatter(x, chosen[metric], marker=marker, s=36, linewidths=1.2,
-                               facecolors=color if filled else "none", edgecolors=color,
-                               label=f"{source}, {grouping}-wise")
+                               facecolors=color if filled else "none", edgecolors=color)
             if method == "constrained":
                 ax.plot([0, 100], [0, 100], ls="--", lw=0.8, color="0.4")
                 ax.set(xlim=(0, 100))
@@ -170,29 +171,26 @@ def plot_comparison(ours: pd.DataFrame, paper: pd.DataFrame, title: str = "") ->
     costs = axes[0, 3]
     reference, _ = paper_reference_error(paper)
     paper = paper.assign(**{"cost (points)": paper["val. error final (%)"] - reference})
-    for method, marker in (("constrained", "o"), ("penalized", "^")):  # colours by grouping, as in the other panels
-        for grouping, (_, color) in styles.items():
+    for method in ("constrained", "penalized"):
+        for grouping, (marker, color) in styles.items():
             for source, frame, filled in (("ours", ours, True), ("paper", paper, False)):
                 chosen = frame[(frame["method"] == method) & (frame["grouping"] == grouping)].dropna(
                     subset=["cost (points)"])
-                if not chosen.empty:
-                    costs.scatter(chosen["L0-density (%)"], chosen["cost (points)"], s=30, marker=marker,
-                                  linewidths=1.2, facecolors=color if filled else "none", edgecolors=color,
-                                  label=f"{source}, {method}, {grouping}-wise")
+                costs.scatter(chosen["L0-density (%)"], chosen["cost (points)"], s=30,
+                              marker=marker if method == "constrained" else "^", linewidths=1.2,
+                              facecolors=color if filled else "none", edgecolors=color,
+                              label=f"{source}, {method}, {grouping}-wise")
     costs.axhline(0, ls=":", color="k", lw=1)
     costs.set(xlabel="L0-density (%)", ylabel="error cost (points)", xlim=(0, 100),
               title="error cost against density")
     costs.grid(alpha=0.3)
-    costs.legend(fontsize=6, loc="upper right")
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    for ax in axes[:, :3].flat:  # the legend of every density panel, once
-        for handle, label in zip(*ax.get_legend_handles_labels()):
-            if label not in labels:
-                handles.append(handle)
-                labels.append(label)
+    key = [Line2D([], [], ls="", marker=marker, color=color, label=f"{grouping}-wise")
+           for grouping, (marker, color) in styles.items()]
+    key += [Line2D([], [], ls="", marker="^", color="0.4", label="penalized (cost panel)"),
+            Line2D([], [], ls="", marker="o", color="0.4", label="filled: ours"),
+            Line2D([], [], ls="", marker="o", markerfacecolor="none", color="0.4", label="hollow: paper")]
     axes[1, 3].axis("off")
-    if handles:
-        axes[1, 3].legend(handles, labels, loc="center", fontsize=9, title="filled: ours; hollow: paper")
+    axes[1, 3].legend(handles=key, loc="center", fontsize=9)
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     return fig
@@ -418,6 +416,12 @@ def control_runs() -> list[dict]:
 def dense_run(runs: list[dict]) -> dict | None:
     """The dense baseline among ``runs``, or None before its record exists."""
     return next((run for run in runs if run["metrics"]["method"] == "dense"), None)
+
+
+def densest_run(runs: list[dict]) -> dict | None:
+    """The run of highest final L0-density among ``runs`` (None without any): the reference of the error
+    cost in a table without a dense run, as :func:`paper_reference_error` takes the paper's."""
+    return max(runs, key=lambda run: run["metrics"]["l0_density"] or 1.0, default=None)
 
 
 def epoch_sentence(runs: list[dict]) -> str:

@@ -287,39 +287,6 @@ def layer_densities_by_run(runs: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def plot_control(runs: list[dict], title: str = "") -> plt.Figure:
-    """Target versus achieved L0-density (constrained) and lambda versus density (penalized).
-
-    The left panel is the paper's "controllability" figure (Figs. 1, 4, 11, 12):
-    constrained runs should sit on the diagonal.
-    """
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    for grouping, marker in (("model", "o"), ("layer", "s")):
-        chosen = [r["metrics"] for r in runs if r["metrics"]["grouping"] == grouping]
-        constrained = [m for m in chosen if m["method"] == "constrained" and not isinstance(m["target"], list)]
-        penalized = [m for m in chosen if m["method"] == "penalized" and not isinstance(m["lmbda"], list)]
-        if constrained:
-            axes[0].scatter([100 * m["target"] for m in constrained],
-                            [100 * m["l0_density"] for m in constrained], marker=marker, color="C0",
-                            label=f"constrained, {grouping}-wise")
-        if penalized:
-            axes[1].scatter([m["lmbda"] for m in penalized], [100 * m["l0_density"] for m in penalized],
-                            marker=marker, color="C3", label=f"penalized, {grouping}-wise")
-    axes[0].plot([0, 100], [0, 100], ls="--", color="k", lw=1)
-    axes[0].set(xlabel="target density (%)", ylabel="achieved L0-density (%)", xlim=(0, 100), ylim=(0, 100))
-    axes[1].set(xlabel="lambda_pen", ylabel="achieved L0-density (%)", xscale="log", ylim=(0, 100))
-    for ax, method in zip(axes, ("constrained", "penalized")):
-        if ax.get_legend_handles_labels()[0]:
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
-        else:
-            ax.tick_params(axis="x", which="both", bottom=False, labelbottom=False)
-            ax.text(0.5, 0.5, f"no complete {method} run", transform=ax.transAxes, ha="center", color="0.4")
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    return fig
-
-
 def plot_density_traces(runs: list[dict], label_key: str = "run_name") -> plt.Figure:
     """Model L0-density and multiplier against epochs for several runs on shared axes (Figs. 2, 5)."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))

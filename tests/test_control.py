@@ -299,3 +299,12 @@ def test_ablation_checks_compare_gates_lrs_on_test_time_parameters_and_the_stop_
                  for p, lr in ((99.0, 0.1), (60.0, 6.0))]
     assert control.ablation_checks(per_layer, []) == [
         ("constrained, layer-wise target [70, 50]%: parameters kept 99.00% at gates lr 0.1, 60.00% at 6", True)]
+
+
+def test_the_densest_run_is_the_cost_reference_of_a_table_without_a_dense_run():
+    sparse, dense_ish = record("constrained", target=0.2, densities=(0.2, 0.2)), record("penalized", lmbda=1e-4,
+                                                                                        densities=(0.9, 0.95))
+    assert control.densest_run([sparse, dense_ish]) is dense_ish and control.densest_run([]) is None
+    sparse["metrics"]["val_error_final"], dense_ish["metrics"]["val_error_final"] = 2.5, 1.5
+    rows = control.run_rows([sparse, dense_ish], control.densest_run([sparse, dense_ish]))
+    assert rows["cost (points)"].tolist() == pytest.approx([1.0, 0.0])

@@ -107,18 +107,6 @@ def test_grid_to_show_draws_one_protocol_the_most_faithful_complete_one(workspac
     assert chosen == grids[0] and "Not yet shown" not in sentence
 
 
-def test_a_control_figure_draws_each_run_in_its_panel_and_says_when_a_panel_has_none():
-    constrained = {"metrics": {"grouping": "model", "method": "constrained", "target": 0.5, "lmbda": 0.0,
-                               "l0_density": 0.51}}
-    penalized = {"metrics": {"grouping": "layer", "method": "penalized", "target": None, "lmbda": 0.1,
-                             "l0_density": 0.6}}
-    left, right = report.plot_control([constrained]).axes
-    assert left.collections[0].get_offsets().tolist() == [[50.0, 51.0]]
-    assert not right.collections and [t.get_text() for t in right.texts] == ["no complete penalized run"]
-    left, right = report.plot_control([constrained, penalized]).axes
-    assert not left.texts and right.collections[0].get_offsets().tolist() == [[0.1, 60.0]]
-
-
 def test_in_words_lists_items_as_a_sentence_would():
     assert report.in_words(["1.00"]) == "1.00"
     assert report.in_words(["10%", "5%"]) == "10% and 5%"
