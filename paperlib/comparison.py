@@ -370,8 +370,8 @@ def compare(table: str, grid_files: list[str | Path], metrics: list[str] | None 
         else:
             started = any(records.record_status(d) == "partial" for _, d in matching)
             row["protocol"] = "partial record (training)" if started else "not run"
-            missing[f"{key['model']} {key['method']} {key['grouping']} {_describe(key)}".strip()] = \
-                _command(key, matching, by_grid)
+            label = (key["model"], key["method"], key["grouping"] if key["method"] != "dense" else "", _describe(key))
+            missing[" ".join(part for part in label if part)] = _command(key, matching, by_grid)
         rows.append(row)
     result = pd.DataFrame(rows)
     keys = [c for c in ("model", "method", "grouping", "target / λ_pen", "fine-tuned (epochs)") if c in result]

@@ -27,7 +27,7 @@ from .comparison import FEASIBILITY_TOLERANCE, constrained_densities, largest_ga
 from .models import gate_counts
 from .paper_results import paper_cell, paper_results
 from .plots import plot_gate_histograms
-from .report import complete_records, no_record_line, notebook_link, plot_density_traces, show
+from .report import complete_records, count_of, no_record_line, notebook_link, plot_density_traces, show
 from .vocabulary import METRIC_LABELS
 
 #: Within this many points of its target on every constrained layer, a run "hits" its target
@@ -684,8 +684,8 @@ def free_drift_in_words(runs: list[dict], free: dict | None) -> str:
     rows = drift_rows(runs)
     targets = rows["final density (%)"] - rows["gap (points)"]
     crossed = int((rows["a step later (%)"] < targets).sum())
-    lines = [f"In {crossed} of these {len(rows)} constraints the multiplier's last push took the density under "
-             f"the target within one logged step."]
+    lines = [f"In {count_of(crossed, len(rows), 'constraint')} here the multiplier's last push took the "
+             f"density under the target within one logged step."]
     gates = rows["gap (gates)"].dropna()
     if len(gates):
         lines.append(f"{int((gates >= -1).sum())} of the {len(gates)} blocks end within one gate of their target.")

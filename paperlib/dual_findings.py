@@ -37,7 +37,7 @@ from .comparison import largest_gap, target_label
 from .control import HIT_POINTS, run_link
 from .mnist_findings import records_of, select
 from .paper_numbers import ref
-from .report import grid_runs, in_words, no_record_line, show
+from .report import count_of, grid_runs, in_words, no_record_line, show
 from .vocabulary import short_number
 
 #: Table 1's MLP rows at the paper's protocol (five seeds), and the MLP control table's.
@@ -231,8 +231,10 @@ def _judged(table: pd.DataFrame, spread: float, n_cells: int) -> tuple[list[str]
         if rows.empty:
             pending.append(label)
             continue
-        text = (f"**{label}**: within {HIT_POINTS:g} point of every target in {int(rows['hit'].sum())} of "
-                f"{len(rows)} cells (largest gaps {in_words(f'{gap:+.2f}' for gap in rows['largest gap (points)'])})")
+        gaps = in_words(f"{gap:+.2f}" for gap in rows["largest gap (points)"])
+        text = (f"**{label}**: within {HIT_POINTS:g} point of every target in "
+                f"{count_of(int(rows['hit'].sum()), len(rows), 'cell')} "
+                f"(largest gap{'s' if len(rows) > 1 else ''} {gaps})")
         if name != "paper" and rows["Δ error (points)"].notna().any():
             low, high = rows["Δ error (points)"].min(), rows["Δ error (points)"].max()
             text += f"; final error {low:+.2f}{f' to {high:+.2f}' if high > low else ''} points against the paper's optimiser"

@@ -58,6 +58,15 @@ def test_the_authors_best_error_is_the_lowest_of_any_epoch_of_any_seed():
     assert comparison.authors_best_error([other_seed]) == 0.6
 
 
+def test_a_missing_dense_row_is_named_by_model_and_method_alone(runs):
+    grid = runs / "grid.yaml"
+    grid.write_text(yaml.safe_dump({"notebook": str(records.project_root() / "book" / "mnist.ipynb"),
+                                    "dataset": "tinyimagenet", "base": {"experiment": "cmp", "preset": "paper"},
+                                    "runs": [{"model": "resnet18", "method": "dense"}]}))
+    missing = comparison.compare("tab:tiny_unstructured_comparison", [grid]).attrs["missing"]
+    assert "ResNet18 dense" in missing and not [row for row in missing if "none" in row]
+
+
 def test_compare_prefers_paper_protocol_records_and_names_missing_rows(runs):
     grid = runs / "grid.yaml"
     base = {"experiment": "cmp", "method": "constrained", "model": "mlp", "grouping": "model", "target": 0.33}

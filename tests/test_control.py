@@ -239,7 +239,7 @@ def test_the_drift_starts_at_the_last_step_a_multiplier_pushed():
                 ].iloc[0].tolist() == pytest.approx([0.5, 80.5, 79.0, 72.0, -8.0])
     assert rows["gap (gates)"].isna().all()  # a model-wise density weighs gates by their parameters
     text = control.free_drift_in_words([run], None)
-    assert text.startswith("In 1 of these 1 constraints the multiplier's last push took the density under the target")
+    assert text.startswith("In the one constraint here the multiplier's last push took the density under the target")
     assert "blocks" not in text and "cifar10_free_gates.yaml" in text  # the cause test has no record yet
     free = drifting(1.0, 0.74)
     assert "from 92.0% to 74.0% on the loss alone" in control.free_drift_in_words([run], free)

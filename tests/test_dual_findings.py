@@ -106,7 +106,7 @@ def test_the_verdict_names_an_optimiser_only_when_every_cell_hits_at_no_cost():
                     "augmented_lagrangian": [(0.1, 0.5), (0.3, 0.0)]})
     text = findings.verdict(table, spread=0.1, n_cells=2)
     assert "nuPI removes the overshoot at no cost in error" in text  # 0.15 <= 2 x 0.1; AL costs 0.5
-    assert "**nuPI**: within 1 point of every target in 2 of 2 cells (largest gaps +0.20 and -0.50)" in text
+    assert "**nuPI**: within 1 point of every target in all 2 cells (largest gaps +0.20 and -0.50)" in text
     assert "None of them" in findings.verdict(table, spread=0.05, n_cells=2)  # 0.15 > 2 x 0.05
     assert "no optimiser is judged" in findings.verdict(table, spread=0.1, n_cells=3)  # a cell missing everywhere
     assert findings.verdict(table.iloc[:0], spread=0.1) == "No record of this comparison yet."

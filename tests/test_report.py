@@ -107,6 +107,15 @@ def test_grid_to_show_draws_one_protocol_the_most_faithful_complete_one(workspac
     assert chosen == grids[0] and "Not yet shown" not in sentence
 
 
+def test_count_of_writes_a_share_as_prose_never_as_11_of_11():
+    assert report.count_of(3, 11, "cell") == "3 of the 11 cells"
+    assert report.count_of(11, 11, "constraint") == "all 11 constraints"
+    assert report.count_of(0, 4, "cell") == "none of the 4 cells"
+    assert report.count_of(1, 1, "cell") == "the one cell" and report.count_of(0, 1, "cell") == "not the one cell"
+    with pytest.raises(ValueError, match="a count of 5 out of 4 cells"):
+        report.count_of(5, 4, "cell")
+
+
 def test_in_words_lists_items_as_a_sentence_would():
     assert report.in_words(["1.00"]) == "1.00"
     assert report.in_words(["10%", "5%"]) == "10% and 5%"
