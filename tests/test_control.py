@@ -308,3 +308,23 @@ def test_the_densest_run_is_the_cost_reference_of_a_table_without_a_dense_run():
     sparse["metrics"]["val_error_final"], dense_ish["metrics"]["val_error_final"] = 2.5, 1.5
     rows = control.run_rows([sparse, dense_ish], control.densest_run([sparse, dense_ish]))
     assert rows["cost (points)"].tolist() == pytest.approx([1.0, 0.0])
+
+
+@pytest.mark.parametrize("slow_density, explained", [((0.96, 0.97), True), ((0.78, 0.78), False)])
+def test_the_free_runs_at_both_gates_lrs_say_whether_the_rate_takes_the_model_under_80(
+        monkeypatch, slow_density, explained):
+    fast = record("constrained", "model", 1.0, densities=(0.75, 0.75), error=17.6)
+    slow = record("constrained", "layer", 1.0, densities=slow_density, error=21.4)
+    fast["params"], slow["params"] = {"method": "constrained", "gates_lr": 6.0}, {"method": "constrained",
+                                                                               "gates_lr": 0.1}
+    grids = {control.FREE_GATES_GRID: [fast], control.ABLATION_GRID: [slow]}
+    monkeypatch.setattr(control, "complete_records", lambda grid: grids[grid])
+    monkeypatch.setattr(control, "_steps", lambda run: pd.DataFrame({"l0_density": [0.92]}))
+    text = control.free_at_gates_lrs_in_words()
+    assert text.startswith("With no binding constraint, our WideResNet-16-1's density goes from 92.0% to 75.0% "
+                           "(75.0% of the parameters kept at test time, final error 17.60%) at the gates' "
+                           "learning rate of 6")
+    assert ("it is the gates' learning rate of 6 that takes the model under 80%" in text) == explained
+    assert ("does not explain the runs that end under their 80% targets" in text) == (not explained)
+    grids[control.ABLATION_GRID] = []
+    assert "No record yet" in control.free_at_gates_lrs_in_words()
