@@ -563,6 +563,11 @@ def _steps(record: dict) -> pd.DataFrame:
     return pd.DataFrame(record["steps"] or []).apply(pd.to_numeric, errors="coerce")
 
 
+def _start_density(record: dict) -> float:
+    """The model's expected L0-density at a run's first logged step."""
+    return _steps(record).iloc[0]["l0_density"]
+
+
 def constraint_names(record: dict) -> list[str]:
     """The names of a constrained run's constraints, in the order of its multipliers: ``model``, or each
     gated block's short name (:func:`short_layer_name`)."""
@@ -638,9 +643,8 @@ def drift_rows(runs: list[dict], free: dict | None = None) -> pd.DataFrame:
                          "final density (%)": 100 * finals[i][0],
                          "gap (points)": gap, "gap (gates)": None if gate is None else gap / gate})
     if free:
-        first = _steps(free).iloc[0]
         rows.append({"run": run_link(free), "setting": "no binding constraint", "constraint": "model",
-                     "last epoch with λ > 0": None, "density then (%)": 100 * first["l0_density"],
+                     "last epoch with λ > 0": None, "density then (%)": 100 * _start_density(free),
                      "a step later (%)": None, "final density (%)": 100 * free["metrics"]["l0_density"],
                      "gap (points)": None, "gap (gates)": None})
     return pd.DataFrame(rows)
@@ -692,9 +696,9 @@ def free_drift_in_words(runs: list[dict], free: dict | None) -> str:
     if free is None:
         lines.append(no_record_line("the run whose constraint never binds", [FREE_GATES_GRID]))
     else:
-        start = _steps(free).iloc[0]["l0_density"]
-        lines.append(f"With no binding constraint the same model's density goes from {100 * start:.1f}% to "
-                     f"{100 * free['metrics']['l0_density']:.1f}% on the loss alone.")
+        lines.append(f"With no binding constraint the same model's density goes from "
+                     f"{100 * _start_density(free):.1f}% to {100 * free['metrics']['l0_density']:.1f}% "
+                     f"on the loss alone.")
     lines.append(paper_free_density_in_words())
     return " ".join(lines)
 
@@ -722,7 +726,7 @@ def free_at_gates_lrs_in_words(above: float = 0.8) -> str:
 
     def course(run: dict) -> str:
         m = run["metrics"]
-        return (f"from {100 * _steps(run).iloc[0]['l0_density']:.1f}% to {100 * m['l0_density']:.1f}% "
+        return (f"from {100 * _start_density(run):.1f}% to {100 * m['l0_density']:.1f}% "
                 f"({m['params_pct']:.1f}% of the parameters kept at test time, final error "
                 f"{m['val_error_final']:.2f}%)")
 

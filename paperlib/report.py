@@ -35,12 +35,12 @@ def in_words(items) -> str:
 
 def count_of(count: int, total: int, noun: str) -> str:
     """A share for a sentence of prose: "3 of the 11 cells", "all 11 cells", "none of the 11 cells",
-    "the one cell" (a share such as "11 of 11" or "1 of 1 cells" reads as a glitch)."""
+    "the one cell", "no cell" (a share such as "11 of 11" or "1 of 1 cells" reads as a glitch)."""
     if not 0 <= count <= total:
         raise ValueError(f"a count of {count} out of {total} {noun}s")
     plural = f"{noun}s"
     if total == 1:
-        return f"the one {noun}" if count else f"not the one {noun}"
+        return f"the one {noun}" if count else f"no {noun}"
     if count == total:
         return f"all {total} {plural}"
     return f"none of the {total} {plural}" if count == 0 else f"{count} of the {total} {plural}"

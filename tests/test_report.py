@@ -111,7 +111,7 @@ def test_count_of_writes_a_share_as_prose_never_as_11_of_11():
     assert report.count_of(3, 11, "cell") == "3 of the 11 cells"
     assert report.count_of(11, 11, "constraint") == "all 11 constraints"
     assert report.count_of(0, 4, "cell") == "none of the 4 cells"
-    assert report.count_of(1, 1, "cell") == "the one cell" and report.count_of(0, 1, "cell") == "not the one cell"
+    assert report.count_of(1, 1, "cell") == "the one cell" and report.count_of(0, 1, "cell") == "no cell"
     with pytest.raises(ValueError, match="a count of 5 out of 4 cells"):
         report.count_of(5, 4, "cell")
 
