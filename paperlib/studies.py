@@ -92,6 +92,7 @@ OURS = {
     "cifar10_dual_lr": Study(("grids/cifar10_dual_lr.yaml",), "results_cifar10"),
     "cifar10_layer_cause": Study(("grids/cifar10_layer_cause.yaml",), "results_cifar10_misses"),
     "cifar10_free_gates": Study(("grids/cifar10_free_gates.yaml",), "results_cifar10_misses"),
+    "cifar10_under_cause": Study(("grids/cifar10_under_cause.yaml",), "results_cifar10_misses"),
     "nupi_gain": Study(("grids/nupi_gain_paper.yaml",), "results_dual_optimizers"),
     "dual_optimizers": Study(("grids/dual_optimizers_paper.yaml",), "results_dual_optimizers"),
 }
