@@ -95,6 +95,7 @@ OURS = {
     "cifar10_under_cause": Study(("grids/cifar10_under_cause.yaml",), "results_cifar10_misses"),
     "nupi_gain": Study(("grids/nupi_gain_paper.yaml",), "results_dual_optimizers"),
     "dual_optimizers": Study(("grids/dual_optimizers_paper.yaml",), "results_dual_optimizers"),
+    "dual_optimizers_lenet5": Study(("grids/dual_optimizers_lenet5_paper.yaml",), "results_dual_optimizers"),
 }
 
 #: Every study, by name.

@@ -146,3 +146,53 @@ def test_the_gain_section_measures_the_violations_step_against_its_size_and_name
     assert "kp = 1 run the violation changes by 1.0e-02 a step" in ratio and "kp ≈ 1." in ratio
     assert chosen == "Chosen gain: kp = 1." and table.data["kp"].tolist() == ["1", "10"]
     assert "grids/nupi_gain_paper.yaml" in findings.Comparison([], None, {}, findings.summary({}), 0.1).gain_section()[2]
+
+
+def summary_rows(optimizer, gaps, hits=None):
+    """:func:`findings.summary`-like rows of one optimiser: its largest gap on each MLP cell given."""
+    return [{"cell": cell.label, "dual optimiser": findings.OPTIMIZERS[optimizer], "largest gap (points)": gap,
+             "hit": abs(gap) <= 1} for cell, gap in zip(findings.CELLS, gaps)]
+
+
+def test_the_best_other_optimiser_hits_the_largest_share_of_its_cells_then_ends_closest():
+    table = pd.DataFrame(summary_rows("paper", [1.5] * 6) + summary_rows("gradient_ascent", [-0.8, -10, -9, -7, -8, -17])
+                         + summary_rows("augmented_lagrangian", [-0.4, -15, -9, -7, -8, -19])
+                         + summary_rows("nupi", [-0.01, -1.25]))
+    assert findings.best_other(table) == ("nupi", False)  # 1 of 2 cells hit beats 1 of 6; the paper's is not a candidate
+    table = pd.DataFrame(summary_rows("gradient_ascent", [-0.8] + [-5] * 5) + summary_rows("augmented_lagrangian", [-0.4] + [-6] * 5)
+                         + summary_rows("nupi", [-2.0] * 6))
+    # one hit each for the first two: the mean distance decides (4.3 against 5.07); nuPI hits none
+    assert findings.best_other(table) == ("gradient_ascent", True)
+    assert findings.best_other(pd.DataFrame(columns=findings.SUMMARY_COLUMNS)) == (None, False)
+
+
+def test_the_lenet5_rows_name_the_chosen_optimiser_and_judge_each_row_against_the_papers_and_the_seed_spread(
+        monkeypatch):
+    layer, model = findings.LENET5_CELLS
+    assert layer.label == "Table 1, LeNet5 layer-wise [50, 30, 70, 10]%" and model.paper_grid == findings.TABLE1_GRID
+    assert findings.grid_optimizer(findings.LENET5_GRID) == "nupi"
+
+    def lenet5(grouping, target, densities, error, optimizer=None, seed=0):
+        run = record(grouping, target, densities, error, optimizer, kp=1e7 if optimizer else None, seed=seed)
+        run["params"]["model"] = "lenet5"
+        return run
+
+    paper = [lenet5("model", 0.1, (0.11,) * 3, 0.80 + 0.1 * seed, seed=seed) for seed in range(3)]
+    ours = lenet5("model", 0.1, (0.10,) * 3, 1.10, "nupi")
+    monkeypatch.setattr(findings, "records_of", lambda grids: paper)  # seed spread: errors 0.8, 0.9, 1.0 -> 0.1
+    table = pd.DataFrame(summary_rows("nupi", [-0.01, -1.25]))
+    lenet5_cells = {layer: {"paper": None, "gradient_ascent": None, "nupi": None, "augmented_lagrangian": None},
+                    model: {"paper": paper[0], "gradient_ascent": None, "nupi": ours, "augmented_lagrangian": None}}
+    found = findings.Comparison([], 1e7, {}, table, 0.1, lenet5_cells)
+    chosen, shown, judged, missing = found.lenet5_section()
+    assert chosen.startswith("The best other optimiser on the MLP cells (2 of the 18 records so far;")
+    assert chosen.endswith("is nuPI.")
+    assert judged == ("With nuPI, Table 1, LeNet5 model-wise 10%: within 1 point of every target (largest gap +0.00), "
+                      "final error +0.30 points against the paper's optimiser, more than two seed spreads (0.20 "
+                      "points, Table 1's LeNet5 rows).")
+    assert "nuPI on Table 1, LeNet5 layer-wise [50, 30, 70, 10]%" in missing
+    assert shown.data["cell"].tolist() == ["Table 1, LeNet5 model-wise 10%"]
+    other = findings.Comparison([], 1e7, {}, pd.DataFrame(summary_rows("augmented_lagrangian", [0.2] * 6)), 0.1,
+                                lenet5_cells)
+    assert "set `dual_optimizer: augmented_lagrangian` in grids/dual_optimizers_lenet5_paper.yaml" in \
+        other.lenet5_section()[0]
