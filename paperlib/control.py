@@ -409,9 +409,21 @@ UNDER_CAUSE_GRID, = studies.grids("cifar10_under_cause")
 ABLATION_GRID = studies.grids("tab:cifar10")[0]
 
 
+def table_order(run: dict) -> tuple:
+    """A run's place in the control table, as the paper orders Table 13: the dense run first (the reference
+    of the costs), then layer-wise before model-wise, constrained by rising target before penalized by
+    falling λ_pen, and seeds in order."""
+    m = run["metrics"]
+    if m["method"] == "dense":
+        return (0, 0, 0, 0, m["seed"])
+    setting = m["target"] if m["method"] == "constrained" else -m["lmbda"]
+    return (1, ("layer", "model").index(m["grouping"]), ("constrained", "penalized").index(m["method"]),
+            setting, m["seed"])
+
+
 def control_runs() -> list[dict]:
-    """The complete records of :data:`CONTROL_GRIDS`, in grid order."""
-    return [run for grid in CONTROL_GRIDS for run in complete_records(grid)]
+    """The complete records of :data:`CONTROL_GRIDS`, in the table's order (:func:`table_order`)."""
+    return sorted((run for grid in CONTROL_GRIDS for run in complete_records(grid)), key=table_order)
 
 
 def dense_run(runs: list[dict]) -> dict | None:

@@ -356,3 +356,16 @@ def test_the_80_percent_constraints_at_gates_lr_01_say_whether_the_rate_is_the_c
     assert "No record yet of both 80% constraints" in missing  # the model-wise test has no record yet
     monkeypatch.setattr(control, "complete_records", lambda grid: [])
     assert "No record yet" in control.under_cause_section([dense, under])[0]
+
+
+def test_the_control_runs_come_in_the_papers_order_of_table_13_after_the_dense_run(monkeypatch):
+    runs = [record("constrained", "model", 0.5), record("penalized", "layer", lmbda=0.001),
+            record("constrained", "layer", 0.8), record("dense"), record("constrained", "layer", 0.2, seed=1),
+            record("penalized", "layer", lmbda=0.1), record("constrained", "layer", 0.2),
+            record("penalized", "model", lmbda=1.0)]
+    monkeypatch.setattr(control, "CONTROL_GRIDS", ["one.yaml", "two.yaml"])
+    monkeypatch.setattr(control, "complete_records", lambda grid: runs[:4] if grid == "one.yaml" else runs[4:])
+    names = [run["metrics"]["run_name"] for run in control.control_runs()]
+    assert names == ["dense-model-None-None-s0", "constrained-layer-0.2-None-s0", "constrained-layer-0.2-None-s1",
+                     "constrained-layer-0.8-None-s0", "penalized-layer-None-0.1-s0", "penalized-layer-None-0.001-s0",
+                     "constrained-model-0.5-None-s0", "penalized-model-None-1.0-s0"]
