@@ -196,9 +196,11 @@ def plot_comparison(ours: pd.DataFrame, paper: pd.DataFrame, title: str = "") ->
     return fig
 
 
-def verdict(rows: pd.DataFrame, expected: dict[str, int]) -> str:
+def verdict(rows: pd.DataFrame, expected: dict[str, int], paper: pd.DataFrame | None = None) -> str:
     """The page's answer in a few sentences, from :func:`run_rows`: how many constrained runs hit their
-    targets, how far the penalized runs' densities scatter, and what the densities cost in error.
+    targets, how far the penalized runs' densities scatter, whether a setting means the same density on
+    the paper's model and ours (:func:`transfer_in_words`, with the paper's points), and what the densities
+    cost in error.
 
     ``expected`` is the number of runs of each method the table asks for; a missing run is said to be
     missing, so a page never claims more than its records show.
@@ -229,6 +231,9 @@ def verdict(rows: pd.DataFrame, expected: dict[str, int]) -> str:
             f"{penalized['L0-density (%)'].min():.1f}% and {penalized['L0-density (%)'].max():.1f}% density "
             f"(λ_pen {lowest['lmbda']:g}: {lowest['L0-density (%)']:.1f}%; λ_pen {highest['lmbda']:g}: "
             f"{highest['L0-density (%)']:.1f}%).")
+    transfer = transfer_in_words(rows, paper) if paper is not None else None
+    if transfer:
+        sentences.append(transfer)
     costs = rows.dropna(subset=["cost (points)"])
     costs = costs[costs["method"] != "dense"]
     if len(costs):
@@ -242,6 +247,48 @@ def verdict(rows: pd.DataFrame, expected: dict[str, int]) -> str:
         sentences.append(f"**Not yet run:** {', '.join(parts)} (the command is below the table).")
     return " ".join(sentences) if sentences else "No run of this table has a complete record yet."
 
+
+
+def transfer_rows(rows: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
+    """Each of our runs in :func:`run_rows` at a setting the paper also ran (method, grouping, and target or
+    λ_pen), with both final densities and ours minus the paper's; the paper's collapsed rows are left out."""
+    def key(row) -> tuple:
+        value = row["target"] if row["method"] == "constrained" else row["lmbda"]
+        return row["method"], row["grouping"], round(float(value), 10)
+
+    theirs = {key(row): row["L0-density (%)"] for _, row in paper.iterrows() if not math.isnan(row["L0-density (%)"])}
+    found = [{"method": row["method"], "grouping": row["grouping"], "setting": row["setting"],
+              "ours (%)": row["L0-density (%)"], "paper (%)": theirs[key(row)]}
+             for _, row in rows[rows["method"].isin(["constrained", "penalized"])].iterrows() if key(row) in theirs]
+    table = pd.DataFrame(found, columns=["method", "grouping", "setting", "ours (%)", "paper (%)"])
+    return table.assign(**{"ours − paper (points)": table["ours (%)"] - table["paper (%)"]})
+
+
+def transfer_in_words(rows: pd.DataFrame, paper: pd.DataFrame) -> str | None:
+    """Whether a setting means the same density on the paper's model and on ours: how far our constrained
+    runs end from the paper's density at the same target, and our penalized runs at the same λ_pen
+    (:func:`transfer_rows`; the median distance, and the range); None before a penalized run has a record.
+    A target is said to carry over and a λ_pen not when the penalized median is over 2 points and over
+    three times the constrained one."""
+    table = transfer_rows(rows, paper)
+    medians, spans = {}, {}
+    for method in ("constrained", "penalized"):
+        differences = table.loc[table["method"] == method, "ours − paper (points)"]
+        if len(differences):
+            medians[method] = differences.abs().median()
+            spans[method] = (f"{differences.iloc[0]:+.1f} points, one cell" if len(differences) == 1 else
+                             f"{differences.min():+.1f} to {differences.max():+.1f} points over {len(differences)} cells")
+    if "penalized" not in spans:
+        return None
+    said = []
+    for method, median in medians.items():
+        verb, where = ("", "") if said else ("end ", " from the paper's density")
+        said.append(f"our {method} runs {verb}a median {median:.1f} points{where} ({spans[method]})")
+    text = f"**Transfer.** At the paper's own settings, {' and '.join(said)}."
+    if "constrained" in medians and medians["penalized"] > max(2.0, 3 * medians["constrained"]):
+        text += (" A target means about the same density on the paper's WideResNet-28-10 and on ours; the same "
+                 "λ_pen does not, so a λ_pen tuned on one model has to be searched for again on another.")
+    return text
 
 
 def first_feasible_epoch(record: dict) -> int | None:

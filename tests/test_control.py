@@ -1,5 +1,7 @@
 """paperlib.control: the control table's rows, layer densities, paper points and verdict, on records made here."""
 
+import math
+
 import pandas as pd
 import pytest
 
@@ -369,3 +371,28 @@ def test_the_control_runs_come_in_the_papers_order_of_table_13_after_the_dense_r
     assert names == ["dense-model-None-None-s0", "constrained-layer-0.2-None-s0", "constrained-layer-0.2-None-s1",
                      "constrained-layer-0.8-None-s0", "penalized-layer-None-0.1-s0", "penalized-layer-None-0.001-s0",
                      "constrained-model-0.5-None-s0", "penalized-model-None-1.0-s0"]
+
+
+def test_the_transfer_sentence_sets_our_distance_from_the_papers_density_at_its_settings_constrained_against_penalized():
+    paper = pd.DataFrame([
+        {"method": "constrained", "grouping": "model", "target": 0.2, "lmbda": None, "L0-density (%)": 20.2},
+        {"method": "constrained", "grouping": "layer", "target": 0.8, "lmbda": None, "L0-density (%)": 80.0},
+        {"method": "penalized", "grouping": "model", "target": None, "lmbda": 0.01, "L0-density (%)": 88.9},
+        {"method": "penalized", "grouping": "layer", "target": None, "lmbda": 1.0, "L0-density (%)": math.nan}])
+    constrained = [record("constrained", "model", 0.2, densities=(0.2, 0.2)),
+                   record("constrained", "layer", 0.8, densities=(0.7, 0.7))]
+    penalized = [record("penalized", "model", lmbda=0.01, densities=(0.6, 0.6)),
+                 record("penalized", "layer", lmbda=1.0, densities=(0.1, 0.1))]  # the paper's collapsed row
+    rows = control.run_rows(constrained + penalized, None)
+    table = control.transfer_rows(rows, paper)
+    assert table["ours − paper (points)"].tolist() == pytest.approx([-0.2, -10.0, -28.9])
+    text = control.transfer_in_words(rows, paper)
+    assert text == ("**Transfer.** At the paper's own settings, our constrained runs end a median 5.1 points from the "
+                    "paper's density (-10.0 to -0.2 points over 2 cells) and our penalized runs a median 28.9 points "
+                    "(-28.9 points, one cell). A target means about the same density on the paper's WideResNet-28-10 "
+                    "and on ours; the same λ_pen does not, so a λ_pen tuned on one model has to be searched for again "
+                    "on another.")
+    close = control.run_rows(constrained + [record("penalized", "model", lmbda=0.01, densities=(0.85, 0.85))], None)
+    assert control.transfer_in_words(close, paper).endswith("(-3.9 points, one cell).")  # not over 3 x 5.1: no claim
+    assert control.transfer_in_words(control.run_rows(constrained, None), paper) is None
+    assert "**Transfer.**" in control.verdict(rows, {"constrained": 2, "penalized": 2}, paper)
