@@ -147,7 +147,8 @@ class L0Layer(nn.Module):
                      for log_alpha in (self.weight_log_alpha, self.bias_log_alpha))
 
     def expected_active_params(self, probs: tuple | None = None) -> torch.Tensor:
-        """E[||theta_g||_0] = sum_j P(z_j != 0) * (parameters gated by z_j) (eq. 3).
+        """E[||theta_g||_0] = sum_j P(z_j != 0) * (parameters gated by z_j) (eq. 8); its share of the layer's
+        parameters is the L0-density of eq. 3.
 
         ``probs`` are the layer's :meth:`gate_probabilities` when the caller has them.
         """

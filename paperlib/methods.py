@@ -289,7 +289,7 @@ class _Gated(Method):
 
 
 class Constrained(_Gated):
-    """min f_obj s.t. L0-density_g <= eps_g, solved as a min-max game on the Lagrangian (eq. 2, eq. 4).
+    """min f_obj s.t. L0-density_g <= eps_g, solved as a min-max game on the Lagrangian (eq. 3, eq. 4).
 
     :meth:`step` is simultaneous gradient descent-ascent (eq. 5): a primal
     step on the Lagrangian at the current multipliers, then a dual step from

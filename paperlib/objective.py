@@ -81,7 +81,7 @@ def augmented_lagrangian_term(densities: torch.Tensor, multipliers: torch.Tensor
 
 
 class ConstrainedObjective:
-    """Lagrangian of min f_obj s.t. density_g <= eps_g (eq. 2, eq. 4).
+    """Lagrangian of min f_obj s.t. density_g <= eps_g (eq. 3, eq. 4).
 
     ``target`` is the target density eps: a scalar, or for layer-wise grouping
     a list with one entry per gated layer (e.g. [0.5, 0.3, 0.7, 0.1] for LeNet5).
