@@ -300,6 +300,101 @@ def first_feasible_epoch(record: dict) -> int | None:
     return None
 
 
+def violations(record: dict) -> pd.Series:
+    """The largest violation over a constrained run's constraints at each logged step (points above the
+    target; negative: every constraint holds with room), indexed by the step's epoch."""
+    steps = _steps(record)
+    targets = [target for _, target in constrained_densities(record, record["history"][-1])]
+    over = pd.concat([100 * (steps[f"constrained_density_{i}"] - target) for i, target in enumerate(targets)], axis=1)
+    return over.max(axis=1).set_axis(steps["epoch"])
+
+
+def settling_epoch(record: dict) -> float | None:
+    """The epoch from which every constraint stays within :data:`HIT_POINTS` above its target at every logged
+    step to the end (0.0 if it always did), or None if the last logged step violates one by more."""
+    late = violations(record)
+    over = [epoch for epoch, violation in late.items() if violation > HIT_POINTS]
+    if not over:
+        return 0.0
+    after = late.index[late.index > over[-1]]
+    return float(after[0]) if len(after) else None
+
+
+def stability_rows(runs: list[dict]) -> pd.DataFrame:
+    """Figure 3's question for seed 0's constrained runs among ``runs``: from which epoch every constraint
+    stays within a point above its target (:func:`settling_epoch`; none: the run ends violating one), as a
+    share of training; the largest violation between the first logged step at which every constraint held
+    and that epoch (the oscillation before the run settles); and the largest over the second half."""
+    rows = []
+    for run in runs:
+        m = run["metrics"]
+        if (m["method"], m["seed"]) != ("constrained", 0):
+            continue
+        late, settled = violations(run), settling_epoch(run)
+        held = late.index[late <= HIT_POINTS]
+        between = late[(late.index > held[0]) & (late.index < (settled if settled is not None else math.inf))] \
+            if len(held) else late.iloc[:0]
+        epochs = m["epochs_completed"]
+        rows.append({"run": run_link(run), "setting": _run_label(run),
+                     "first held (epoch)": float(held[0]) if len(held) else None, "settled from epoch": settled,
+                     "share of training (%)": None if settled is None else 100 * settled / epochs,
+                     "largest violation between (points)": between.max() if len(between) else None,
+                     "largest violation, 2nd half (points)": late[late.index >= epochs / 2].max()})
+    return pd.DataFrame(rows, columns=["run", "setting", "first held (epoch)", "settled from epoch",
+                                       "share of training (%)", "largest violation between (points)",
+                                       "largest violation, 2nd half (points)"])
+
+
+def plot_stability(runs: list[dict]) -> plt.Figure:
+    """Figure 3 at our protocol: the model's density in seed 0's model-wise constrained runs (left) and the
+    last gated block's in the layer-wise ones (right), against epochs, one colour per target in both panels;
+    targets dashed."""
+    constrained = [run for run in runs if (run["metrics"]["method"], run["metrics"]["seed"]) == ("constrained", 0)]
+    colours = {target: f"C{i}" for i, target in enumerate(sorted({run["metrics"]["target"] for run in constrained}))}
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), sharey=True)
+    for ax, grouping in zip(axes, ("model", "layer")):
+        chosen = [run for run in constrained if run["metrics"]["grouping"] == grouping]
+        for run in chosen:
+            steps, last, target = _steps(run), len(constraint_names(run)) - 1, run["metrics"]["target"]
+            ax.plot(steps["epoch"], 100 * steps[f"constrained_density_{last}"], color=colours[target], lw=1)
+            ax.axhline(100 * target, color=colours[target], ls="--", lw=0.8)
+        name = f"block {constraint_names(chosen[0])[-1]}, the last gated one" if grouping == "layer" and chosen else (
+            "the model" if grouping == "model" else "the last gated block")
+        ax.set(xlabel="epoch", title=f"{grouping}-wise constraints: {name}", ylim=(0, 100))
+        ax.grid(alpha=0.3)
+    axes[0].set(ylabel="expected L0-density (%)")
+    handles = [Line2D([], [], color=colour, label=target_label(target)) for target, colour in colours.items()]
+    if handles:
+        fig.legend(handles=handles, title="target (dashed)", loc="center right", fontsize=9, title_fontsize=9,
+                   frameon=False)
+    fig.tight_layout(rect=(0, 0, 0.9, 1))
+    return fig
+
+
+def stability_in_words(rows: pd.DataFrame) -> str:
+    """What :func:`stability_rows` shows: how many runs settle and how soon, how far the constraints are
+    violated between first holding and settling, and which runs end violating one."""
+    if rows.empty:
+        return no_record_line("the constrained control runs", CONTROL_GRIDS)
+    settled = rows.dropna(subset=["settled from epoch"])
+    share = count_of(len(settled), len(rows), "constrained run")
+    text = f"{share[0].upper()}{share[1:]} {'settles' if len(settled) == 1 else 'settle'}"
+    if len(settled):
+        latest = settled.loc[settled["settled from epoch"].idxmax()]
+        between = settled["largest violation between (points)"].dropna()
+        text += (f": from some epoch on, every constraint stays within {HIT_POINTS:g} point above its target to the "
+                 f"end, by epoch {latest['settled from epoch']:.1f} at the latest ({latest['share of training (%)']:.0f}% "
+                 f"of training, {latest['setting']}; median epoch {settled['settled from epoch'].median():.1f})")
+        if len(between):
+            text += (f". Between first holding and settling, constraints are violated by up to {between.max():.1f} "
+                     f"points, while the multipliers, set to zero by dual restarts, build up again")
+    text += "."
+    for _, row in rows[rows["settled from epoch"].isna()].iterrows():
+        text += (f" {row['setting'].capitalize()} ends violating a constraint by more than {HIT_POINTS:g} point "
+                 f"(largest violation in the second half {row['largest violation, 2nd half (points)']:+.2f} points).")
+    return text
+
+
 def dual_lr_rows(runs: list[dict]) -> pd.DataFrame:
     """Constrained runs that differ in their dual learning rate: how soon every constraint held, the
     largest violation at any epoch end after that, the final largest gap and the final error."""

@@ -396,3 +396,43 @@ def test_the_transfer_sentence_sets_our_distance_from_the_papers_density_at_its_
     assert control.transfer_in_words(close, paper).endswith("(-3.9 points, one cell).")  # not over 3 x 5.1: no claim
     assert control.transfer_in_words(control.run_rows(constrained, None), paper) is None
     assert "**Transfer.**" in control.verdict(rows, {"constrained": 2, "penalized": 2}, paper)
+
+
+def with_steps(run, densities_by_step, epochs=4):
+    """``run`` with a step log: one row per logged step, the constrained densities given, evenly over ``epochs``."""
+    run["steps"] = [{"epoch": str(epochs * i / (len(densities_by_step) - 1)),
+                     **{f"constrained_density_{k}": str(d) for k, d in enumerate(densities)}}
+                    for i, densities in enumerate(densities_by_step)]
+    run["metrics"]["epochs_completed"] = epochs
+    return run
+
+
+def test_a_run_settles_from_the_step_after_its_last_violation_of_more_than_a_point():
+    # model-wise 20%: falls from 90%, holds at step 2 (epoch 1), is 3 points over at epoch 2, holds from epoch 3
+    model = with_steps(record("constrained", "model", 0.2), [(0.9,), (0.5,), (0.205,), (0.23,), (0.2,), (0.199,),
+                                                             (0.2,), (0.2,), (0.2,)])
+    assert control.violations(model).tolist() == pytest.approx([70, 30, 0.5, 3, 0, -0.1, 0, 0, 0])
+    assert control.settling_epoch(model) == pytest.approx(2.0)
+    # layer-wise 20%: the second block ends 2 points over, so the run never settles
+    layer = with_steps(record("constrained", "layer", 0.2), [(0.9, 0.9), (0.2, 0.2), (0.2, 0.22)], epochs=2)
+    assert control.settling_epoch(layer) is None
+    always = with_steps(record("constrained", "model", 0.8), [(0.79,), (0.75,)], epochs=2)
+    assert control.settling_epoch(always) == 0.0
+    rows = control.stability_rows([model, layer, always, record("penalized", "model", lmbda=0.1)])
+    assert rows["setting"].tolist() == ["model-wise target 20%", "layer-wise target 20%", "model-wise target 80%"]
+    assert rows["first held (epoch)"].tolist() == pytest.approx([1.0, 1.0, 0.0])
+    assert rows["share of training (%)"].iloc[0] == pytest.approx(50.0) and pd.isna(rows["settled from epoch"].iloc[1])
+    assert rows["largest violation between (points)"].iloc[0] == pytest.approx(3.0)  # epoch 1.5, after first holding
+    assert rows["largest violation, 2nd half (points)"].tolist() == pytest.approx([0.0, 2.0, -5.0])
+    text = control.stability_in_words(rows)
+    assert text.startswith("2 of the 3 constrained runs settle: from some epoch on, every constraint stays within 1 "
+                           "point above its target to the end, by epoch 2.0 at the latest (50% of training, "
+                           "model-wise target 20%; median epoch 1.0). Between first holding and settling, constraints "
+                           "are violated by up to 3.0 points")
+    assert text.endswith("Layer-wise target 20% ends violating a constraint by more than 1 point (largest violation in "
+                         "the second half +2.00 points).")
+    fig = control.plot_stability([model, layer, always])
+    left, right = fig.axes[:2]
+    assert len(left.lines) == 4 and len(right.lines) == 2  # a density and a dashed target per run
+    assert left.lines[0].get_color() == right.lines[0].get_color()  # 20% has one colour in both panels
+    assert "block s2.0" in right.get_title()

@@ -88,3 +88,18 @@ def test_the_gates_ablation_is_in_progress_until_its_grid_is_complete_then_every
     assert claim.verdict == "partly" and claim.evidence == "2 of 2 ablation runs complete; gates lr; stop-gradient"
     checks[1] = ("stop-gradient", True)
     assert verdict.gates_ablation().verdict == "reproduced"
+
+
+def test_stable_dynamics_are_in_progress_until_the_ten_constrained_runs_then_need_every_run_to_settle(monkeypatch):
+    monkeypatch.setattr(verdict.control, "control_runs", lambda: ["a run"])
+
+    def rows(settled):
+        return pd.DataFrame({"settled from epoch": settled})
+
+    for settled, expected in (([3.0] * 9, "in progress"), ([3.0] * 10, "reproduced"),
+                              ([3.0] * 9 + [None], "partly"), ([None] * 6 + [3.0] * 4, "not reproduced")):
+        monkeypatch.setattr(verdict.control, "stability_rows", lambda runs, s=settled: rows(s))
+        claim = verdict.stable_dynamics()
+        assert claim.verdict == expected, settled
+    assert claim.evidence == "4 of the 10 constrained runs settle within 1 point above every target, by epoch 3.0 of 20 at the latest"
+    assert claim.page == "results_cifar10" and "not ResNet18" in claim.ran
