@@ -408,6 +408,50 @@ def plot_trajectories(cell: Cell, found: dict[str, dict | None]) -> plt.Figure:
     return fig
 
 
+#: A test-time model (gates at their medians) that keeps less than this share of its parameters (%) has collapsed.
+COLLAPSED_PARAMS_PCT = 1.0
+
+
+def collapsed_epochs(run: dict) -> int:
+    """The training epochs at whose end the run's test-time model kept less than :data:`COLLAPSED_PARAMS_PCT` of its
+    parameters (computed from the gates alone)."""
+    return sum(kept < COLLAPSED_PARAMS_PCT for kept in _train_epochs(run, "params_pct"))
+
+
+def collapse_table(cells: dict[Cell, dict[str, dict | None]]) -> pd.DataFrame:
+    """One row per cell: each dual optimiser's :func:`collapsed_epochs` (empty where it has no record)."""
+    rows = [{"cell": cell.label, **{label: collapsed_epochs(found[name]) if found.get(name) else None
+                                    for name, label in OPTIMIZERS.items()}} for cell, found in cells.items()]
+    table = pd.DataFrame(rows, columns=["cell", *OPTIMIZERS.values()])
+    return table.astype({label: "Int64" for label in OPTIMIZERS.values()})
+
+
+def collapse_in_words(cells: dict[Cell, dict[str, dict | None]]) -> str:
+    """Which optimisers pass through a collapsed test-time model (:func:`collapsed_epochs`), in how many cells and
+    for how many epochs, with the highest test error their runs had; and which never do."""
+    lines, never = [], []
+    for name, label in OPTIMIZERS.items():
+        runs = [found[name] for found in cells.values() if found.get(name)]
+        counts = [collapsed_epochs(run) for run in runs]
+        if not runs:
+            continue
+        if not any(counts):
+            never.append(label)
+            continue
+        low, high = min(c for c in counts if c), max(counts)
+        worst = max(max(_train_epochs(run, "val_error")[1:], default=0.0) for run in runs)
+        epochs = max(run["metrics"]["epochs_completed"] for run in runs)
+        lines.append(f"With {label}, the test-time model collapses (keeps less than {COLLAPSED_PARAMS_PCT:g}% of the "
+                     f"parameters; test error up to {worst:.1f}%) in {count_of(sum(c > 0 for c in counts), len(runs), 'cell')} "
+                     f"with a record, for {low}{f' to {high}' if high > low else ''} of its {epochs} epochs, before "
+                     f"its gates reopen.")
+    if never and lines and len(never) + len(lines) == len(OPTIMIZERS):
+        lines.append("With no other optimiser does it collapse.")
+    elif never:
+        lines.append(f"With {in_words(never)}, the test-time model never collapses.")
+    return " ".join(lines)
+
+
 def missing_lines(cells: dict[Cell, dict[str, dict | None]], kp: float | None) -> list[str]:
     """A page line for each optimiser with cells not yet run, with the command that makes them (nuPI's wait for
     its gain: :meth:`Comparison.gain_section` names the runs that choose it)."""

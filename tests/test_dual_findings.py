@@ -196,3 +196,26 @@ def test_the_lenet5_rows_name_the_chosen_optimiser_and_judge_each_row_against_th
                                 lenet5_cells)
     assert "set `dual_optimizer: augmented_lagrangian` in grids/dual_optimizers_lenet5_paper.yaml" in \
         other.lenet5_section()[0]
+
+
+def test_collapsed_epochs_count_test_time_models_under_one_percent_of_the_parameters_and_say_who_collapses():
+    def kept(run, shares, errors):
+        final = run["history"][-1]
+        run["history"] = [{"epoch": str(e), "phase": "train", "params_pct": str(p), "val_error": str(v)}
+                          for e, (p, v) in enumerate(zip(shares, errors))]
+        run["history"] += [{"epoch": "1", "phase": "val", "params_pct": "0.0"}, final | {"params_pct": "30.0"}]
+        run["metrics"]["epochs_completed"] = len(shares)
+        return run
+
+    nupi = kept(record(optimizer="nupi", kp=1e7), [100.0, 0.4, 0.9, 1.0, 35.0], [89.0, 90.3, 90.3, 20.0, 2.0])
+    paper = kept(record(), [100.0, 60.0, 40.0, 35.0, 33.0], [89.0, 5.0, 3.0, 2.0, 1.5])
+    cells = {findings.CELLS[0]: {"paper": paper, "gradient_ascent": None, "nupi": nupi, "augmented_lagrangian": None},
+             findings.CELLS[1]: {"paper": None, "gradient_ascent": None, "nupi": None, "augmented_lagrangian": None}}
+    assert findings.collapsed_epochs(nupi) == 2 and findings.collapsed_epochs(paper) == 0  # 1.0% is not under 1%
+    table = findings.collapse_table(cells)
+    assert table.iloc[0][["gradient ascent, dual restarts (paper)", "nuPI"]].tolist() == [0, 2]
+    assert pd.isna(table.iloc[0]["gradient ascent"]) and table["cell"].tolist() == [c.label for c in findings.CELLS[:2]]
+    assert findings.collapse_in_words(cells) == (
+        "With nuPI, the test-time model collapses (keeps less than 1% of the parameters; test error up to 90.3%) in "
+        "the one cell with a record, for 2 of its 5 epochs, before its gates reopen. With gradient ascent, dual "
+        "restarts (paper), the test-time model never collapses.")  # the other two have no record here
