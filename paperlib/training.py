@@ -60,6 +60,30 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+#: This process's scheduling group under Linux's autogroup scheduling (one group per session).
+AUTOGROUP = Path("/proc/self/autogroup")
+
+
+def keep_nice_in_own_session() -> None:
+    """Give this process's autogroup the process's own nice value, so that ``nice`` on a sweep lowers its runs'
+    share of the CPU.
+
+    Papermill starts each run's kernel in a session of its own, and under autogroup scheduling (the default
+    of most Linux distributions) sessions share the CPU equally whatever their processes' nice values: a
+    sweep started with ``nice`` would otherwise take as much CPU as any other. Measured here, two CIFAR-10
+    runs at nice 5 beside an MNIST run at 10 and another at 12 went from 1.4 to 2.1 steps a second. Only a
+    process that leads its own session (as a papermill kernel does) changes its group: a run started from a
+    terminal shares the terminal's group, whose other processes keep their share. Where there is no
+    autogroup file (not Linux, autogroup off), nothing changes.
+    """
+    if os.getsid(0) != os.getpid():
+        return
+    try:
+        AUTOGROUP.write_text(str(os.nice(0)))
+    except OSError:  # no such file, or not ours to write: the process keeps the scheduling it has
+        pass
+
+
 def device_name(device: torch.device) -> str:
     """The GPU's name, or the CPU's model with the vector instructions torch's kernels use.
 
@@ -146,6 +170,7 @@ class Runner:
             raise ValueError(f"autocast_bf16 needs CUDA; this run would train on {self.device} (CPU runs are float32)")
         if self.device.type == "cpu":
             torch.set_num_threads(config.threads)
+            keep_nice_in_own_session()
         torch.manual_seed(config.seed)
         self.data = load_dataset(config.dataset, subset=SMOKE_EXAMPLES if config.smoke else None)
         self.method = build_method(config)

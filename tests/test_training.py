@@ -269,3 +269,20 @@ def test_the_steps_log_holds_20_rows_an_epoch_and_at_most_about_1000_a_run():
         expected = min(20 * epochs, training.STEPS_LOG_ROWS)
         assert 0.9 * expected <= rows <= 1.25 * expected, (steps, epochs, rows)
     assert training.steps_log_interval(3, 1) == 1  # an epoch of fewer than 20 steps logs every step
+
+
+def test_a_run_gives_its_session_its_own_nice_value_where_linux_groups_sessions(tmp_path, monkeypatch):
+    autogroup = tmp_path / "autogroup"
+    autogroup.write_text("/autogroup-26 nice 0\n")
+    monkeypatch.setattr(training, "AUTOGROUP", autogroup)
+    monkeypatch.setattr(training.os, "nice", lambda increment: 7)
+    monkeypatch.setattr(training.os, "getsid", lambda pid: 4242)
+    monkeypatch.setattr(training.os, "getpid", lambda: 1000)  # a run in a terminal's session: its group is shared
+    training.keep_nice_in_own_session()
+    assert autogroup.read_text() == "/autogroup-26 nice 0\n"
+    monkeypatch.setattr(training.os, "getpid", lambda: 4242)  # a kernel leads its own session
+    training.keep_nice_in_own_session()
+    assert autogroup.read_text() == "7"
+    monkeypatch.setattr(training, "AUTOGROUP", tmp_path / "no-proc" / "autogroup")  # not Linux: nothing to write
+    training.keep_nice_in_own_session()
+    assert not (tmp_path / "no-proc").exists()
