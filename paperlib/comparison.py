@@ -518,16 +518,35 @@ def distance_to_target(grid_files: list[str | Path]) -> pd.DataFrame:
                                        "largest gap (points)", "within 1 point"])
 
 
+def _labelled(command: str) -> str:
+    """One alternative of :func:`_command` for a page: the command in code, with the protocol its grid runs."""
+    import yaml
+
+    label, _, command = command.rpartition(": ") if command.startswith("at the paper") else ("", "", command)
+    if not label and command.startswith("python -m paperlib.sweeps "):
+        grid = records.project_root() / command.split()[-1]
+        preset = (yaml.safe_load(grid.read_text()).get("base") or {}).get("preset") if grid.exists() else None
+        label = {"cpu": "at the CPU protocol", "paper": "at the paper's protocol"}.get(preset, "")
+    return f"`{command}`" + (f" ({label})" if label else "")
+
+
 def missing_commands(table: pd.DataFrame) -> str:
     """Markdown for the rows of a :func:`compare` table without a record: each command once, with the
-    rows it produces (empty when every row has a record)."""
+    rows it produces (empty when every row has a record); where a row can be made at either protocol, both
+    commands, each with its protocol."""
     rows_by_command: dict[str, list[str]] = {}
     for row, command in table.attrs["missing"].items():
         rows_by_command.setdefault(command, []).append(row)
     if not rows_by_command:
         return ""
-    lines = [f"- `{command}`: {len(rows)} row{'s' if len(rows) > 1 else ''} ({'; '.join(rows)})"
-             for command, rows in rows_by_command.items()]
+    lines = []
+    for command, rows in rows_by_command.items():
+        listed = f"{len(rows)} row{'s' if len(rows) > 1 else ''} ({'; '.join(rows)})"
+        alternatives = command.split(" ; ")
+        if len(alternatives) == 1:
+            lines.append(f"- `{command}`: {listed}")
+        else:
+            lines.append(f"- {listed}: {' or '.join(_labelled(part) for part in alternatives)}")
     return "Rows without a complete record, and the command that produces them:\n\n" + "\n".join(lines)
 
 

@@ -309,3 +309,17 @@ def test_beside_gives_the_compacted_table_and_the_commands_of_its_missing_rows_u
     assert shown.data["row"].tolist() == ["constrained, model-wise 20%"]
     assert "`python -m paperlib.sweeps grids/x.yaml`: 1 row" in commands
     assert comparison.beside("tab:mlp_control", commands=False)[1] is None
+
+
+def test_missing_commands_give_each_alternative_with_the_protocol_its_grid_runs():
+    table = pd.DataFrame({"row": [1]})
+    table.attrs["missing"] = {
+        "WideResNet-28-10 penalized model λ_pen 1": "python -m paperlib.sweeps grids/cifar10_control.yaml ; "
+                                                    "python -m paperlib.sweeps grids/cifar10_control_paper.yaml",
+        "MLP dense": "python -m paperlib.sweeps grids/unstructured_mnist.yaml ; at the paper's protocol: "
+                     "papermill book/unstructured.ipynb out.ipynb -p method dense"}
+    lines = comparison.missing_commands(table).splitlines()[2:]
+    assert lines[0] == ("- 1 row (WideResNet-28-10 penalized model λ_pen 1): `python -m paperlib.sweeps "
+                        "grids/cifar10_control.yaml` (at the CPU protocol) or `python -m paperlib.sweeps "
+                        "grids/cifar10_control_paper.yaml` (at the paper's protocol)")
+    assert lines[1].endswith("or `papermill book/unstructured.ipynb out.ipynb -p method dense` (at the paper's protocol)")
