@@ -324,18 +324,25 @@ def free_at_gates_lrs_in_words(above: float = 0.8) -> str:
 def under_cause_rows(runs: list[dict], tests: list[dict], target: float = 0.8) -> pd.DataFrame:
     """Seed 0's constrained runs at ``target`` among ``runs`` (the gates' learning rate of 6) beside the same
     constraints at 0.1 (``tests``, :data:`UNDER_CAUSE_GRID`): :func:`run_rows` with the gates' learning rate,
+    how far the lowest constraint ends under its target (0 if none is under), and the largest final multiplier;
     costs against the dense run among ``runs``."""
     at_target = [run for run in runs if (run["metrics"]["method"], run["metrics"]["target"], run["metrics"]["seed"])
                  == ("constrained", target, 0)]
     compared = sorted(at_target, key=lambda run: run["metrics"]["grouping"]) + tests
     rows = run_rows(compared, dense_run(runs))
     rows.insert(4, "gates' lr", [run["params"].get("gates_lr", 6.0) for run in compared])
+    rows.insert(rows.columns.get_loc("over target (points)"), "under target (points)",
+                [min(0.0, *final_gaps(run)) for run in compared])
+    rows.insert(rows.columns.get_loc("over target (points)") + 1, "final λ",
+                [max(run["metrics"]["multipliers_final"]) for run in compared])
     return rows.drop(columns=["method", "target", "lmbda", "seed", "epochs"])
 
 
 def under_cause_in_words(rows: pd.DataFrame, target: float = 0.8) -> str:
     """What :func:`under_cause_rows` shows: for each grouping, the largest final gap at each gates' learning
-    rate, and whether every run at 0.1 ends within :data:`HIT_POINTS` of its target."""
+    rate; then whether any constraint still ends more than :data:`HIT_POINTS` under its target at 0.1 (the
+    rate is then not the whole cause), and if none does, whether each ends within that of its target or above
+    it with its multiplier still pushing (gates too slow to arrive in the budget)."""
     lines = []
     for grouping, group in rows.groupby("grouping", sort=False):
         gaps = [f"{gap:+.2f} points at the gates' learning rate of {lr:g} (final error {error:.2f}%)"
@@ -343,14 +350,24 @@ def under_cause_in_words(rows: pd.DataFrame, target: float = 0.8) -> str:
                                           group["val. error final (%)"])]
         lines.append(f"{grouping.capitalize()}-wise, the largest final gap is {' and '.join(gaps)}.")
     slow = rows[rows["gates' lr"] == 0.1]
-    missed = int((~slow["hit"].astype(bool)).sum())
-    if missed == 0:
-        lines.append(f"At 0.1 every constraint ends within {HIT_POINTS:g} point of its {100 * target:g}% target "
-                     f"in one run: at our protocol, runs end under {100 * target:g}% because the gates' learning "
-                     f"rate of 6 closes gates on the loss alone, not because the constraint fails.")
+    under = slow[slow["under target (points)"] < -HIT_POINTS]
+    over = slow[slow["over target (points)"] > HIT_POINTS]
+    if len(under):
+        lines.append(f"At 0.1, {count_of(len(under), len(slow), 'run')} still {'ends' if len(under) == 1 else 'end'} "
+                     f"more than {HIT_POINTS:g} point under a target: the gates' learning rate is not the whole cause.")
+        return " ".join(lines)
+    lines.append(f"At 0.1 no {100 * target:g}% constraint ends more than {HIT_POINTS:g} point under its target: at our "
+                 f"protocol, runs end under {100 * target:g}% because the gates' learning rate of 6 closes gates on "
+                 f"the loss alone, not because the constraint fails.")
+    if len(over):
+        share = count_of(len(over), len(slow), "run")
+        above = ", ".join(f"{gap:+.2f} points, λ {lam:.2f}" for gap, lam in zip(over["over target (points)"],
+                                                                               over["final λ"]))
+        lines.append(f"{share[0].upper()}{share[1:]} {'ends' if len(over) == 1 else 'end'} above the target instead "
+                     f"({above}), its multiplier still positive at the end: at 0.1 the constraint binds to the end, as "
+                     f"in the paper, and the slower gates leave the density just above it.")
     else:
-        lines.append(f"At 0.1, {count_of(missed, len(slow), 'run')} still {'misses' if missed == 1 else 'miss'} "
-                     f"a target by more than {HIT_POINTS:g} point: the gates' learning rate is not the whole cause.")
+        lines.append("Every constraint ends within a point of its target, in one run.")
     return " ".join(lines)
 
 
