@@ -29,7 +29,7 @@ from .control import (ABLATION_GRID, CONTROL_GRIDS, HIT_POINTS, constraint_names
                       final_gaps, run_label, run_link, run_rows, short_layer_name, step_log)
 from .models import gate_counts
 from .paper_results import paper_cell
-from .report import complete_records, count_of, no_record_line, show
+from .report import complete_records, count_of, in_words, no_record_line, show
 
 #: The cause test of layer-wise 20%: the gates' learning rate decayed with the weights'.
 CAUSE_GRID, = studies.grids("cifar10_layer_cause")
@@ -409,6 +409,8 @@ def under_cause_section(runs: list[dict]) -> list:
     if not tests:
         return [no_record_line("the 80% constraints at the gates' learning rate of 0.1", [UNDER_CAUSE_GRID])]
     rows = under_cause_rows(runs, tests)
-    missing = (no_record_line("both 80% constraints at the gates' learning rate of 0.1", [UNDER_CAUSE_GRID])
-               if len(tests) < 2 else None)
+    tested = {run["metrics"]["grouping"] for run in tests}
+    untested = [grouping for grouping in ("model", "layer") if grouping not in tested]
+    missing = (no_record_line(f"the {in_words(f'{g}-wise' for g in untested)} 80% constraint at the gates' learning "
+                              f"rate of 0.1", [UNDER_CAUSE_GRID]) if untested else None)
     return [show(rows), under_cause_in_words(rows), missing]
