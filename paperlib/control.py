@@ -227,7 +227,11 @@ def verdict(rows: pd.DataFrame, expected: dict[str, int], paper: pd.DataFrame | 
                      f"{worst['over target (points)']:+.2f} points, {worst['grouping']}-wise {worst['setting']}).")
         sentences.append(text)
     penalized = rows[rows["method"] == "penalized"]
-    if len(penalized):
+    if len(penalized) == 1:
+        only = penalized.iloc[0]
+        sentences.append(f"**Penalty.** The one penalized run so far, {only['grouping']}-wise "
+                         f"λ_pen {only['lmbda']:g}, ended at {only['L0-density (%)']:.1f}% density.")
+    elif len(penalized):
         lowest, highest = penalized.loc[penalized["lmbda"].idxmin()], penalized.loc[penalized["lmbda"].idxmax()]
         sentences.append(
             f"**Penalty.** The {len(penalized)} penalized runs ended between "
@@ -251,6 +255,10 @@ def verdict(rows: pd.DataFrame, expected: dict[str, int], paper: pd.DataFrame | 
     return " ".join(sentences) if sentences else "No run of this table has a complete record yet."
 
 
+#: The fewest penalized cells on which :func:`transfer_in_words` says whether a λ_pen carries over.
+TRANSFER_CELLS = 3
+
+
 def transfer_rows(rows: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
     """Each of our runs in :func:`run_rows` at a setting the paper also ran (method, grouping, and target or
     λ_pen), with both final densities and ours minus the paper's; the paper's collapsed rows are left out."""
@@ -270,8 +278,8 @@ def transfer_in_words(rows: pd.DataFrame, paper: pd.DataFrame) -> str | None:
     """Whether a setting means the same density on the paper's model and on ours: how far our constrained
     runs end from the paper's density at the same target, and our penalized runs at the same λ_pen
     (:func:`transfer_rows`; the median distance, and the range); None before a penalized run has a record.
-    A target is said to carry over and a λ_pen not when the penalized median is over 2 points and over
-    three times the constrained one."""
+    A target is said to carry over and a λ_pen not when at least :data:`TRANSFER_CELLS` penalized cells have a
+    record and their median is over 2 points and over three times the constrained one."""
     table = transfer_rows(rows, paper)
     medians, spans = {}, {}
     for method in ("constrained", "penalized"):
@@ -287,7 +295,9 @@ def transfer_in_words(rows: pd.DataFrame, paper: pd.DataFrame) -> str | None:
         verb, where = ("", "") if said else ("end ", " from the paper's density")
         said.append(f"our {method} runs {verb}a median {median:.1f} points{where} ({spans[method]})")
     text = f"**Transfer.** At the paper's own settings, {' and '.join(said)}."
-    if "constrained" in medians and medians["penalized"] > max(2.0, 3 * medians["constrained"]):
+    penalized = int((table["method"] == "penalized").sum())
+    carries = "constrained" in medians and medians["penalized"] > max(2.0, 3 * medians["constrained"])
+    if carries and penalized >= TRANSFER_CELLS:
         text += (" A target means about the same density on the paper's WideResNet-28-10 and on ours; the same "
                  "λ_pen does not, so a λ_pen tuned on one model has to be searched for again on another.")
     return text

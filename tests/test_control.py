@@ -193,24 +193,32 @@ def test_the_transfer_sentence_sets_our_distance_from_the_papers_density_at_its_
         {"method": "constrained", "grouping": "model", "target": 0.2, "lmbda": None, "L0-density (%)": 20.2},
         {"method": "constrained", "grouping": "layer", "target": 0.8, "lmbda": None, "L0-density (%)": 80.0},
         {"method": "penalized", "grouping": "model", "target": None, "lmbda": 0.01, "L0-density (%)": 88.9},
+        {"method": "penalized", "grouping": "model", "target": None, "lmbda": 0.1, "L0-density (%)": 48.1},
+        {"method": "penalized", "grouping": "model", "target": None, "lmbda": 1.0, "L0-density (%)": 14.1},
         {"method": "penalized", "grouping": "layer", "target": None, "lmbda": 1.0, "L0-density (%)": math.nan}])
     constrained = [record("constrained", "model", 0.2, densities=(0.2, 0.2)),
                    record("constrained", "layer", 0.8, densities=(0.7, 0.7))]
     penalized = [record("penalized", "model", lmbda=0.01, densities=(0.6, 0.6)),
+                 record("penalized", "model", lmbda=0.1, densities=(0.3, 0.3)),
+                 record("penalized", "model", lmbda=1.0, densities=(0.05, 0.05)),
                  record("penalized", "layer", lmbda=1.0, densities=(0.1, 0.1))]  # the paper's collapsed row
     rows = control.run_rows(constrained + penalized, None)
     table = control.transfer_rows(rows, paper)
-    assert table["ours − paper (points)"].tolist() == pytest.approx([-0.2, -10.0, -28.9])
+    assert table["ours − paper (points)"].tolist() == pytest.approx([-0.2, -10.0, -28.9, -18.1, -9.1])
     text = control.transfer_in_words(rows, paper)
     assert text == ("**Transfer.** At the paper's own settings, our constrained runs end a median 5.1 points from the "
-                    "paper's density (-10.0 to -0.2 points over 2 cells) and our penalized runs a median 28.9 points "
-                    "(-28.9 points, one cell). A target means about the same density on the paper's WideResNet-28-10 "
-                    "and on ours; the same λ_pen does not, so a λ_pen tuned on one model has to be searched for again "
-                    "on another.")
-    close = control.run_rows(constrained + [record("penalized", "model", lmbda=0.01, densities=(0.85, 0.85))], None)
-    assert control.transfer_in_words(close, paper).endswith("(-3.9 points, one cell).")  # not over 3 x 5.1: no claim
+                    "paper's density (-10.0 to -0.2 points over 2 cells) and our penalized runs a median 18.1 points "
+                    "(-28.9 to -9.1 points over 3 cells). A target means about the same density on the paper's "
+                    "WideResNet-28-10 and on ours; the same λ_pen does not, so a λ_pen tuned on one model has to be "
+                    "searched for again on another.")
+    one = control.run_rows(constrained + penalized[:1], None)  # one penalized cell says nothing yet
+    assert control.transfer_in_words(one, paper).endswith("our penalized runs a median 28.9 points (-28.9 points, one cell).")
+    close = control.run_rows(constrained + [record("penalized", "model", lmbda=lmbda, densities=(d, d))
+                                            for lmbda, d in ((0.01, 0.85), (0.1, 0.45), (1.0, 0.12))], None)
+    assert control.transfer_in_words(close, paper).endswith("over 3 cells).")  # not over 3 x 5.1: no claim
     assert control.transfer_in_words(control.run_rows(constrained, None), paper) is None
-    assert "**Transfer.**" in control.verdict(rows, {"constrained": 2, "penalized": 2}, paper)
+    assert "**Transfer.**" in control.verdict(rows, {"constrained": 2, "penalized": 4}, paper)
+    assert "The one penalized run so far, model-wise λ_pen 0.01, ended at 60.0% density." in control.verdict(one, {})
 
 
 def with_steps(run, densities_by_step, epochs=4):
