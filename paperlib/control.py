@@ -389,8 +389,8 @@ def stability_in_words(rows: pd.DataFrame) -> str:
     if rows.empty:
         return no_record_line("the constrained control runs", CONTROL_GRIDS)
     settled = rows.dropna(subset=["settled from epoch"])
-    share = count_of(len(settled), len(rows), "constrained run")
-    text = f"{share[0].upper()}{share[1:]} {'settles' if len(settled) == 1 else 'settle'}"
+    share = count_of(len(settled), len(rows), "constrained run").capitalize()
+    text = f"{share} {'settles' if len(settled) == 1 else 'settle'}"
     if len(settled):
         latest = settled.loc[settled["settled from epoch"].idxmax()]
         between = settled["largest violation between (points)"].dropna()

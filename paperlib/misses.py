@@ -360,10 +360,10 @@ def under_cause_in_words(rows: pd.DataFrame, target: float = 0.8) -> str:
                  f"protocol, runs end under {100 * target:g}% because the gates' learning rate of 6 closes gates on "
                  f"the loss alone, not because the constraint fails.")
     if len(over):
-        share = count_of(len(over), len(slow), "run")
+        share = count_of(len(over), len(slow), "run").capitalize()
         above = ", ".join(f"{gap:+.2f} points, λ {lam:.2f}" for gap, lam in zip(over["over target (points)"],
                                                                                over["final λ"]))
-        lines.append(f"{share[0].upper()}{share[1:]} {'ends' if len(over) == 1 else 'end'} above the target instead "
+        lines.append(f"{share} {'ends' if len(over) == 1 else 'end'} above the target instead "
                      f"({above}), its multiplier still positive at the end: at 0.1 the constraint binds to the end, as "
                      f"in the paper, and the slower gates leave the density just above it.")
     else:
