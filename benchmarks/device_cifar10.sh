@@ -13,6 +13,7 @@ data=$1 commands=$2 budget=$3
 left() { echo $(( budget - ($(date +%s) - start) )); }
 export PYTHONUNBUFFERED=1 PAPERLIB_DATA=/tmp/data PAPERLIB_RUNS=/tmp/runs PAPERLIB_CHECKPOINTS=/tmp/checkpoints
 export PAPERLIB_GIT_COMMIT=$4
+export TORCHINDUCTOR_COMPILE_THREADS=1  # 16 runs compile at once: no pool of compile workers each
 logs=/tmp/logs; mkdir -p $PAPERLIB_DATA $PAPERLIB_RUNS $logs
 tar -xJf "$data" -C $PAPERLIB_DATA
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nproc
