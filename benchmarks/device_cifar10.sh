@@ -2,14 +2,14 @@
 # One call on a lent GPU machine (the device tool; README, "On a machine without Jupyter"): the GPU step
 # timings of paperlib.benchmark, eager and compiled gate pass, then CIFAR-10 runs of the CPU protocol
 # from a commands file, several sharing the GPU (benchmarks/device_queue.py), until a deadline.
-#   bash benchmarks/device_cifar10.sh DATA.tar.xz COMMANDS.txt SECONDS GIT_COMMIT
+#   bash benchmarks/device_cifar10.sh DATA.tar.xz COMMANDS.txt SECONDS GIT_COMMIT [BENCHMARK_SECONDS]
 # DATA.tar.xz holds cifar10-jpeg/ (the shared JPEG tree, packed here with `tar -cJf`); SECONDS is the
 # whole script's budget; GIT_COMMIT the commit of the tree that travelled. Complete records come back
 # in $OUT/records.tar.gz (copy them into runs/ and run the same sweep here to add their notebooks),
 # the benchmark's and every run's output in $OUT/logs.tar.gz.
 set -u
 start=$(date +%s)
-data=$1 commands=$2 budget=$3
+data=$1 commands=$2 budget=$3 bench=${5:-45}  # 0: no benchmark
 left() { echo $(( budget - ($(date +%s) - start) )); }
 export PYTHONUNBUFFERED=1 PAPERLIB_DATA=/tmp/data PAPERLIB_RUNS=/tmp/runs PAPERLIB_CHECKPOINTS=/tmp/checkpoints
 export PAPERLIB_GIT_COMMIT=$4
@@ -29,7 +29,8 @@ for name, split in (('train', pair.train), ('test', pair.val)):
 } 2>&1 | tee $logs/setup.log
 # the step timings first, on an idle GPU (bounded, so that the runs keep their time)
 for gates in never always; do
-  timeout 45 python3 -m paperlib.benchmark --models resnet18 mlp --device cuda --repeats 3 --steps 10 \
+  [ "$bench" -gt 0 ] || break
+  timeout $bench python3 -m paperlib.benchmark --models resnet18 mlp --device cuda --repeats 3 --steps 10 \
     --compile-gates $gates 2>&1 | tee -a $logs/benchmark.log
 done
 # several processes' small kernels can run side by side under MPS; without it the GPU time-slices them
