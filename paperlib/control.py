@@ -62,7 +62,12 @@ def setting(metrics: dict) -> str:
 #: The columns of :func:`run_rows`.
 RUN_COLUMNS = ["run", "method", "grouping", "setting", "target", "lmbda", "seed", "L0-density (%)",
                "largest gap (points)", "hit", "over target (points)", "params (%)", "MACs (%)",
-               "val. error final (%)", "cost (points)", "epochs"]
+               "val. error final (%)", "cost (points)", "epochs", "ran on"]
+
+
+def ran_on(metrics: dict) -> str:
+    """Where a run trained: ``GPU`` for a CUDA device, else ``CPU`` (records without a device are CPU runs)."""
+    return "GPU" if str(metrics.get("device", "cpu")).startswith("cuda") else "CPU"
 
 
 def run_rows(runs: list[dict], dense: dict | None) -> pd.DataFrame:
@@ -70,7 +75,7 @@ def run_rows(runs: list[dict], dense: dict | None) -> pd.DataFrame:
 
     ``largest gap``, ``hit`` and ``over target`` (the largest final gap above a target, 0 if none) are for
     constrained runs (:func:`largest_gap`, :data:`HIT_POINTS`); ``cost`` is the run's final error minus the
-    ``dense`` run's (None without one).
+    ``dense`` run's (None without one); ``ran on`` is :func:`ran_on`.
     """
     dense_error = dense["metrics"]["val_error_final"] if dense else None
     rows = []
@@ -87,7 +92,7 @@ def run_rows(runs: list[dict], dense: dict | None) -> pd.DataFrame:
             "params (%)": m["params_pct"], "MACs (%)": m["macs_pct"],
             "val. error final (%)": m["val_error_final"],
             "cost (points)": None if dense_error is None else m["val_error_final"] - dense_error,
-            "epochs": m["epochs_completed"],
+            "epochs": m["epochs_completed"], "ran on": ran_on(m),
         })
     return pd.DataFrame(rows, columns=RUN_COLUMNS)
 
@@ -477,7 +482,7 @@ def epoch_minutes(runs: list[dict]) -> pd.Series:
 
 #: The columns of the control table the page shows.
 TABLE_COLUMNS = ["run", "grouping", "setting", "L0-density (%)", "largest gap (points)", "hit", "params (%)",
-                 "MACs (%)", "val. error final (%)", "cost (points)"]
+                 "MACs (%)", "val. error final (%)", "cost (points)", "ran on"]
 
 #: The grids of the CIFAR-10 control table at the CPU protocol, and how many runs of each kind seed 0 has.
 CONTROL_GRIDS = studies.grids("tab:cifar10_control", preset="cpu")

@@ -25,6 +25,13 @@ def test_run_rows_mark_hits_within_one_point_and_costs_against_the_dense_run():
     assert rows["setting"].tolist() == ["target 20%", "target 50%", "λ_pen 0.01", "dense"]
     assert rows["L0-density (%)"].iloc[3] == 100.0  # a dense model keeps every group
     assert control.run_rows(runs, None)["cost (points)"].isna().all()
+    assert rows["ran on"].tolist() == ["CPU"] * 4  # the fake records name no device: CPU runs
+
+
+def test_run_rows_say_which_runs_trained_on_a_gpu():
+    cpu, gpu = record("constrained", "model", 0.5), record("constrained", "model", 0.5, seed=1)
+    cpu["metrics"]["device"], gpu["metrics"]["device"] = "cpu", "cuda:0"
+    assert control.run_rows([cpu, gpu], None)["ran on"].tolist() == ["CPU", "GPU"]
 
 
 def test_layer_rows_give_each_gated_block_a_short_column():
