@@ -497,7 +497,8 @@ def run_experiment(progress: bool = True, **params) -> dict:
         record = records.load_record(run_dir)
         check_record_matches(record["params"], config)
         if progress and distributed.current().is_main:
-            print(f"complete record found in {run_dir}; not training (pass rerun=True to train again)")
+            shown = run_dir.relative_to(records.runs_dir().parent)  # no machine path in an executed notebook
+            print(f"complete record found in {shown}; not training (pass rerun=True to train again)")
         return record
     if complete and distributed.current().is_main:
         records.checkpoint_path(config).unlink(missing_ok=True)

@@ -197,6 +197,13 @@ def test_a_complete_record_is_returned_before_any_data_is_loaded(workspace, monk
     assert training.run_experiment(progress=False, **RUN)["metrics"] == first["metrics"]
 
 
+def test_a_complete_record_is_named_without_a_machine_path(workspace, capsys):
+    training.run_experiment(progress=False, **RUN)
+    training.run_experiment(progress=True, **RUN)
+    said = capsys.readouterr().out
+    assert "complete record found in runs/unit/" in said and str(workspace) not in said
+
+
 def test_bad_input_leaves_no_record(workspace):
     with pytest.raises(ValueError, match="target"):
         training.run_experiment(progress=False, **{**RUN, "target": 1.5})
