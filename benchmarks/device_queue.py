@@ -10,7 +10,8 @@ paperlib.sweeps --commands`` prints them in the grids' order: put the runs that
 matter most first), at most ``--workers`` at a time. Runs sharing a GPU progress
 together, so too many of them would all be cut at the deadline: every few seconds
 the queue reads each run's progress from its log (the runner's per-epoch line and
-its progress bar), takes the summed pace as the GPU's throughput, and keeps only as
+its progress bar), takes the best summed pace over 40 s as the GPU's throughput
+(``tests/test_device_queue.py``), and keeps only as
 many runs, the first in the file's order, as that throughput finishes before the
 deadline; the others are stopped, and a queued run starts only if it too would
 finish. At the deadline the runs still going are stopped; their records stay
