@@ -58,11 +58,14 @@ def stop(process: subprocess.Popen) -> None:
             continue
 
 
-def runs_that_finish(fractions: list[float], throughput: float, seconds_left: float) -> int:
+def runs_that_finish(fractions: list[float], throughput: float, seconds_left: float,
+                     fastest: float = float("inf")) -> int:
     """How many of the runs (in priority order, with these fractions done) end in time if they share
-    ``throughput`` (runs' worth of progress per second, split evenly among the runs kept)."""
+    ``throughput`` (runs' worth of progress per second, split evenly among the runs kept), none of them
+    faster than ``fastest``, the highest pace one run has been seen to keep (a run alone is held back by
+    its own process, not by the GPU)."""
     for kept in range(len(fractions), 0, -1):
-        if max(1.0 - f for f in fractions[:kept]) * kept / throughput <= seconds_left:
+        if max(1.0 - f for f in fractions[:kept]) / min(throughput / kept, fastest) <= seconds_left:
             return kept
     return 0
 
@@ -86,6 +89,7 @@ def main() -> int:
     running: dict[int, tuple[subprocess.Popen, float, str]] = {}
     seen: dict[int, list[tuple[float, float]]] = {}  # run -> (time, fraction done) readings
     best = 0.0  # the highest summed pace measured so far: the GPU's throughput
+    fastest = 0.0  # the highest pace of one run measured so far
     ended = 0
 
     def say(text: str) -> None:
@@ -120,8 +124,11 @@ def main() -> int:
         paced = bool(order) and len(paces) == len(order)
         if paced:
             best = max(best, sum(paces.values()))
+            fastest = max(fastest, *paces.values())
         if paced and best > 0:
-            kept = runs_that_finish([fractions[n] for n in order], best, deadline - now - 15)
+            # stopping runs speeds the others up only if the GPU is what holds them back: assume so here
+            # (stop as few as possible), and never stop the first
+            kept = max(1, runs_that_finish([fractions[n] for n in order], best, deadline - now - 15))
             for n in order[kept:]:
                 say(f"run {n} stopped ({fractions[n]:.0%} done): the {len(order)} runs would not all end in time")
                 stop(running.pop(n)[0])
@@ -129,7 +136,8 @@ def main() -> int:
         while queue and len(running) < args.workers:
             if best > 0:
                 would = [fractions.get(n, 0.0) for n in order] + [0.0]
-                if runs_that_finish(would, best, deadline - now - args.startup - 15) < len(would):
+                # a queued run starts only if it ends in time even if it goes no faster than one run has gone
+                if runs_that_finish(would, best, deadline - now - args.startup - 15, fastest) < len(would):
                     break
             n, line = queue.pop(0)
             with open(logs / f"{n}.log", "w") as log:

@@ -32,6 +32,9 @@ def test_runs_that_finish_keeps_the_first_runs_the_throughput_ends_in_time():
     assert device_queue.runs_that_finish([0.5, 0.5, 0.5], 1 / 100, 150) == 3
     assert device_queue.runs_that_finish([0.0, 0.9, 0.9], 1 / 100, 150) == 1  # the first run decides
     assert device_queue.runs_that_finish([0.0], 1 / 100, 50) == 0
+    # a run alone goes no faster than one run was seen to go: here half the GPU's throughput
+    assert device_queue.runs_that_finish([0.0], 1 / 100, 150, fastest=1 / 200) == 0
+    assert device_queue.runs_that_finish([0.5], 1 / 100, 150, fastest=1 / 200) == 1
 
 
 def test_the_queue_runs_its_commands_in_order_and_stops_what_outlasts_the_deadline(tmp_path):
