@@ -30,7 +30,8 @@ from . import studies
 from .comparison import FEASIBILITY_TOLERANCE, constrained_densities, largest_gap, target_label
 from .paper_results import paper_results
 from .plots import plot_gate_histograms
-from .report import complete_records, count_of, no_record_line, notebook_link, plot_density_traces, show
+from .report import (complete_records, count_of, in_words, no_record_line, notebook_link, plot_density_traces,
+                     show)
 from .vocabulary import METRIC_LABELS
 
 #: Within this many points of its target on every constrained layer, a run "hits" its target
@@ -95,6 +96,29 @@ def run_rows(runs: list[dict], dense: dict | None) -> pd.DataFrame:
             "epochs": m["epochs_completed"], "ran on": ran_on(m),
         })
     return pd.DataFrame(rows, columns=RUN_COLUMNS)
+
+
+def devices_in_words(runs: list[dict]) -> str:
+    """How the seeds of each constrained setting that was trained on both devices ended, CPU first: the
+    nearest check of whether a GPU run differs from a CPU run of the same protocol more than a seed does."""
+    settings: dict[tuple, dict[str, list[dict]]] = {}
+    for run in runs:
+        m = run["metrics"]
+        if m["method"] == "constrained":
+            settings.setdefault((m["grouping"], m["target"]), {}).setdefault(ran_on(m), []).append(m)
+
+    def ends(device: str, seeds: list[dict]) -> str:
+        seeds = sorted(seeds, key=lambda m: m["seed"])
+        numbers = ", ".join(f"{100 * m['l0_density']:.2f}% ({m['val_error_final']:.2f}% error)" for m in seeds)
+        return f"{device} seed{'s' if len(seeds) > 1 else ''} {in_words(m['seed'] for m in seeds)} at {numbers}"
+
+    parts = [f"{grouping}-wise {target_label(target)}: "
+             + " and ".join(ends(device, seeds) for device, seeds in sorted(by_device.items()))
+             for (grouping, target), by_device in sorted(settings.items(), key=lambda item: str(item[0]))
+             if len(by_device) > 1]
+    if not parts:
+        return "No constrained setting has been trained on both the CPU and a GPU yet."
+    return "Seeds of one setting on the two devices, final density (final error): " + "; ".join(parts) + "."
 
 
 def layer_rows(runs: list[dict]) -> pd.DataFrame:

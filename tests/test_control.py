@@ -266,3 +266,16 @@ def test_a_run_settles_from_the_step_after_its_last_violation_of_more_than_a_poi
     assert len(left.lines) == 4 and len(right.lines) == 2  # a density and a dashed target per run
     assert left.lines[0].get_color() == right.lines[0].get_color()  # 20% has one colour in both panels
     assert "block s2.0" in right.get_title()
+
+
+def test_devices_in_words_sets_the_seeds_of_a_setting_on_each_device_side_by_side():
+    cpu = record("constrained", "model", 0.8, densities=(0.72, 0.72), error=18.0)
+    gpu = [record("constrained", "model", 0.8, densities=(d, d), error=e, seed=s)
+           for s, d, e in ((2, 0.71, 17.5), (1, 0.70, 18.5))]
+    alone = record("constrained", "model", 0.5)  # trained on one device only: not compared
+    for run, device in zip([cpu, *gpu, alone], ["cpu", "cuda", "cuda:0", "cpu"]):
+        run["metrics"]["device"] = device
+    assert control.devices_in_words([cpu, *gpu, alone]) == (
+        "Seeds of one setting on the two devices, final density (final error): model-wise 80%: CPU seed 0 at "
+        "72.00% (18.00% error) and GPU seeds 1 and 2 at 70.00% (18.50% error), 71.00% (17.50% error).")
+    assert control.devices_in_words([cpu, alone]).startswith("No constrained setting")
