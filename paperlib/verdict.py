@@ -158,13 +158,23 @@ def stable_dynamics() -> Claim:
 
 def cifar10_control() -> Claim:
     """The CIFAR-10 control table at the CPU protocol: reproduced when at least 9 of the 10 constrained runs
-    end within 1 point of every target; in progress until its 21 runs are complete."""
+    end within 1 point of every target, partly when at least 5 do; in progress until its 21 runs are complete.
+    The evidence splits the hits by grouping and the misses into runs under their targets with every constraint
+    holding and runs over a target (a violated constraint)."""
     runs = report.complete_records(control.CONTROL_GRIDS[0])
     rows = control.run_rows(runs, None)
     constrained = rows[rows["method"] == "constrained"]
     hits = int(constrained["hit"].sum()) if len(constrained) else 0
-    evidence = f"{len(runs)} of 21 runs complete" + (
-        f"; {hits} of {len(constrained)} constrained runs within 1 point of every target" if len(constrained) else "")
+    evidence = f"{len(runs)} of 21 runs complete"
+    if len(constrained):
+        by_grouping = ", ".join(f"{grouping}-wise {int(group['hit'].sum())} of {len(group)}"
+                                for grouping, group in constrained.groupby("grouping", sort=False))
+        under = int(((constrained["largest gap (points)"] < -control.HIT_POINTS)
+                     & (constrained["over target (points)"] <= control.HIT_POINTS)).sum())
+        over = int((constrained["over target (points)"] > control.HIT_POINTS).sum())
+        evidence += (f"; {hits} of {len(constrained)} constrained runs within 1 point of every target "
+                     f"({by_grouping}); {under} more than a point under with every constraint holding, "
+                     f"{over} more than a point over a target")
     if len(runs) < 21:
         verdict = "in progress"
     else:

@@ -51,6 +51,12 @@ def test_cifar10_is_in_progress_until_its_21_runs_and_then_needs_9_hits(monkeypa
     runs[:2] = [_record("constrained", "model", 0.5, 0.53)] * 2
     claim = verdict.cifar10_control()
     assert claim.verdict == "partly" and "8 of 10 constrained runs within 1 point" in claim.evidence
+    runs[2:8] = [_record("constrained", "layer", 0.5, 0.40)] * 5 + [_record("constrained", "layer", 0.5, 0.52)]
+    claim = verdict.cifar10_control()
+    assert claim.verdict == "not reproduced"  # 2 hits
+    assert claim.evidence.endswith("2 of 10 constrained runs within 1 point of every target (model-wise 2 of 4, "
+                                   "layer-wise 0 of 6); 5 more than a point under with every constraint holding, "
+                                   "3 more than a point over a target")
 
 
 def test_gate_medians_need_four_fifths_at_zero_or_one_in_every_run(monkeypatch):
