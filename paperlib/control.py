@@ -261,21 +261,28 @@ def verdict(rows: pd.DataFrame, expected: dict[str, int], paper: pd.DataFrame | 
         sentences.append(f"**Penalty.** The one penalized run so far, {only['grouping']}-wise "
                          f"λ_pen {only['lmbda']:g}, ended at {only['L0-density (%)']:.1f}% density.")
     elif len(penalized):
-        lowest, highest = penalized.loc[penalized["lmbda"].idxmin()], penalized.loc[penalized["lmbda"].idxmax()]
+        by_grouping = "; ".join(
+            f"{grouping}-wise " + ", ".join(f"{row['lmbda']:g}: {row['L0-density (%)']:.1f}%"
+                                           for _, row in group.sort_values("lmbda").iterrows())
+            for grouping, group in penalized.groupby("grouping", sort=False))
         sentences.append(
             f"**Penalty.** The {len(penalized)} penalized runs ended between "
             f"{penalized['L0-density (%)'].min():.1f}% and {penalized['L0-density (%)'].max():.1f}% density "
-            f"(λ_pen {lowest['lmbda']:g}: {lowest['L0-density (%)']:.1f}%; λ_pen {highest['lmbda']:g}: "
-            f"{highest['L0-density (%)']:.1f}%).")
+            f"(λ_pen: density, {by_grouping}).")
     transfer = transfer_in_words(rows, paper) if paper is not None else None
     if transfer:
         sentences.append(transfer)
     costs = rows.dropna(subset=["cost (points)"])
     costs = costs[costs["method"] != "dense"]
     if len(costs):
-        sentences.append(
-            f"**Cost.** Against the dense model at the same budget, the sparse runs' final errors differ by "
-            f"{costs['cost (points)'].min():+.2f} to {costs['cost (points)'].max():+.2f} points.")
+        def extremes(group: pd.DataFrame) -> str:
+            low, high = group.loc[group["cost (points)"].idxmin()], group.loc[group["cost (points)"].idxmax()]
+            return (f"{low['cost (points)']:+.2f} ({low['grouping']}-wise {low['setting']}) to "
+                    f"{high['cost (points)']:+.2f} points ({high['grouping']}-wise {high['setting']})")
+
+        parts = [f"the {method} runs' final errors differ by {extremes(group)}"
+                 for method, group in costs.groupby("method", sort=False)]
+        sentences.append(f"**Cost.** Against the dense model at the same budget, {'; '.join(parts)}.")
     missing = {method: count - int((rows["method"] == method).sum()) for method, count in expected.items()}
     missing = {method: count for method, count in missing.items() if count > 0}
     if missing:

@@ -65,7 +65,10 @@ def test_the_verdict_counts_hits_scatter_cost_and_what_is_missing():
     assert "1 ended more than a point under a target and over none, so their constraints hold (the largest: " \
            "-10.00 points, model-wise target 80%)" in text
     assert "1 ended more than a point over a target (the largest: +3.00 points, model-wise target 50%)" in text
-    assert "between 5.0% and 35.0% density" in text and "+0.50 to +4.00 points" in text
+    assert "between 5.0% and 35.0% density (λ_pen: density, model-wise 0.01: 35.0%, 1: 5.0%)" in text
+    assert ("**Cost.** Against the dense model at the same budget, the constrained runs' final errors differ by "
+            "+0.50 (model-wise target 50%) to +1.50 points (layer-wise target 20%); the penalized runs' final errors "
+            "differ by +1.00 (model-wise λ_pen 0.01) to +4.00 points (model-wise λ_pen 1).") in text
     assert "Not yet run:** 7 constrained" in text and "penalized" not in text.split("Not yet run")[1]
     assert control.verdict(control.run_rows([], None), {}) == "No run of this table has a complete record yet."
 
