@@ -359,6 +359,11 @@ def under_cause_in_words(rows: pd.DataFrame, target: float = 0.8) -> str:
     lines.append(f"At 0.1 no {100 * target:g}% constraint ends more than {HIT_POINTS:g} point under its target: at our "
                  f"protocol, runs end under {100 * target:g}% because the gates' learning rate of 6 closes gates on "
                  f"the loss alone, not because the constraint fails.")
+    hits = slow[slow["hit"].astype(bool)]
+    if len(over) and len(hits):
+        lines.append(f"{count_of(len(hits), len(slow), 'run').capitalize()} "
+                     f"({in_words(f'{g}-wise' for g in hits['grouping'])}) {'ends' if len(hits) == 1 else 'end'} "
+                     f"within a point of every target.")
     if len(over):
         share = count_of(len(over), len(slow), "run").capitalize()
         above = ", ".join(f"{gap:+.2f} points, λ {lam:.2f}" for gap, lam in zip(over["over target (points)"],

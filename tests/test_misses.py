@@ -151,6 +151,24 @@ def test_the_free_runs_at_both_gates_lrs_say_whether_the_rate_takes_the_model_un
     assert "No record yet" in misses.free_at_gates_lrs_in_words()
 
 
+def test_the_80_percent_tests_name_the_runs_that_hit_beside_one_that_ends_over(monkeypatch):
+    dense = record("dense", error=16.0)
+    layer = record("constrained", "layer", 0.8, densities=(0.70, 0.80), error=17.0)
+    tests = [record("constrained", "model", 0.8, densities=(0.815, 0.815), error=21.5),
+             record("constrained", "layer", 0.8, densities=(0.805, 0.808), error=24.4)]
+    for run in (dense, layer):
+        run["params"] = {"method": run["metrics"]["method"]}
+        run["metrics"]["multipliers_final"] = [0.0, 0.0]
+    for run, multipliers in zip(tests, ([0.27, 0.27], [0.01, 0.02])):
+        run["params"] = {"method": "constrained", "gates_lr": 0.1}
+        run["metrics"]["multipliers_final"] = multipliers
+    monkeypatch.setattr(misses, "complete_records", lambda grid: tests if grid == misses.UNDER_CAUSE_GRID else [])
+    _, words, missing = misses.under_cause_section([dense, layer])
+    assert ("1 of the 2 runs (layer-wise) ends within a point of every target. 1 of the 2 runs ends above the "
+            "target instead (+1.50 points, λ 0.27)") in words
+    assert missing is None
+
+
 @pytest.mark.parametrize("slow_densities, outcome", [((0.80, 0.805), "hit"), ((0.74, 0.80), "under"),
                                                      ((0.82, 0.83), "over")])
 def test_the_80_percent_constraints_at_gates_lr_01_say_whether_the_rate_is_the_cause_of_ending_under(
