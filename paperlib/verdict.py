@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from . import comparison, control, report, studies
+from . import comparison, control, misses, report, studies
 from .paper_numbers import ref
 
 VERDICTS = ("reproduced", "partly", "not reproduced", "in progress", "not tested here")
@@ -160,7 +160,8 @@ def cifar10_control() -> Claim:
     """The CIFAR-10 control table at the CPU protocol: reproduced when at least 9 of the 10 constrained runs
     end within 1 point of every target, partly when at least 5 do; in progress until its 21 runs are complete.
     The evidence splits the hits by grouping and the misses into runs under their targets with every constraint
-    holding and runs over a target (a violated constraint)."""
+    holding and runs over a target (a violated constraint), and says how many of the cause test's runs at the
+    gates' learning rate of 0.1 (:data:`~paperlib.misses.UNDER_CAUSE_GRID`) still end under."""
     runs = report.complete_records(control.CONTROL_GRIDS[0])
     rows = control.run_rows(runs, None)
     constrained = rows[rows["method"] == "constrained"]
@@ -175,6 +176,12 @@ def cifar10_control() -> Claim:
         evidence += (f"; {hits} of {len(constrained)} constrained runs within 1 point of every target "
                      f"({by_grouping}); {under} more than a point under with every constraint holding, "
                      f"{over} more than a point over a target")
+        tests = report.complete_records(misses.UNDER_CAUSE_GRID)
+        if under and tests:
+            still_under = sum(min(control.final_gaps(run)) < -control.HIT_POINTS for run in tests)
+            evidence += (f"; the cause test, 80% targets at the gates' learning rate of 0.1: "
+                         f"{report.count_of(still_under, len(tests), 'run')} {'ends' if still_under == 1 else 'end'} "
+                         f"under")
     if len(runs) < 21:
         verdict = "in progress"
     else:

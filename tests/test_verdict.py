@@ -44,7 +44,9 @@ def _record(method, grouping, target, density, lmbda=None):
 
 def test_cifar10_is_in_progress_until_its_21_runs_and_then_needs_9_hits(monkeypatch):
     runs = [_record("constrained", "model", 0.5, 0.505)] * 10 + [_record("penalized", "model", None, 0.4, lmbda=0.01)] * 10
-    monkeypatch.setattr(verdict.report, "complete_records", lambda grid: runs)
+    tests = []  # the cause test of the misses under a target
+    monkeypatch.setattr(verdict.report, "complete_records",
+                        lambda grid: tests if grid == verdict.misses.UNDER_CAUSE_GRID else runs)
     assert verdict.cifar10_control().verdict == "in progress"
     runs.append(_record("dense", "model", None, None))
     assert verdict.cifar10_control().verdict == "reproduced"
@@ -57,6 +59,9 @@ def test_cifar10_is_in_progress_until_its_21_runs_and_then_needs_9_hits(monkeypa
     assert claim.evidence.endswith("2 of 10 constrained runs within 1 point of every target (model-wise 2 of 4, "
                                    "layer-wise 0 of 6); 5 more than a point under with every constraint holding, "
                                    "3 more than a point over a target")
+    tests[:] = [_record("constrained", "model", 0.8, 0.815), _record("constrained", "layer", 0.8, 0.77)]
+    assert verdict.cifar10_control().evidence.endswith(
+        "; the cause test, 80% targets at the gates' learning rate of 0.1: 1 of the 2 runs ends under")
 
 
 def test_gate_medians_need_four_fifths_at_zero_or_one_in_every_run(monkeypatch):
