@@ -362,21 +362,23 @@ def test_the_authors_penalized_lenet5_is_put_beside_the_papers_cell_and_ours():
                 "kept_groups": [20, 50, 800, 500]} for e, d, err in ((1, 0.83, 59.5), (2, 0.9, 3.0), (3, 0.5, 1.1))]
     theirs = {"method": "penalized", "model": "lenet5", "grouping": "layer", "lmbda": 0.01, "history": history}
     ours = [record(model="lenet5", method="penalized", grouping="layer", target=None, lmbda=0.01, density=0.4)]
-    assert findings.authors_penalized_in_words(theirs, ours) == (
+    assert findings.authors_penalized_in_words(theirs, ours).startswith(
         "The authors' own LeNet5 with their penalty, layer-wise λ_pen = 0.01, 3 epochs: final L0-density 50.00% "
         "(layers 50.0-50.0-50.0-50.0%), highest 90.00% at epoch 2, final error 1.10%; the paper's "
-        f"{findings.paper_penalized_density('layer', 0.01):.2f}%; ours 40.00% (seed 0). Their code ends 10.0 points "
-        f"from our seed 0 and {abs(50 - findings.paper_penalized_density('layer', 0.01)):.1f} from the paper's cell: "
-        "on this cell the published model and step train as ours do, so the gap to the paper is not our "
-        "implementation's, and the paper's penalized LeNet5 runs came from code or settings that are not published.")
-    near_paper = findings.paper_penalized_density("layer", 0.01) / 100
+        f"{findings.paper_penalized_density('layer', 0.01):.2f}%; ours 40.00% (seed 0).")
+    paper = findings.paper_penalized_density("layer", 0.01)
+    ours_ = record(model="lenet5", method="penalized", grouping="layer", target=None, lmbda=0.01, density=paper / 100 - 0.2)
+    words = findings.authors_penalized_in_words(theirs, [ours_])  # theirs at 50%: further from the paper than ours
+    assert f"Their published code ends {paper - 50:.1f} points from the paper's cell, further than any run of ours " \
+           "(20.0 to 20.0): it does not give the paper's density either" in words
+    assert words.endswith("has no record yet (`grids/lenet5_linear_init.yaml`).")
+    fan_out = record(model="lenet5", method="penalized", grouping="layer", target=None, lmbda=0.01, density=0.45)
+    fan_out["params"]["linear_init"] = "fan_out"
+    near_paper = paper / 100 - 0.05
     theirs["history"][-1].update({"l0_density": near_paper, **{f"density[{i}]": near_paper for i in range(4)}})
-    assert findings.authors_penalized_in_words(theirs, ours).endswith(
-        "their published model and step reach the paper's density where ours do not, so the gap is in our "
-        "implementation.")
-    fan_out = record(model="lenet5", method="penalized", grouping="layer", target=None, lmbda=0.01, density=0.4)
-    fan_out["params"]["linear_init"] = "fan_out"  # a variant is listed, never the one compared
-    assert findings.authors_penalized_in_words(theirs, [fan_out]).endswith("ours 40.00% (fan-out).")
+    words = findings.authors_penalized_in_words(theirs, [ours_, fan_out])
+    assert "nearer than any run of ours" in words and "so part of the gap is in our implementation" in words
+    assert words.endswith("Our run of the cell with their fan-out initialisation ends at 45.00%.")
 
 
 # --- final errors ---------------------------------------------------------------------------------
