@@ -105,14 +105,15 @@ def devices_in_words(runs: list[dict]) -> str:
     for run in runs:
         m = run["metrics"]
         if m["method"] == "constrained":
-            settings.setdefault((m["grouping"], m["target"]), {}).setdefault(ran_on(m), []).append(m)
+            target = tuple(m["target"]) if isinstance(m["target"], list) else m["target"]  # per-layer targets
+            settings.setdefault((m["grouping"], target), {}).setdefault(ran_on(m), []).append(m)
 
     def ends(device: str, seeds: list[dict]) -> str:
         seeds = sorted(seeds, key=lambda m: m["seed"])
         numbers = ", ".join(f"{100 * m['l0_density']:.2f}% ({m['val_error_final']:.2f}% error)" for m in seeds)
         return f"{device} seed{'s' if len(seeds) > 1 else ''} {in_words(m['seed'] for m in seeds)} at {numbers}"
 
-    parts = [f"{grouping}-wise {target_label(target)}: "
+    parts = [f"{grouping}-wise {target_label(list(target) if isinstance(target, tuple) else target)}: "
              + " and ".join(ends(device, seeds) for device, seeds in sorted(by_device.items()))
              for (grouping, target), by_device in sorted(settings.items(), key=lambda item: str(item[0]))
              if len(by_device) > 1]

@@ -282,3 +282,6 @@ def test_devices_in_words_sets_the_seeds_of_a_setting_on_each_device_side_by_sid
         "Seeds of one setting on the two devices, final density (final error): model-wise 80%: CPU seed 0 at "
         "72.00% (18.00% error) and GPU seeds 1 and 2 at 70.00% (18.50% error), 71.00% (17.50% error).")
     assert control.devices_in_words([cpu, alone]).startswith("No constrained setting")
+    per_layer = [record("constrained", "layer", [0.5, 0.3]), record("constrained", "layer", [0.5, 0.3], seed=1)]
+    per_layer[1]["metrics"]["device"] = "cuda"
+    assert "layer-wise [50, 30]%: CPU seed 0 at " in control.devices_in_words(per_layer)
