@@ -229,6 +229,14 @@ def plot_comparison(ours: pd.DataFrame, paper: pd.DataFrame, title: str = "") ->
     return fig
 
 
+def misses_apart(constrained: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The constrained rows of :func:`run_rows` that hit every target, that end more than a point under one and
+    over none (every constraint holding), and that end more than a point over one (a violated constraint)."""
+    hit = constrained["hit"].astype(bool)
+    over = constrained["over target (points)"] > HIT_POINTS
+    return constrained[hit], constrained[~hit & ~over], constrained[over]
+
+
 def verdict(rows: pd.DataFrame, expected: dict[str, int], paper: pd.DataFrame | None = None) -> str:
     """The page's answer in a few sentences, from :func:`run_rows`: how many constrained runs hit their
     targets, how far the penalized runs' densities scatter, whether a setting means the same density on
@@ -241,10 +249,8 @@ def verdict(rows: pd.DataFrame, expected: dict[str, int], paper: pd.DataFrame | 
     sentences = []
     constrained = rows[rows["method"] == "constrained"]
     if len(constrained):
-        hits = constrained["hit"].astype(bool)
-        over = constrained[constrained["over target (points)"] > HIT_POINTS]
-        under = constrained[~hits & (constrained["over target (points)"] <= HIT_POINTS)]
-        text = (f"**Constraint.** {int(hits.sum())} of {len(constrained)} constrained runs ended within "
+        hits, under, over = misses_apart(constrained)
+        text = (f"**Constraint.** {len(hits)} of {len(constrained)} constrained runs ended within "
                 f"{HIT_POINTS:g} point of their target on every constrained layer.")
         if len(under):
             worst = under.loc[under["largest gap (points)"].idxmin()]

@@ -165,19 +165,17 @@ def cifar10_control() -> Claim:
     runs = report.complete_records(control.CONTROL_GRIDS[0])
     rows = control.run_rows(runs, None)
     constrained = rows[rows["method"] == "constrained"]
-    hits = int(constrained["hit"].sum()) if len(constrained) else 0
+    hit, under, over = control.misses_apart(constrained)
+    hits = len(hit)
     evidence = f"{len(runs)} of 21 runs complete"
     if len(constrained):
         by_grouping = ", ".join(f"{grouping}-wise {int(group['hit'].sum())} of {len(group)}"
                                 for grouping, group in constrained.groupby("grouping", sort=False))
-        under = int(((constrained["largest gap (points)"] < -control.HIT_POINTS)
-                     & (constrained["over target (points)"] <= control.HIT_POINTS)).sum())
-        over = int((constrained["over target (points)"] > control.HIT_POINTS).sum())
         evidence += (f"; {hits} of {len(constrained)} constrained runs within 1 point of every target "
-                     f"({by_grouping}); {under} more than a point under with every constraint holding, "
-                     f"{over} more than a point over a target")
+                     f"({by_grouping}); {len(under)} more than a point under with every constraint holding, "
+                     f"{len(over)} more than a point over a target")
         tests = report.complete_records(misses.UNDER_CAUSE_GRID)
-        if under and tests:
+        if len(under) and tests:
             still_under = sum(min(control.final_gaps(run)) < -control.HIT_POINTS for run in tests)
             evidence += (f"; the cause test, 80% targets at the gates' learning rate of 0.1: "
                          f"{report.count_of(still_under, len(tests), 'run')} {'ends' if still_under == 1 else 'end'} "
