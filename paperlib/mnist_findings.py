@@ -912,54 +912,110 @@ def fc1_behind_conv2_section() -> list:
 
 def authors_penalized_in_words(theirs: dict, ours: list[dict]) -> str:
     """A run of the authors' LeNet5 with their penalty (``benchmarks/authors_training.py --lmbda``): its final
-    L0-density, layer densities and error beside the paper's cell and our records of it, then whether it ends
-    further from the paper's density than every run of ours (the gap is then no departure of ours from the
-    published code), nearer than every one (part of the gap is ours) or among them; and our run with their
-    fan-out initialisation, the twin that would tell the initialisation from the rest of their code."""
+    L0-density, layer densities and error beside the paper's cell and our records of it; then whether it ends
+    further from the paper's density than every run of ours with our initialisation (the gap is then no
+    departure of ours from the published code), nearer than every one (part of the gap is ours) or among them;
+    then our run with their fan-out initialisation, the twin of theirs: how much of the distance from our
+    fan-in seed 0 to their run it closes, which is the share of the difference the initialisation explains."""
     grouping, lmbda, last = theirs["grouping"], theirs["lmbda"], theirs["history"][-1]
     layers = "-".join(f"{100 * last[f'density[{i}]']:.1f}" for i in range(len(last["kept_groups"])))
     peak = max(theirs["history"], key=lambda row: row["l0_density"])
+    cell = select(ours, grouping=grouping, lmbda=lmbda)
     ours_text = report.in_words(f"{100 * r['metrics']['l0_density']:.2f}% ({variant(r['params']) or 'seed 0'})"
-                                for r in select(ours, grouping=grouping, lmbda=lmbda)) or "none yet"
+                                for r in cell) or "none yet"
     paper = paper_penalized_density(grouping, lmbda)
+    density = 100 * last["l0_density"]
     text = (f"The authors' own LeNet5 with their penalty, {grouping}-wise λ_pen = {lmbda:g}, "
-            f"{len(theirs['history'])} epochs: final L0-density {100 * last['l0_density']:.2f}% (layers {layers}%), "
+            f"{len(theirs['history'])} epochs: final L0-density {density:.2f}% (layers {layers}%), "
             f"highest {100 * peak['l0_density']:.2f}% at epoch {peak['epoch']}, final error {last['val_error']:.2f}%; "
             f"the paper's {paper:.2f}%; ours {ours_text}.")
-    cell = select(ours, grouping=grouping, lmbda=lmbda)
-    if not cell:
+    fan_in = [r for r in cell if r["params"].get("linear_init") != "fan_out"]
+    if not fan_in:
         return text
-    theirs_gap = abs(100 * last["l0_density"] - paper)
-    our_gaps = [abs(100 * r["metrics"]["l0_density"] - paper) for r in cell]
-    twin = next((r for r in cell if r["params"].get("linear_init") == "fan_out" and not r["params"].get("clamp_log_alpha")
-                 and not r["params"]["seed"]), None)
-    twin_text = (f" Our run of the cell with their fan-out initialisation ends at "
-                 f"{100 * twin['metrics']['l0_density']:.2f}%." if twin else
-                 " Their code initialises fan-out; our run of this cell with fan-out, which would tell the "
-                 "initialisation from the rest of the code, has no record yet (`grids/lenet5_linear_init.yaml`).")
+    theirs_gap = abs(density - paper)
+    our_gaps = [abs(100 * r["metrics"]["l0_density"] - paper) for r in fan_in]
+    spread = f"({min(our_gaps):.1f} to {max(our_gaps):.1f})"
     if theirs_gap > max(our_gaps):
-        return text + (f" Their published code ends {theirs_gap:.1f} points from the paper's cell, further than any "
-                       f"run of ours ({min(our_gaps):.1f} to {max(our_gaps):.1f}): it does not give the paper's density "
-                       f"either, so the gap between our runs and the paper's is not a departure of ours from the "
-                       f"published code." + twin_text)
-    if theirs_gap < min(our_gaps):
-        return text + (f" Their published code ends {theirs_gap:.1f} points from the paper's cell, nearer than any run "
-                       f"of ours ({min(our_gaps):.1f} to {max(our_gaps):.1f}): it reaches towards the paper's density "
-                       f"where ours do not, so part of the gap is in our implementation." + twin_text)
-    return text + (f" Their published code ends {theirs_gap:.1f} points from the paper's cell, within the spread of "
-                   f"our runs ({min(our_gaps):.1f} to {max(our_gaps):.1f})." + twin_text)
+        text += (f" Their published code ends {theirs_gap:.1f} points from the paper's cell, further than any run of "
+                 f"ours with our initialisation {spread}: it does not give the paper's density either, so the gap "
+                 f"between our runs and the paper's is not a departure of ours from the published code.")
+    elif theirs_gap < min(our_gaps):
+        text += (f" Their published code ends {theirs_gap:.1f} points from the paper's cell, nearer than any run of "
+                 f"ours with our initialisation {spread}: it reaches towards the paper's density where ours do not, "
+                 f"so part of the gap is in our implementation.")
+    else:
+        text += (f" Their published code ends {theirs_gap:.1f} points from the paper's cell, within the spread of our "
+                 f"runs with our initialisation {spread}.")
+    return text + _fan_out_twin_in_words(density, cell)
+
+
+def _fan_out_twin_in_words(theirs: float, cell: list[dict]) -> str:
+    """Our fan-out seed-0 run of a penalized cell against the authors' final density ``theirs`` (%) and our
+    fan-in seed 0: the share of the distance between those two that the initialisation alone closes."""
+    def seed0(fan_out: bool) -> float | None:
+        run = next((r for r in cell if not r["params"]["seed"] and not r["params"].get("clamp_log_alpha")
+                    and (r["params"].get("linear_init") == "fan_out") == fan_out), None)
+        return None if run is None else 100 * run["metrics"]["l0_density"]
+    twin, fan_in = seed0(fan_out=True), seed0(fan_out=False)
+    if twin is None:
+        return (" Their code initialises fan-out; our run of this cell with fan-out, which would tell the "
+                "initialisation from the rest of the code, has no record yet (`grids/lenet5_linear_init.yaml`).")
+    text = f" Our run of the cell with their fan-out initialisation, the twin of theirs, ends at {twin:.2f}%"
+    if fan_in is None or fan_in == theirs:
+        return text + "."
+    share = (fan_in - twin) / (fan_in - theirs)
+    text += (f": {abs(twin - theirs):.1f} points from theirs and {abs(twin - fan_in):.1f} from ours with fan-in "
+             f"(seed 0, {fan_in:.2f}%), so the initialisation alone closes {100 * share:.0f}% of the distance between "
+             f"our fan-in run and their code")
+    if share > 0.5:
+        return text + ": most of the difference between their code and ours is the initialisation."
+    if share > 0:
+        return text + ": less than half of the difference between their code and ours is the initialisation."
+    return text + ": the initialisation does not explain the difference between their code and ours."
+
+
+def plot_authors_penalized(theirs: dict, ours: list[dict]) -> plt.Figure:
+    """Model L0-density and conv2's expected density against epochs: the authors' LeNet5 with their penalty,
+    beside our records of its cell (dashed: fan-out; dotted: clamped; faint: another seed) and the paper's
+    final density (circle)."""
+    grouping, lmbda = theirs["grouping"], theirs["lmbda"]
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
+    history = pd.DataFrame(theirs["history"])
+    for ax, column in zip(axes, ("l0_density_epoch_mean", "density[1]")):
+        ax.plot(history["epoch"], 100 * history[column], color="k", lw=2.5, alpha=0.5, label="authors' code")
+    for run in select(ours, grouping=grouping, lmbda=lmbda):
+        p, frame = run["params"], _train_rows(run)
+        style = ":" if p.get("clamp_log_alpha") else "--" if p.get("linear_init") == "fan_out" else "-"
+        for ax, column in zip(axes, ("l0_density", "density[conv2]")):
+            ax.plot(frame["epoch"], 100 * frame[column], lw=1, ls=style, alpha=0.6 if p["seed"] else 1.0,
+                    label=f"ours, {variant(p) or 'seed 0'}")
+    axes[0].plot([len(history)], [paper_penalized_density(grouping, lmbda)], marker="o", ms=7, mfc="none",
+                 color="C3", ls="none", label="the paper's final")
+    for ax, title in zip(axes, ("model L0-density (%)", "conv2 expected density (%)")):
+        ax.set(xlabel="epoch", title=title)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7, loc="lower left")
+    fig.suptitle(f"LeNet5 penalized, {grouping}-wise λ_pen {lmbda:g}: the authors' code and ours", fontsize=10)
+    fig.tight_layout()
+    return fig
 
 
 def penalized_lenet_section() -> list:
-    """The penalized LeNet5 runs' densities against λ_pen, the λ_pen = 0.01 cell in words, and the authors'
-    model with their penalty on the layer-wise cell."""
+    """The penalized LeNet5 runs' densities against λ_pen and the λ_pen = 0.01 cell in words."""
     penalized = {grouping: records_of(LENET_PENALIZED_GRIDS, model="lenet5", method="penalized", grouping=grouping)
                  for grouping in ("model", "layer")}
+    return [plot_penalized_lenet(penalized), penalized_in_words(penalized, 0.01)]
+
+
+def authors_penalized_section() -> list:
+    """The authors' LeNet5 with their penalty on the layer-wise λ_pen = 0.01 cell beside our runs of it: the
+    figure and the conclusion in words, or the command that runs it."""
     theirs = authors_runs(model="lenet5", method="penalized", grouping="layer", lmbda=0.01)
-    authors = (authors_penalized_in_words(theirs[0], penalized["layer"]) if theirs else
-               "No run yet of the authors' LeNet5 with their penalty: `PAPERLIB_DATA=../shared/data python "
-               "benchmarks/authors_training.py --model lenet5 --grouping layer --lmbda 0.01`.")
-    return [plot_penalized_lenet(penalized), penalized_in_words(penalized, 0.01), authors]
+    if not theirs:
+        return ["No run yet of the authors' LeNet5 with their penalty: `PAPERLIB_DATA=../shared/data python "
+                "benchmarks/authors_training.py --model lenet5 --grouping layer --lmbda 0.01`."]
+    ours = records_of(LENET_PENALIZED_GRIDS, model="lenet5", method="penalized", grouping="layer")
+    return [plot_authors_penalized(theirs[0], ours), authors_penalized_in_words(theirs[0], ours)]
 
 
 def seeds_section(agreement: pd.DataFrame) -> list:
