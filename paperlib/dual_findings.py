@@ -343,8 +343,9 @@ class Comparison:
     def lenet5_section(self) -> list:
         """Table 1's LeNet5 rows with the paper's optimiser (seed 0 of Table 1) and the one
         :data:`LENET5_GRID` runs: which optimiser the MLP cells choose (:func:`best_other`) and whether the grid
-        runs it, the table of gaps and errors, and in words whether it hits each row at no cost in error
-        (two seed spreads of Table 1's LeNet5 rows); or the command for what is missing."""
+        runs it, the table of gaps and errors, in words whether it hits each row at no cost in error (two seed
+        spreads of Table 1's LeNet5 rows), and the epochs its test-time model spends collapsed
+        (:func:`collapse_table`); or the command for what is missing."""
         best, complete = best_other(self.table)
         ran = grid_optimizer(LENET5_GRID)
         if best is None:
@@ -368,6 +369,10 @@ class Comparison:
                       f"{'within' if row['Δ error (points)'] <= 2 * spread else 'more than'} two seed spreads "
                       f"({2 * spread:.2f} points, Table 1's LeNet5 rows)" for _, row in ours.iterrows()]
             items.append(f"With {OPTIMIZERS[ran]}, " + "; ".join(judged) + ".")
+            runs = {cell: {name: found[name] for name in ("paper", ran)} for cell, found in self.lenet5.items()}
+            items += [show(collapse_table(runs).dropna(axis=1, how="all"),
+                           caption="Epochs at whose end the test-time model kept less than 1% of its parameters"),
+                      collapse_in_words(runs)]
         if missing:
             items.append(no_record_line(f"{OPTIMIZERS[ran]} on {in_words(missing)}", [LENET5_GRID]))
         return items
@@ -460,10 +465,12 @@ def collapse_in_words(cells: dict[Cell, dict[str, dict | None]]) -> str:
         low, high = min(c for c in counts if c), max(counts)
         worst = max(max(_train_epochs(run, "val_error")[1:], default=0.0) for run in runs)
         epochs = max(run["metrics"]["epochs_completed"] for run in runs)
+        ended = sum(_train_epochs(run, "params_pct")[-1] < COLLAPSED_PARAMS_PCT for run in runs)
         lines.append(f"With {label}, the test-time model collapses (keeps less than {COLLAPSED_PARAMS_PCT:g}% of the "
                      f"parameters; test error up to {worst:.1f}%) in {count_of(sum(c > 0 for c in counts), len(runs), 'cell')} "
-                     f"with a record, for {low}{f' to {high}' if high > low else ''} of its {epochs} epochs, before "
-                     f"its gates reopen.")
+                     f"with a record, for {low}{f' to {high}' if high > low else ''} of its {epochs} epochs"
+                     + (f", and ends collapsed in {count_of(ended, len(runs), 'cell')}." if ended else
+                        ", before its gates reopen."))
     if never and lines and len(never) + len(lines) == len(OPTIMIZERS):
         lines.append("With no other optimiser does it collapse.")
     elif never:

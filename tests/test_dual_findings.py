@@ -184,7 +184,9 @@ def test_the_lenet5_rows_name_the_chosen_optimiser_and_judge_each_row_against_th
     lenet5_cells = {layer: {"paper": None, "gradient_ascent": None, "nupi": None, "augmented_lagrangian": None},
                     model: {"paper": paper[0], "gradient_ascent": None, "nupi": ours, "augmented_lagrangian": None}}
     found = findings.Comparison([], 1e7, {}, table, 0.1, lenet5_cells)
-    chosen, shown, judged, missing = found.lenet5_section()
+    chosen, shown, judged, collapsed, collapse_words, missing = found.lenet5_section()
+    assert collapsed.data.columns.tolist() == ["cell", "gradient ascent, dual restarts (paper)", "nuPI"]
+    assert collapse_words == "With gradient ascent, dual restarts (paper) and nuPI, the test-time model never collapses."
     assert chosen.startswith("The best other optimiser on the MLP cells (2 of the 18 records so far;")
     assert chosen.endswith("is nuPI.")
     assert judged == ("With nuPI, Table 1, LeNet5 model-wise 10%: within 1 point of every target (largest gap +0.00), "
@@ -247,3 +249,9 @@ def test_collapsed_epochs_count_test_time_models_under_one_percent_of_the_parame
         "With nuPI, the test-time model collapses (keeps less than 1% of the parameters; test error up to 90.3%) in "
         "the one cell with a record, for 2 of its 5 epochs, before its gates reopen. With gradient ascent, dual "
         "restarts (paper), the test-time model never collapses.")  # the other two have no record here
+    still = kept(record(optimizer="nupi", kp=1e7), [100.0, 0.4, 0.5], [89.0, 90.3, 90.2])
+    still["history"][-1]["params_pct"] = "0.5"  # its last epoch ends collapsed
+    cells[findings.CELLS[1]]["nupi"] = still
+    assert findings.collapse_in_words(cells).startswith(
+        "With nuPI, the test-time model collapses (keeps less than 1% of the parameters; test error up to 90.3%) in "
+        "all 2 cells with a record, for 2 to 3 of its 5 epochs, and ends collapsed in 1 of the 2 cells. ")
