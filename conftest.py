@@ -40,6 +40,7 @@ import ast
 import json
 import os
 import re
+import warnings
 from pathlib import Path
 
 import pytest
@@ -180,8 +181,28 @@ def pytest_runtest_setup(item):
         os.environ.update(saved)
 
 
+def starting_again_once(start):
+    """``start`` (nbval's ``start_new_kernel``), tried a second time if the kernel dies before it answers.
+
+    Under ``-n 2``, with trainings running beside it, one kernel in a full run has died before replying to
+    ``kernel_info``; nbval then errored every cell of that notebook, which passed when run again alone. A
+    kernel that dies on every start still fails, on its second try.
+    """
+    def start_new_kernel(*args, **kwargs):
+        try:
+            return start(*args, **kwargs)
+        except RuntimeError as error:
+            warnings.warn(f"nbval's kernel did not start ({error}); starting it once more", stacklevel=2)
+            return start(*args, **kwargs)
+    return start_new_kernel
+
+
 def pytest_configure(config):
-    """Read the sanitisation file named in addopts relative to the repository, wherever pytest starts."""
+    """Read the sanitisation file named in addopts relative to the repository, wherever pytest starts; start
+    each nbval kernel a second time if it dies on starting (:func:`starting_again_once`)."""
     sanitize = getattr(config.option, "nbval_sanitize_with", None)
     if sanitize and not Path(sanitize).is_absolute() and not Path(sanitize).exists():
         config.option.nbval_sanitize_with = str(config.rootpath / sanitize)
+    if getattr(config.option, "nbval", False) or getattr(config.option, "nbval_lax", False):
+        import nbval.kernel
+        nbval.kernel.start_new_kernel = starting_again_once(nbval.kernel.start_new_kernel)

@@ -6,6 +6,7 @@ datasets in the real on-disk formats. Records and checkpoints go to a
 temporary folder, never to the repository's ``runs/``.
 """
 
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -142,3 +143,33 @@ def test_notebook_explains_the_paper_and_every_figure(name):
         source = "".join(cell["source"])
         if cell["cell_type"] == "code" and ("plt.show()" in source or "table" in source.split("\n")[-1]):
             assert i + 1 < len(cells) and cells[i + 1]["cell_type"] == "markdown", f"{name}: cell {i} is not explained"
+
+
+def _root_conftest():
+    spec = importlib.util.spec_from_file_location("root_conftest", Path(__file__).resolve().parents[1] / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_an_nbval_kernel_that_dies_on_starting_is_started_once_more_and_no_more():
+    starting_again_once = _root_conftest().starting_again_once
+    attempts = []
+
+    def dies(times):
+        def start(kernel_name, **kwargs):
+            attempts.append(kernel_name)
+            if len(attempts) <= times:
+                raise RuntimeError("Kernel died before replying to kernel_info")
+            return "km", "kc"
+        return start
+
+    with pytest.warns(UserWarning, match="starting it once more"):
+        assert starting_again_once(dies(1))(kernel_name="python3") == ("km", "kc")
+    assert attempts == ["python3", "python3"]
+    attempts.clear()
+    with pytest.warns(UserWarning), pytest.raises(RuntimeError, match="Kernel died"):
+        starting_again_once(dies(2))(kernel_name="python3")
+    assert len(attempts) == 2
+    attempts.clear()
+    assert starting_again_once(dies(0))(kernel_name="python3") == ("km", "kc") and len(attempts) == 1
