@@ -33,7 +33,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from . import studies
-from .comparison import PAPER_MODEL_NAMES, largest_gap, target_label
+from .comparison import PAPER_MODEL_NAMES, constrained_densities, largest_gap, target_label
 from .control import HIT_POINTS, run_link
 from .mnist_findings import records_of, select
 from .paper_numbers import ref
@@ -215,6 +215,25 @@ def by_cell(table: pd.DataFrame, cells: tuple[Cell, ...] = CELLS) -> pd.DataFram
     return wide.rename_axis(index=None).reset_index(names=[("cell", "")])
 
 
+#: The caption of a :func:`layer_gaps` table.
+LAYER_GAPS_CAPTION = "Final expected density minus target on each layer of the layer-wise cells (points)"
+
+
+def layer_gaps(cells: dict[Cell, dict[str, dict | None]]) -> pd.DataFrame:
+    """One row per layer-wise cell and dual optimiser with a record: the final expected density's distance from
+    its target on every constrained layer, in points (positive: above), in the layers' order."""
+    rows = []
+    for cell, found in cells.items():
+        for name, run in found.items():
+            if run is None or cell.grouping != "layer":
+                continue
+            layers = list(run["metrics"]["l0_density_per_layer"])
+            pairs = constrained_densities(run, run["history"][-1])
+            rows.append({"cell": cell.label, "dual optimiser": OPTIMIZERS[name],
+                         **{layer: 100 * (density - target) for layer, (density, target) in zip(layers, pairs)}})
+    return pd.DataFrame(rows)
+
+
 def seed_spread(table1_runs: list[dict], cells: tuple[Cell, ...] = CELLS[:2]) -> float:
     """The run-to-run standard deviation of the final error over the seeds of Table 1's ``cells`` (pooled: the
     mean of the cells' variances, square-rooted); by default its two MLP cells."""
@@ -343,7 +362,7 @@ class Comparison:
     def lenet5_section(self) -> list:
         """Table 1's LeNet5 rows with the paper's optimiser (seed 0 of Table 1) and the one
         :data:`LENET5_GRID` runs: which optimiser the MLP cells choose (:func:`best_other`) and whether the grid
-        runs it, the table of gaps and errors, in words whether it hits each row at no cost in error (two seed
+        runs it, the table of gaps and errors, each layer's gap on the layer-wise row, in words whether it hits each row at no cost in error (two seed
         spreads of Table 1's LeNet5 rows), and the epochs its test-time model spends collapsed
         (:func:`collapse_table`); or the command for what is missing."""
         best, complete = best_other(self.table)
@@ -360,8 +379,11 @@ class Comparison:
                        f"set `dual_optimizer: {best}` in {LENET5_GRID} and run "
                        f"`python -m paperlib.sweeps {LENET5_GRID}`.")
         table, ours, spread = self.lenet5_rows()
+        runs = {cell: {name: found[name] for name in ("paper", ran)} for cell, found in self.lenet5.items()}
         missing = [cell.label for cell, found in self.lenet5.items() if found[ran] is None]
-        items = [chosen, show(by_cell(table, LENET5_CELLS)) if len(table) else None]
+        gaps = layer_gaps(runs)
+        items = [chosen, show(by_cell(table, LENET5_CELLS)) if len(table) else None,
+                 show(gaps, caption=LAYER_GAPS_CAPTION) if len(gaps) else None]
         if len(ours):
             judged = [f"{row['cell']}: {'within' if row['hit'] else 'more than'} {HIT_POINTS:g} point of every "
                       f"target (largest gap {row['largest gap (points)']:+.2f}), final error "
@@ -369,7 +391,6 @@ class Comparison:
                       f"{'within' if row['Δ error (points)'] <= 2 * spread else 'more than'} two seed spreads "
                       f"({2 * spread:.2f} points, Table 1's LeNet5 rows)" for _, row in ours.iterrows()]
             items.append(f"With {OPTIMIZERS[ran]}, " + "; ".join(judged) + ".")
-            runs = {cell: {name: found[name] for name in ("paper", ran)} for cell, found in self.lenet5.items()}
             items += [show(collapse_table(runs).dropna(axis=1, how="all"),
                            caption="Epochs at whose end the test-time model kept less than 1% of its parameters"),
                       collapse_in_words(runs)]

@@ -154,6 +154,18 @@ def summary_rows(optimizer, gaps, hits=None):
              "hit": abs(gap) <= 1} for cell, gap in zip(findings.CELLS, gaps)]
 
 
+def test_layer_gaps_give_every_constrained_layers_final_distance_to_its_target_in_layer_order():
+    layer_cell = next(cell for cell in findings.CELLS if cell.grouping == "layer" and cell.targets == 0.2)
+    model_cell = next(cell for cell in findings.CELLS if cell.grouping == "model")
+    cells = {layer_cell: {"paper": record("layer", 0.2, (0.215, 0.21, 0.20)), "gradient_ascent": None,
+                          "nupi": record("layer", 0.2, (0.19, 0.10, 0.2025), "nupi", kp=1e7)},
+             model_cell: {"paper": record()}}  # model-wise: no per-layer constraint, no row
+    table = findings.layer_gaps(cells)
+    assert table.columns.tolist() == ["cell", "dual optimiser", *LAYERS]
+    assert table["dual optimiser"].tolist() == ["gradient ascent, dual restarts (paper)", "nuPI"]
+    assert table[LAYERS].round(6).values.tolist() == [[1.5, 1.0, 0.0], [-1.0, -10.0, 0.25]]
+
+
 def test_the_best_other_optimiser_hits_the_largest_share_of_its_cells_then_ends_closest():
     table = pd.DataFrame(summary_rows("paper", [1.5] * 6) + summary_rows("gradient_ascent", [-0.8, -10, -9, -7, -8, -17])
                          + summary_rows("augmented_lagrangian", [-0.4, -15, -9, -7, -8, -19])
@@ -184,7 +196,8 @@ def test_the_lenet5_rows_name_the_chosen_optimiser_and_judge_each_row_against_th
     lenet5_cells = {layer: {"paper": None, "gradient_ascent": None, "nupi": None, "augmented_lagrangian": None},
                     model: {"paper": paper[0], "gradient_ascent": None, "nupi": ours, "augmented_lagrangian": None}}
     found = findings.Comparison([], 1e7, {}, table, 0.1, lenet5_cells)
-    chosen, shown, judged, collapsed, collapse_words, missing = found.lenet5_section()
+    chosen, shown, layers, judged, collapsed, collapse_words, missing = found.lenet5_section()
+    assert layers is None  # the layer-wise row has no record here
     assert collapsed.data.columns.tolist() == ["cell", "gradient ascent, dual restarts (paper)", "nuPI"]
     assert collapse_words == "With gradient ascent, dual restarts (paper) and nuPI, the test-time model never collapses."
     assert chosen.startswith("The best other optimiser on the MLP cells (2 of the 18 records so far;")
