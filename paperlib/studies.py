@@ -96,6 +96,7 @@ OURS = {
     "nupi_gain": Study(("grids/nupi_gain_paper.yaml",), "results_dual_optimizers"),
     "dual_optimizers": Study(("grids/dual_optimizers_paper.yaml",), "results_dual_optimizers"),
     "dual_optimizers_lenet5": Study(("grids/dual_optimizers_lenet5_paper.yaml",), "results_dual_optimizers"),
+    "nupi_lenet5_gain_cause": Study(("grids/dual_optimizers_lenet5_gain_cause.yaml",), "results_dual_optimizers"),
 }
 
 #: Every study, by name.
