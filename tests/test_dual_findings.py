@@ -46,11 +46,13 @@ def test_the_gain_is_the_smallest_within_a_tenth_of_a_point_of_the_best_final_di
     assert rows["kp"].tolist() == [1.0, 10.0, 100.0, 1000.0]
     leaping = record(kp=1e7, optimizer="nupi")
     final = leaping["history"][-1]
-    leaping["history"] = [{"epoch": str(e), "phase": "train", "lambda_0": str(lam), "params_pct": str(kept)}
-                          for e, lam, kept in ((1, 585.7, 100.0), (2, 120.0, 0.41))]
-    leaping["history"] += [{"epoch": "2", "phase": "val", "params_pct": "0.0"},  # not a training epoch
-                           {**final, "lambda_0": "0.1", "params_pct": "28.0"}]
-    assert findings.gain_rows([leaping])[["largest λ", "lowest params (%)"]].iloc[0].tolist() == [585.7, 0.41]
+    leaping["history"] = [{"epoch": str(e), "phase": "train", "lambda_0": str(lam), "params_pct": str(kept),
+                           "val_error": str(error)}
+                          for e, lam, kept, error in ((1, 585.7, 100.0, 90.3), (2, 120.0, 0.41, 88.65))]
+    leaping["history"] += [{"epoch": "2", "phase": "val", "params_pct": "0.0", "val_error": "95.0"},  # not training
+                           {**final, "lambda_0": "0.1", "params_pct": "28.0", "val_error": "2.0"}]
+    assert findings.gain_rows([leaping])[["largest λ", "lowest params (%)", "epochs collapsed"]].iloc[0].tolist() == [
+        585.7, 0.41, 2]
     assert rows["gap (points)"].tolist() == pytest.approx([-8.0, 0.45, 0.05, 0.02])
 
 
@@ -211,6 +213,31 @@ def test_the_lenet5_rows_name_the_chosen_optimiser_and_judge_each_row_against_th
                                 lenet5_cells)
     assert "set `dual_optimizer: augmented_lagrangian` in grids/dual_optimizers_lenet5_paper.yaml" in \
         other.lenet5_section()[0]
+
+
+@pytest.mark.parametrize("smaller_errors, conclusion", [
+    ([7.0] * 4, "The smaller gain never collapses where the chosen one does: the gain is the cause."),
+    ([90.0, 90.0, 7.0, 7.0], "The smaller gain shortens the collapse without removing it everywhere: the gain is "
+                             "part of the cause."),
+    ([90.0] * 4, "The smaller gain collapses as long or longer: the gain is not the cause.")])
+def test_the_gain_cause_test_compares_the_collapse_over_the_shorter_runs_epochs(smaller_errors, conclusion):
+    layer, model = findings.LENET5_CELLS
+
+    def lenet5(grouping, target, kp, errors):
+        run = record(grouping, target, optimizer="nupi", kp=kp)
+        run["params"]["model"] = "lenet5"
+        run["history"] = [{"epoch": str(e), "phase": "train", "val_error": str(v)} for e, v in enumerate(errors, 1)]
+        run["metrics"]["epochs_completed"] = len(errors)
+        return run
+
+    # at the chosen gain: collapsed in epochs 2-4 of the first 4, and in 5-6, which the cause test did not train
+    chosen = {layer: lenet5("layer", layer.target, 1e7, [7.0, 90.0, 90.0, 88.0, 90.0, 90.0, 2.0]),
+              model: None}
+    smaller = [lenet5("layer", layer.target, 1e5, smaller_errors), lenet5("model", 0.1, 1e5, [7.0] * 4)]
+    lines = findings.gain_cause_lines(chosen, smaller)
+    assert lines == ["Table 1, LeNet5 layer-wise [50, 30, 70, 10]%: collapsed at the end of 3 of the first 4 epochs "
+                     f"at kp = 1e7, {sum(e >= 80 for e in smaller_errors)} at kp = 100000.", conclusion]
+    assert findings.gain_cause_lines({layer: None, model: None}, smaller)[0].startswith("No record yet of")
 
 
 def test_the_intros_answer_adds_the_lenet5_rows_once_every_record_is_in(monkeypatch):
