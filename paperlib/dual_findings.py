@@ -394,10 +394,11 @@ class Comparison:
                       f"{'within' if row['Δ error (points)'] <= 2 * spread else 'more than'} two seed spreads "
                       f"({2 * spread:.2f} points, Table 1's LeNet5 rows)" for _, row in ours.iterrows()]
             items.append(f"With {OPTIMIZERS[ran]}, " + "; ".join(judged) + ".")
+            thin = [thin_layers_in_words(found[ran], cell.label) for cell, found in runs.items() if found[ran]]
             items += [show(collapse_table(runs).dropna(axis=1, how="all"),
                            caption=f"Epochs at whose end the test-time model misclassified {COLLAPSED_ERROR_PCT:g}% "
                                    f"of the test set or more"),
-                      collapse_in_words(runs)]
+                      collapse_in_words(runs), *filter(None, thin)]
         if missing:
             items.append(no_record_line(f"{OPTIMIZERS[ran]} on {in_words(missing)}", [LENET5_GRID]))
         return items
@@ -474,6 +475,31 @@ def collapsed_epochs(run: dict, first: int | None = None) -> int:
     :data:`COLLAPSED_ERROR_PCT` of the test set or more (the test split describes the run here; it chooses
     nothing)."""
     return sum(error >= COLLAPSED_ERROR_PCT for error in _train_epochs(run, "val_error")[:first])
+
+
+def thin_layers_in_words(run: dict, label: str) -> str | None:
+    """How a collapsed test-time model keeps its expected density: at the epoch with saved gate medians (App. I)
+    where the run's test error was highest, every layer that kept under half the share of its groups that its
+    expected density promises, with both. Such a layer spreads its density thinly, over gates whose P(z ≠ 0) sits
+    near its target and whose median (Eq. 9) is 0. None if the run never collapsed at a saved epoch."""
+    errors = {row["epoch"]: float(row["val_error"]) for row in run["history"]
+              if row["phase"] == "train" and row.get("val_error") not in (None, "")}
+    saved = [epoch for epoch in run.get("gate_medians", {}) if epoch in errors]
+    worst = max(saved, key=errors.get, default=None)
+    if worst is None or errors[worst] < COLLAPSED_ERROR_PCT:
+        return None
+    row = next(row for row in run["history"] if row["phase"] == "train" and row["epoch"] == worst)
+    thin = []
+    for layer, medians in run["gate_medians"][worst].items():
+        kept, expected = sum(median > 0 for median in medians), float(row[f"density[{layer}]"])
+        if kept / len(medians) < expected / 2:
+            thin.append(f"{layer} keeps {kept} of its {len(medians)} groups at an expected density of "
+                        f"{100 * expected:.1f}%")
+    if not thin:
+        return None
+    return (f"{label}, at epoch {worst} (test error {errors[worst]:.2f}%): {in_words(thin)}. Its gates there share "
+            f"the density thinly: each opens with a probability near the layer's density, below the median's "
+            f"threshold, so the test-time model keeps almost none of them.")
 
 
 def gain_cause_lines(chosen: dict[Cell, dict | None], smaller: list[dict]) -> list[str]:

@@ -240,6 +240,21 @@ def test_the_gain_cause_test_compares_the_collapse_over_the_shorter_runs_epochs(
     assert findings.gain_cause_lines({layer: None, model: None}, smaller)[0].startswith("No record yet of")
 
 
+def test_thin_layers_are_those_whose_test_time_model_keeps_under_half_what_their_expected_density_promises():
+    run = record("layer", [0.5, 0.1])
+    run["history"] = [{"epoch": str(e), "phase": "train", "val_error": str(error), "density[conv2]": "0.3",
+                       "density[fc2]": "0.101"} for e, error in ((1, 7.0), (2, 90.2), (3, 1.0))]
+    fc2 = [0.0] * 498 + [0.4, 0.9]
+    conv2 = [0.0] * 36 + [1.0] * 14  # 28% kept at 30% expected: not thin
+    run["gate_medians"] = {"0": {"conv2": [0.5] * 50, "fc2": [0.5] * 500}, "2": {"conv2": conv2, "fc2": fc2},
+                           "3": {"conv2": conv2, "fc2": [0.0] * 450 + [1.0] * 50}}
+    words = findings.thin_layers_in_words(run, "LeNet5 layer-wise")
+    assert words.startswith("LeNet5 layer-wise, at epoch 2 (test error 90.20%): fc2 keeps 2 of its 500 groups at an "
+                            "expected density of 10.1%. Its gates there share the density thinly")
+    run["history"][1]["val_error"] = "79.0"  # never at chance at a saved epoch
+    assert findings.thin_layers_in_words(run, "LeNet5 layer-wise") is None
+
+
 def test_the_intros_answer_adds_the_lenet5_rows_once_every_record_is_in(monkeypatch):
     layer, model = findings.LENET5_CELLS
 
