@@ -505,8 +505,8 @@ def thin_layers_in_words(run: dict, label: str) -> str | None:
 def gain_cause_lines(chosen: dict[Cell, dict | None], smaller: list[dict]) -> list[str]:
     """The cause test of a collapse at the chosen gain (:data:`GAIN_CAUSE_GRID`): for each cell with a record at
     the chosen gain (``chosen``) and a shorter one at a smaller gain (``smaller``), the epochs each spent collapsed
-    within the shorter run's epochs (the MNIST protocol has no schedule: they are the longer run's first ones);
-    then whether the gain is the cause."""
+    within the shorter run's epochs (the MNIST protocol has no schedule: they are the longer run's first ones)
+    and the highest test error each had in them; then whether the gain is the cause."""
     lines, pairs = [], []
     for cell, run in chosen.items():
         test = next(iter(select(smaller, model=cell.model, grouping=cell.grouping, target=cell.target)), None)
@@ -516,8 +516,9 @@ def gain_cause_lines(chosen: dict[Cell, dict | None], smaller: list[dict]) -> li
         counts = collapsed_epochs(run, first), collapsed_epochs(test, first)
         pairs.append(counts)
         kps = [short_number(r["params"]["nupi_kp"]) for r in (run, test)]
-        lines.append(f"{cell.label}: collapsed at the end of {counts[0]} of the first {first} epochs at kp = {kps[0]}, "
-                     f"{counts[1]} at kp = {kps[1]}.")
+        worst = [max(_train_epochs(r, "val_error")[:first]) for r in (run, test)]
+        lines.append(f"{cell.label}: collapsed at the end of {counts[0]} of the first {first} epochs at kp = {kps[0]} "
+                     f"(highest test error {worst[0]:.2f}%), {counts[1]} at kp = {kps[1]} (highest {worst[1]:.2f}%).")
     if not pairs:
         return [no_record_line("the LeNet5 rows at the smaller gain and at the chosen one", [GAIN_CAUSE_GRID, LENET5_GRID])]
     if all(big > 0 and small == 0 for big, small in pairs):

@@ -236,7 +236,8 @@ def test_the_gain_cause_test_compares_the_collapse_over_the_shorter_runs_epochs(
     smaller = [lenet5("layer", layer.target, 1e5, smaller_errors), lenet5("model", 0.1, 1e5, [7.0] * 4)]
     lines = findings.gain_cause_lines(chosen, smaller)
     assert lines == ["Table 1, LeNet5 layer-wise [50, 30, 70, 10]%: collapsed at the end of 3 of the first 4 epochs "
-                     f"at kp = 1e7, {sum(e >= 80 for e in smaller_errors)} at kp = 100000.", conclusion]
+                     f"at kp = 1e7 (highest test error 90.00%), {sum(e >= 80 for e in smaller_errors)} at kp = 100000 "
+                     f"(highest {max(smaller_errors):.2f}%).", conclusion]
     assert findings.gain_cause_lines({layer: None, model: None}, smaller)[0].startswith("No record yet of")
 
 
