@@ -388,8 +388,9 @@ class Comparison:
         items = [chosen, show(by_cell(table, LENET5_CELLS)) if len(table) else None,
                  show(gaps, caption=LAYER_GAPS_CAPTION) if len(gaps) else None]
         if len(ours):
-            judged = [f"{row['cell']}: {'within' if row['hit'] else 'more than'} {HIT_POINTS:g} point of every "
-                      f"target (largest gap {row['largest gap (points)']:+.2f}), final error "
+            judged = [f"{row['cell']}: {'within' if row['hit'] else 'more than'} {HIT_POINTS:g} point "
+                      f"{'of every target' if row['hit'] else 'from a target'} "
+                      f"(largest gap {row['largest gap (points)']:+.2f}), final error "
                       f"{row['Δ error (points)']:+.2f} points against the paper's optimiser, "
                       f"{'within' if row['Δ error (points)'] <= 2 * spread else 'more than'} two seed spreads "
                       f"({2 * spread:.2f} points, Table 1's LeNet5 rows)" for _, row in ours.iterrows()]

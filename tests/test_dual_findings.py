@@ -280,6 +280,9 @@ def test_the_intros_answer_adds_the_lenet5_rows_once_every_record_is_in(monkeypa
                               "on Table 1's 2 LeNet5 rows ends within 1 point of every target in 1 of the 2 rows, at "
                               "+0.05 to +0.30 points of error against the paper's optimiser (1 beyond two seed "
                               "spreads).")
+    judged = found.lenet5_section()[3]
+    assert judged.startswith("With nuPI, Table 1, LeNet5 layer-wise [50, 30, 70, 10]%: more than 1 point from a target "
+                             "(largest gap -5.00), final error +0.05 points")
     pending = findings.Comparison([], 1e7, {}, mlp.iloc[6:], 0.1, cells)  # the paper's optimiser's cells missing
     assert pending.answer().startswith("Not all records are in yet")
 
