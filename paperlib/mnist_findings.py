@@ -990,7 +990,7 @@ def plot_authors_penalized(theirs: dict, ours: list[dict]) -> plt.Figure:
             ax.plot(frame["epoch"], 100 * frame[column], lw=1, ls=style, alpha=0.6 if p["seed"] else 1.0,
                     label=f"ours, {variant(p) or 'seed 0'}")
     axes[0].plot([len(history)], [paper_penalized_density(grouping, lmbda)], marker="o", ms=7, mfc="none",
-                 color="C3", ls="none", label="the paper's final")
+                 color="k", ls="none", label="the paper's final")
     for ax, title in zip(axes, ("model L0-density (%)", "conv2 expected density (%)")):
         ax.set(xlabel="epoch", title=title)
         ax.grid(alpha=0.3)
