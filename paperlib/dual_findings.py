@@ -419,20 +419,27 @@ class Comparison:
         return gain_cause_lines({cell: found["nupi"] for cell, found in self.lenet5.items()},
                                 records_of(GAIN_CAUSE_GRID))
 
+    def lenet5_answer(self) -> str | None:
+        """How the optimiser run on Table 1's LeNet5 rows does there: rows within a point of every target and its
+        cost in error against the paper's optimiser (beyond two seed spreads or not); None until both are in."""
+        _, ours, spread = self.lenet5_rows()
+        if len(ours) < len(LENET5_CELLS):
+            return None
+        costs = ours["Δ error (points)"]
+        return (f"{ours['dual optimiser'].iloc[0]} on Table 1's {len(ours)} LeNet5 rows ends within "
+                f"{HIT_POINTS:g} point of every target in {count_of(int(ours['hit'].sum()), len(ours), 'row')}, "
+                f"at {costs.min():+.2f} to {costs.max():+.2f} points of error against the paper's optimiser "
+                f"({int((costs > 2 * spread).sum())} beyond two seed spreads)")
+
     def answer(self) -> str:
         """The intro's sentence: does any other dual optimiser remove the paper's overshoot at no cost in error,
         on the MLP cells, and how the one run on Table 1's LeNet5 rows does there (once all are in)?"""
         if not len(self.table):
             return "No record yet."
         answer = _judged(self.table, self.spread, len(CELLS))[1]
-        _, ours, spread = self.lenet5_rows()
-        if answer.startswith("Not all") or len(ours) < len(LENET5_CELLS):
+        lenet5 = self.lenet5_answer()
+        if answer.startswith("Not all") or lenet5 is None:
             return answer
-        costs = ours["Δ error (points)"]
-        lenet5 = (f"{ours['dual optimiser'].iloc[0]} on Table 1's {len(ours)} LeNet5 rows ends within "
-                  f"{HIT_POINTS:g} point of every target in {count_of(int(ours['hit'].sum()), len(ours), 'row')}, "
-                  f"at {costs.min():+.2f} to {costs.max():+.2f} points of error against the paper's optimiser "
-                  f"({int((costs > 2 * spread).sum())} beyond two seed spreads)")
         return f"{answer[:-1]} on the {len(CELLS)} MLP cells, and {lenet5}."
 
 
