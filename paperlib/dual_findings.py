@@ -118,7 +118,8 @@ def gain_rows(runs: list[dict]) -> pd.DataFrame:
              "gap (points)": largest_gap(run), "largest λ": max(_train_epochs(run, "lambda_0"), default=None),
              "final λ": final_multipliers(run)[0],
              "lowest params (%)": min(_train_epochs(run, "params_pct"), default=None),
-             "epochs collapsed": collapsed_epochs(run), "val. error final (%)": run["metrics"]["val_error_final"], "run": run_link(run)} for run in runs]
+             "epochs collapsed": collapsed_epochs(run), "val. error final (%)": run["metrics"]["val_error_final"],
+             "run": run_link(run)} for run in runs]
     return pd.DataFrame(rows).sort_values("kp", ignore_index=True) if rows else pd.DataFrame(rows)
 
 
@@ -365,9 +366,10 @@ class Comparison:
     def lenet5_section(self) -> list:
         """Table 1's LeNet5 rows with the paper's optimiser (seed 0 of Table 1) and the one
         :data:`LENET5_GRID` runs: which optimiser the MLP cells choose (:func:`best_other`) and whether the grid
-        runs it, the table of gaps and errors, each layer's gap on the layer-wise row, in words whether it hits each row at no cost in error (two seed
-        spreads of Table 1's LeNet5 rows), and the epochs its test-time model spends collapsed
-        (:func:`collapse_table`); or the command for what is missing."""
+        runs it, the table of gaps and errors, each layer's gap on the layer-wise row, in words whether it hits
+        each row at no cost in error (two seed spreads of Table 1's LeNet5 rows), and the epochs its test-time
+        model spends collapsed (:func:`collapse_table`), with its thin layers (:func:`thin_layers_in_words`); or
+        the command for what is missing."""
         best, complete = best_other(self.table)
         ran = grid_optimizer(LENET5_GRID)
         if best is None:
@@ -528,7 +530,8 @@ def gain_cause_lines(chosen: dict[Cell, dict | None], smaller: list[dict]) -> li
         lines.append(f"{cell.label}: collapsed at the end of {counts[0]} of the first {first} epochs at kp = {kps[0]} "
                      f"(highest test error {worst[0]:.2f}%), {counts[1]} at kp = {kps[1]} (highest {worst[1]:.2f}%).")
     if not pairs:
-        return [no_record_line("the LeNet5 rows at the smaller gain and at the chosen one", [GAIN_CAUSE_GRID, LENET5_GRID])]
+        return [no_record_line("the LeNet5 rows at the smaller gain and at the chosen one",
+                               [GAIN_CAUSE_GRID, LENET5_GRID])]
     if all(big > 0 and small == 0 for big, small in pairs):
         lines.append("The smaller gain never collapses where the chosen one does: the gain is the cause.")
     elif all(small >= big for big, small in pairs):
