@@ -253,10 +253,11 @@ def seed_spread(table1_runs: list[dict], cells: tuple[Cell, ...] = CELLS[:2]) ->
     return statistics.fmean(variances) ** 0.5
 
 
-def _judged(table: pd.DataFrame, spread: float, n_cells: int) -> tuple[list[str], str]:
+def _judged(table: pd.DataFrame, spread: float, n_cells: int) -> tuple[list[str], str, bool]:
     """One line per optimiser with records (cells hit, gaps, error against the paper's optimiser), and the
     answer: which optimisers remove the overshoot at no cost in error (every cell a hit, no final error more
-    than two seed spreads above the paper's optimiser's), once every cell of every optimiser has a record."""
+    than two seed spreads above the paper's optimiser's), once every cell of every optimiser has a record; and
+    whether every cell of every optimiser has one."""
     lines, winners, pending = [], [], []
     for name, label in OPTIMIZERS.items():
         rows = table[table["dual optimiser"] == label]
@@ -281,14 +282,14 @@ def _judged(table: pd.DataFrame, spread: float, n_cells: int) -> tuple[list[str]
         answer = f"{in_words(winners)} removes the overshoot at no cost in error."
     else:
         answer = "None of them removes the overshoot at no cost in error."
-    return lines, answer
+    return lines, answer, not pending
 
 
 def verdict(table: pd.DataFrame, spread: float, n_cells: int = len(CELLS)) -> str:
     """The page's answer: a line per optimiser, then whether one removes the overshoot at no cost in error."""
     if table.empty:
         return "No record of this comparison yet."
-    lines, answer = _judged(table, spread, n_cells)
+    lines, answer, _ = _judged(table, spread, n_cells)
     return "\n".join(f"- {line}" for line in lines) + (
         f"\n\n{answer} (No cost: no cell's final error more than two seed spreads, {2 * spread:.2f} points, above "
         f"the paper's optimiser's; the spread is the standard deviation over Table 1's five seeds.)")
@@ -384,8 +385,8 @@ class Comparison:
                        f"set `dual_optimizer: {best}` in {LENET5_GRID} and run "
                        f"`python -m paperlib.sweeps {LENET5_GRID}`.")
         table, ours, spread = self.lenet5_rows()
-        runs = {cell: {name: found[name] for name in ("paper", ran)} for cell, found in self.lenet5.items()}
-        missing = [cell.label for cell, found in self.lenet5.items() if found[ran] is None]
+        runs = self.lenet5_shown()
+        missing = [cell.label for cell, found in runs.items() if found[ran] is None]
         gaps = layer_gaps(runs)
         items = [chosen, show(by_cell(table, LENET5_CELLS)) if len(table) else None,
                  show(gaps, caption=LAYER_GAPS_CAPTION) if len(gaps) else None]
@@ -406,19 +407,24 @@ class Comparison:
             items.append(no_record_line(f"{OPTIMIZERS[ran]} on {in_words(missing)}", [LENET5_GRID]))
         return items
 
-    def lenet5_rows(self) -> tuple[pd.DataFrame, pd.DataFrame, float]:
-        """The :func:`summary` of Table 1's LeNet5 rows with the paper's optimiser and the one
-        :data:`LENET5_GRID` runs, its rows of the latter, and the seed spread of Table 1's LeNet5 rows (which
-        judges the cost in error there)."""
+    def lenet5_shown(self) -> dict[Cell, dict[str, dict | None]]:
+        """Table 1's LeNet5 rows with the paper's optimiser and the one :data:`LENET5_GRID` runs."""
         ran = grid_optimizer(LENET5_GRID)
-        table = summary({cell: {name: found[name] for name in ("paper", ran)} for cell, found in self.lenet5.items()})
-        ours = table[table["dual optimiser"] == OPTIMIZERS[ran]]
+        return {cell: {name: found[name] for name in ("paper", ran)} for cell, found in self.lenet5.items()}
+
+    def lenet5_rows(self) -> tuple[pd.DataFrame, pd.DataFrame, float]:
+        """The :func:`summary` of :meth:`lenet5_shown`, its rows of the optimiser :data:`LENET5_GRID` runs, and
+        the seed spread of Table 1's LeNet5 rows (which judges the cost in error there)."""
+        table = summary(self.lenet5_shown())
+        ours = table[table["dual optimiser"] == OPTIMIZERS[grid_optimizer(LENET5_GRID)]]
         spread = seed_spread(records_of(TABLE1_GRID), LENET5_CELLS) if len(ours) else math.nan
         return table, ours, spread
 
     def gain_cause(self) -> list[str]:
-        """:func:`gain_cause_lines` for Table 1's LeNet5 rows: nuPI at the chosen gain against the cause test."""
-        return gain_cause_lines({cell: found["nupi"] for cell, found in self.lenet5.items()},
+        """:func:`gain_cause_lines` for Table 1's LeNet5 rows: the cause test's optimiser at the chosen gain
+        against the cause test."""
+        tested = grid_optimizer(GAIN_CAUSE_GRID)
+        return gain_cause_lines({cell: found[tested] for cell, found in self.lenet5.items()},
                                 records_of(GAIN_CAUSE_GRID))
 
     def lenet5_answer(self) -> str | None:
@@ -438,9 +444,9 @@ class Comparison:
         on the MLP cells, and how the one run on Table 1's LeNet5 rows does there (once all are in)?"""
         if not len(self.table):
             return "No record yet."
-        answer = _judged(self.table, self.spread, len(CELLS))[1]
+        _, answer, complete = _judged(self.table, self.spread, len(CELLS))
         lenet5 = self.lenet5_answer()
-        if answer.startswith("Not all") or lenet5 is None:
+        if not complete or lenet5 is None:
             return answer
         return f"{answer[:-1]} on the {len(CELLS)} MLP cells, and {lenet5}."
 
@@ -492,14 +498,13 @@ def thin_layers_in_words(run: dict, label: str) -> str | None:
     where the run's test error was highest, every layer that kept under half the share of its groups that its
     expected density promises, with both. Such a layer spreads its density thinly, over gates whose P(z ≠ 0) sits
     near its target and whose median (Eq. 9) is 0. None if the run never collapsed at a saved epoch."""
-    errors = {row["epoch"]: float(row["val_error"]) for row in run["history"]
-              if row["phase"] == "train" and row.get("val_error") not in (None, "")}
-    saved = [epoch for epoch in run.get("gate_medians", {}) if epoch in errors]
-    worst = max(saved, key=errors.get, default=None)
+    rows = {row["epoch"]: row for row in run["history"]
+            if row["phase"] == "train" and row.get("val_error") not in (None, "")}
+    errors = {epoch: float(rows[epoch]["val_error"]) for epoch in run.get("gate_medians", {}) if epoch in rows}
+    worst = max(errors, key=errors.get, default=None)
     if worst is None or errors[worst] < COLLAPSED_ERROR_PCT:
         return None
-    row = next(row for row in run["history"] if row["phase"] == "train" and row["epoch"] == worst)
-    thin = []
+    row, thin = rows[worst], []
     for layer, medians in run["gate_medians"][worst].items():
         kept, expected = sum(median > 0 for median in medians), float(row[f"density[{layer}]"])
         if kept / len(medians) < expected / 2:

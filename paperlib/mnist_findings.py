@@ -697,6 +697,13 @@ def variant(params: dict) -> str:
     return ", ".join(parts)
 
 
+def _variant_style(params: dict) -> dict:
+    """The line of a penalized LeNet5 record in a figure, by :func:`variant`: dotted clamped, dashed fan-out,
+    faint for a seed other than 0."""
+    style = ":" if params.get("clamp_log_alpha") else "--" if params.get("linear_init") == "fan_out" else "-"
+    return {"ls": style, "alpha": 0.6 if params["seed"] else 1.0}
+
+
 def plot_penalized_lenet(penalized: dict[str, list[dict]]) -> plt.Figure:
     """Model L0-density against epochs of penalized LeNet5 records, one panel per grouping (a colour per
     λ_pen; dashed: fan-out; dotted: clamped; faint: another seed), the paper's final densities as circles."""
@@ -706,9 +713,8 @@ def plot_penalized_lenet(penalized: dict[str, list[dict]]) -> plt.Figure:
     for ax, grouping in zip(axes, ("model", "layer")):
         for run in penalized[grouping]:
             p, frame = run["params"], _train_rows(run)
-            style = ":" if p.get("clamp_log_alpha") else "--" if p.get("linear_init") == "fan_out" else "-"
-            ax.plot(frame["epoch"], 100 * frame["l0_density"], color=colours[p["lmbda"]], lw=1, ls=style,
-                    alpha=0.6 if p["seed"] else 1.0, label=", ".join(filter(None, [f"λ_pen {p['lmbda']:g}", variant(p)])))
+            ax.plot(frame["epoch"], 100 * frame["l0_density"], color=colours[p["lmbda"]], lw=1,
+                    **_variant_style(p), label=", ".join(filter(None, [f"λ_pen {p['lmbda']:g}", variant(p)])))
         for lmbda in lambdas:
             ax.plot([200], [paper_penalized_density(grouping, lmbda)], marker="o", ms=7, mfc="none", color=colours[lmbda])
         ax.set(xlabel="epoch", title=f"LeNet5 penalized, {grouping}-wise (o: the paper's final)")
@@ -951,12 +957,10 @@ def authors_penalized_in_words(theirs: dict, ours: list[dict]) -> str:
 
 def _fan_out_twin_in_words(theirs: float, cell: list[dict]) -> str:
     """Our fan-out seed-0 run of a penalized cell against the authors' final density ``theirs`` (%) and our
-    fan-in seed 0: the share of the distance between those two that the initialisation alone closes."""
-    def seed0(fan_out: bool) -> float | None:
-        run = next((r for r in cell if not r["params"]["seed"] and not r["params"].get("clamp_log_alpha")
-                    and (r["params"].get("linear_init") == "fan_out") == fan_out), None)
-        return None if run is None else 100 * run["metrics"]["l0_density"]
-    twin, fan_in = seed0(fan_out=True), seed0(fan_out=False)
+    fan-in seed 0 (told apart by :func:`variant`): the share of the distance between those two that the
+    initialisation alone closes."""
+    density = {variant(r["params"]): 100 * r["metrics"]["l0_density"] for r in cell}
+    twin, fan_in = density.get("fan-out"), density.get("")
     if twin is None:
         return (" Their code initialises fan-out; our run of this cell with fan-out, which would tell the "
                 "initialisation from the rest of the code, has no record yet (`grids/lenet5_linear_init.yaml`).")
@@ -985,9 +989,8 @@ def plot_authors_penalized(theirs: dict, ours: list[dict]) -> plt.Figure:
         ax.plot(history["epoch"], 100 * history[column], color="k", lw=2.5, alpha=0.5, label="authors' code")
     for run in select(ours, grouping=grouping, lmbda=lmbda):
         p, frame = run["params"], _train_rows(run)
-        style = ":" if p.get("clamp_log_alpha") else "--" if p.get("linear_init") == "fan_out" else "-"
         for ax, column in zip(axes, ("l0_density", "density[conv2]")):
-            ax.plot(frame["epoch"], 100 * frame[column], lw=1, ls=style, alpha=0.6 if p["seed"] else 1.0,
+            ax.plot(frame["epoch"], 100 * frame[column], lw=1, **_variant_style(p),
                     label=f"ours, {variant(p) or 'seed 0'}")
     axes[0].plot([len(history)], [paper_penalized_density(grouping, lmbda)], marker="o", ms=7, mfc="none",
                  color="k", ls="none", label="the paper's final")
