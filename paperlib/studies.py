@@ -56,7 +56,7 @@ _TINY = ("grids/tinyimagenet_paper.yaml", "grids/tinyimagenet.yaml")
 TABLES = {
     "tab:mnist": Study(("grids/table1_mnist_paper.yaml", "grids/table1_mnist.yaml"), "results_mnist"),
     "tab:mlp_control": Study(("grids/mlp_control_paper.yaml", "grids/mlp_control_seeds_paper.yaml",
-                              "grids/mlp_control.yaml"), "results_mnist"),
+                              "grids/mlp_control_5seeds_paper.yaml", "grids/mlp_control.yaml"), "results_mnist"),
     "tab:lenet_control": Study(("grids/lenet_control_paper.yaml", "grids/lenet_control_seeds_paper.yaml",
                                 "grids/lenet_control.yaml"), "results_mnist"),
     "tab:cifar10_control": Study(("grids/cifar10_control_paper.yaml", "grids/cifar10_control.yaml",
@@ -93,6 +93,7 @@ OURS = {
     "cifar10_layer_cause": Study(("grids/cifar10_layer_cause.yaml",), "results_cifar10_misses"),
     "cifar10_free_gates": Study(("grids/cifar10_free_gates.yaml",), "results_cifar10_misses"),
     "cifar10_under_cause": Study(("grids/cifar10_under_cause.yaml",), "results_cifar10_misses"),
+    "cifar10_cpu_protocol": Study(("grids/cifar10_cpu_free_gates.yaml",), "results_cifar10"),
     "nupi_gain": Study(("grids/nupi_gain_paper.yaml",), "results_dual_optimizers"),
     "dual_optimizers": Study(("grids/dual_optimizers_paper.yaml",), "results_dual_optimizers"),
     "dual_optimizers_lenet5": Study(("grids/dual_optimizers_lenet5_paper.yaml",), "results_dual_optimizers"),
