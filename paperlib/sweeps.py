@@ -65,6 +65,7 @@ from traitlets.config import Config
 
 from . import bisection, records, studies
 from .presets import ExperimentConfig, resolve_config
+from .vocabulary import PRESETS
 
 
 def expand_grid(spec: dict) -> list[dict]:
@@ -341,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("grids", nargs="+", metavar="grid",
                         help="grid file(s) (YAML) or study names (paperlib.studies); several run in the given "
                              "order through one pool of workers")
-    parser.add_argument("--preset", choices=("paper", "cpu"),
+    parser.add_argument("--preset", choices=tuple(p for p in PRESETS if p != "auto"),
                         help="for a study's name: only its grids at this preset (grid files are taken as given)")
     parser.add_argument("--workers", type=int, help="parallel processes (default: the first grid file's, else 1)")
     parser.add_argument("--threads", type=int, help="torch threads per process (default: each grid file's, else 1)")

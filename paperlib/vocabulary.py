@@ -6,7 +6,9 @@ Every module that accepts one of these names imports its tuple from here;
 
 import re
 
-PRESETS = ("auto", "paper", "cpu")
+#: ``auto`` resolves to ``paper`` on CUDA and to the dataset's CPU protocol otherwise
+#: (:func:`paperlib.presets.concrete_preset`); ``gpu`` is CIFAR-10's compressed GPU protocol.
+PRESETS = ("auto", "paper", "cpu", "gpu")
 DATASETS = ("mnist", "cifar10", "cifar100", "tinyimagenet", "imagenet")
 #: The paper's models (App. J); any ``wrn-DEPTH-WIDTH`` is a model too (:func:`is_model_name`).
 MODEL_NAMES = ("mlp", "lenet5", "wrn-28-10", "resnet18", "resnet50")

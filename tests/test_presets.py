@@ -192,3 +192,17 @@ def test_dual_optimizers_beyond_the_paper_are_named_and_go_without_restarts():
         resolve_config(**mlp, dual_optimizer="adam", dual_restarts=False)
     with pytest.raises(ValueError, match="nupi_ema"):
         resolve_config(**mlp, dual_optimizer="nupi", dual_restarts=False, nupi_ema=1.5)
+
+
+def test_the_gpu_preset_knows_only_its_wideresnets_and_compresses_the_schedule_as_the_cpu_one_does():
+    gpu = resolve_config(dataset="cifar10", preset="gpu", target=0.7)
+    cpu = resolve_config(dataset="cifar10", preset="cpu", target=0.7)
+    assert gpu.model == "wrn-16-4" and gpu.run_name.endswith("-gpu")
+    for name in ("epochs", "lr_milestones", "dual_lr", "gates_lr", "lr", "weight_decay", "rho_init", "batch_size"):
+        assert getattr(gpu, name) == getattr(cpu, name), name
+    for model in ("wrn-16-8", "wrn-28-10"):
+        assert resolve_config(dataset="cifar10", preset="gpu", model=model, target=1.0).epochs == 20
+    with pytest.raises(ValueError, match="'gpu' preset has no configuration for dataset='cifar10' with model='wrn-16-1'"):
+        resolve_config(dataset="cifar10", preset="gpu", model="wrn-16-1")
+    with pytest.raises(ValueError, match="'gpu' preset has no configuration for dataset='mnist'"):
+        resolve_config(dataset="mnist", preset="gpu")

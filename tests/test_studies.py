@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from paperlib import paper_results, report, studies
+from paperlib.vocabulary import PRESETS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,7 +33,7 @@ def test_every_grid_file_belongs_to_a_study_and_every_study_grid_exists():
 @pytest.mark.parametrize("grid", studies.every_grid())
 def test_every_grid_names_its_preset_and_experiment(grid):
     base = yaml.safe_load((ROOT / grid).read_text())["base"]
-    assert base.get("preset") in ("paper", "cpu"), f"{grid} must name its preset in base: never auto"
+    assert base.get("preset") in PRESETS and base.get("preset") != "auto", f"{grid} must name its preset in base: never auto"
     assert studies.grid_experiment(grid) == base["experiment"] and studies.grid_preset(grid) == base["preset"]
 
 
