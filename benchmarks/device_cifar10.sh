@@ -3,6 +3,7 @@
 # timings of paperlib.benchmark, eager and compiled gate pass, then CIFAR-10 runs of the CPU protocol
 # from a commands file, several sharing the GPU (benchmarks/device_queue.py), until a deadline.
 #   bash benchmarks/device_cifar10.sh DATA.tar.xz COMMANDS.txt SECONDS GIT_COMMIT [BENCHMARK_SECONDS]
+# BENCH_MODELS (default: lenet5 resnet18 wrn-28-10) are the benchmark's models.
 # DATA.tar.xz holds cifar10-jpeg/ (the shared JPEG tree, packed here with `tar -cJf`); SECONDS is the
 # whole script's budget; GIT_COMMIT the commit of the tree that travelled. Complete records come back
 # in $OUT/records.tar.gz (copy them into runs/ and run the same sweep here to add their notebooks),
@@ -30,7 +31,7 @@ for name, split in (('train', pair.train), ('test', pair.val)):
 # the step timings first, on an idle GPU (bounded, so that the runs keep their time)
 for gates in never always; do
   [ "$bench" -gt 0 ] || break
-  timeout $bench python3 -m paperlib.benchmark --models resnet18 mlp --device cuda --repeats 3 --steps 10 \
+  timeout $bench python3 -m paperlib.benchmark --models ${BENCH_MODELS:-lenet5 resnet18 wrn-28-10} --device cuda --repeats 3 --steps 10 \
     --compile-gates $gates 2>&1 | tee -a $logs/benchmark.log
 done
 # several processes' small kernels can run side by side under MPS; without it the GPU time-slices them
