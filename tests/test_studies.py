@@ -71,3 +71,13 @@ def test_grids_select_by_preset_and_keep_each_grid_once():
     assert studies.indexed_experiments("runs_dual_optimizers") == ["dual_optimizers"]
     with pytest.raises(KeyError, match="no study is called 'tab:nothing'"):
         studies.grids("tab:nothing")
+
+
+@pytest.mark.parametrize("name", sorted(studies.TABLES))
+def test_no_record_belongs_to_two_grids_of_a_table(name):
+    # A table's rows average the records of all its grids: a run asked for by two of them would count twice.
+    seen = {}
+    for grid in studies.study(name).grids:
+        for _, folder in report.grid_runs(grid):
+            assert folder not in seen, f"{folder} is asked for by {seen[folder]} and {grid}"
+            seen[folder] = grid
