@@ -29,7 +29,7 @@ Tables transcribed (``table`` is the LaTeX ``\\label``)
 Columns
     table, source_kind (table | text | figure_caption), repeat_of (the main-text label
     an appendix table repeats), caption_short, dataset, model, method (constrained |
-    penalized | louizos [penalized results quoted from Louizos et al. 2017] | dense |
+    penalized | louizos [penalized results quoted from Louizos et al. 2018] | dense |
     magnitude_pruning), sparsity (structured | unstructured), grouping (model | layer
     | none), target (target density as a fraction, e.g. ``0.33``; layer-specific lists
     are space-separated in layer order, e.g. ``0.5 0.3 0.7 0.1``; a single value with

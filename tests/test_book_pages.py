@@ -33,3 +33,23 @@ def test_result_pages_hide_their_code(page):
     """Readers scan tables and figures; the report code stays one click away (tag hide-input)."""
     headers = re.findall(r"```\{code-cell\}[^\n]*\n((?::[^\n]*\n)*)", page.read_text())
     assert headers and all("hide-input" in header for header in headers)
+
+
+TEACHING = [ROOT / "book" / f"{name}.ipynb" for name in ("lagrangian", "gates", "purging")]
+
+
+@pytest.mark.parametrize("notebook", TEACHING, ids=lambda p: p.name)
+def test_teaching_pages_fold_their_code_and_end_with_exercises(notebook):
+    """Every code cell is folded or removed, and the page ends with 2-3 exercises whose solutions fold."""
+    import json
+
+    cells = json.loads(notebook.read_text())["cells"]
+    folded = {"hide-input", "remove-input", "remove-cell"}
+    shown = [i for i, c in enumerate(cells)
+             if c["cell_type"] == "code" and not folded & set(c["metadata"].get("tags", []))]
+    assert not shown, f"{notebook.name}: code cells {shown} show their code (tag them hide-input)"
+    markdown = ["".join(c["source"]) for c in cells if c["cell_type"] == "markdown"]
+    start = next(i for i, text in enumerate(markdown) if re.search(r"^## Exercises$", text, re.M))
+    exercises = "\n".join(markdown[start:])
+    solutions = re.findall(r"^:::\{admonition\} Solution\n:class: dropdown$", exercises, re.M)
+    assert 2 <= len(re.findall(r"^\*\*Exercise \d", exercises, re.M)) == len(solutions) <= 3
