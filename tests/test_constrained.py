@@ -1,7 +1,11 @@
 """paperlib.constrained.ConstrainedStep: one object owns the step (eq. 4-6), on any model with gated layers."""
 
 import copy
+import csv
+import gzip
+import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -9,7 +13,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import paperlib
-from paperlib import methods
+from paperlib import methods, training
+from paperlib.data import load_dataset
 from paperlib.constrained import ConstrainedStep, weight_parameters
 from paperlib.gate_pass import ModelGates
 from paperlib.layers import ConvBN, L0Conv2d, L0Layer, L0Linear
@@ -118,6 +123,40 @@ def test_the_runners_step_is_the_step_written_out_before_it_bit_for_bit(case):
     assert not torch.equal(model_density(model), initial_density)  # the gates trained
     if config.method == "constrained":
         assert (objective.multipliers.value > 0).any()  # the dense start violates every target
+
+
+#: A committed record whose first logged steps the runner's step must give again (MLP, layer-wise, restarts).
+RECORD = Path(__file__).resolve().parents[1] / "runs" / "mlp_control" / "mlp-constrained-layer-t0.65-s1-paper"
+
+
+def test_the_runners_step_gives_a_committed_records_first_logged_steps_again(tmp_path, monkeypatch):
+    """The first three rows of the record's steps log (steps 0, 23 and 46 on real MNIST), recomputed with
+    today's step, agree to the six significant digits the log keeps. Float sums differ across CPUs'
+    instruction sets (:func:`paperlib.training.device_name`), so the test runs on a CPU like the record's."""
+    metrics = json.loads((RECORD / "metrics.json").read_text())
+    if metrics["device_name"] != training.device_name(torch.device("cpu")):
+        pytest.skip(f"record made on {metrics['device_name']}")
+    params = {k: v for k, v in json.loads((RECORD / "params.json").read_text()).items() if k != "smoke"}
+    try:
+        load_dataset("mnist")
+    except FileNotFoundError:
+        pytest.skip("no MNIST under $PAPERLIB_DATA")
+    monkeypatch.setenv("PAPERLIB_RUNS", str(tmp_path))
+    runner = training.Runner(resolve_config(**params), progress=False)
+    with gzip.open(RECORD / "steps.csv.gz", "rt") as f:
+        rows = list(csv.DictReader(f))[:3]
+    at = [round(float(row["epoch"]) * len(runner.train_loader)) for row in rows]
+    assert at == [0, 23, 46]
+    runner.method.model.train()
+    for index, (x, y) in zip(range(at[-1] + 1), runner.train_loader):
+        step = runner.method.step(x, y)
+        if index in at:
+            row = rows[at.index(index)]
+            ours = {"loss": step.loss, **runner.method.step_log(step)}
+            assert set(ours) == set(row) - {"epoch"}
+            for name, value in ours.items():
+                assert f"{value.item():.6g}" == row[name] or value.item() == pytest.approx(float(row[name]), rel=5e-6), \
+                    (index, name)
 
 
 # ---------------------------------------------------------------------------
