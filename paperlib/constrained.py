@@ -92,9 +92,10 @@ class ConstrainedStep:
         model = nn.Sequential(nn.Flatten(), L0Linear(784, 300), nn.ReLU(), L0Linear(300, 10))
         step = ConstrainedStep(model, torch.optim.Adam(weight_parameters(model), lr=1e-3),
                                target=0.3, gates_lr=0.1, dual_lr=0.05)
-        for x, y in [(torch.randn(32, 1, 28, 28), torch.randint(0, 10, (32,)))] * 10:
+        x, y = torch.randn(32, 1, 28, 28), torch.randint(0, 10, (32,))  # in practice, a loader's batches
+        for _ in range(10):
             record = step.roll(lambda: F.cross_entropy(model(x), y))
-        print(record.loss.item(), record.densities, record.multipliers)
+        print(record.loss.item(), record.densities, record.violations, record.multipliers)
 
     Arguments:
 
