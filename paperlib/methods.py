@@ -33,9 +33,9 @@ import torch.nn.functional as F
 from . import pruning
 from .gates import median_gates
 from .layers import L0Layer
-from .models import build_model, from_torchvision_resnet, gated_layers, layer_densities, memory_format, model_density
-from .gate_pass import ModelGates, compiles
-from .objective import ConstrainedObjective, PenalizedObjective, parameter_groups
+from .constrained import ConstrainedStep
+from .models import build_model, from_torchvision_resnet, layer_densities, memory_format, model_density
+from .objective import parameter_groups
 from .presets import ExperimentConfig
 from .purge import pruned_architecture, purge
 
@@ -132,13 +132,15 @@ class Method:
         return self.forward_model(x)
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> Step:
-        """One primal step on the mini-batch (x, y)."""
-        logits, loss = self._logits_and_loss(x, y)
-        self._descend(loss)
+        """One gradient step of the weights on the mini-batch (x, y)."""
+        self.optimizer.zero_grad(set_to_none=True)
+        loss, logits = self._loss_and_logits(x, y)
+        loss.backward()
+        self.optimizer.step()
         return Step(loss, loss, logits)
 
-    def _logits_and_loss(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits and cross-entropy of the mini-batch.
+    def _loss_and_logits(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cross-entropy and logits of the mini-batch.
 
         With ``autocast_bf16`` the forward pass runs under bfloat16 autocast
         on the batch's device (the runner allows it only on CUDA); the loss,
@@ -149,20 +151,7 @@ class Method:
         with autocast:
             logits = self.forward(x)
             loss = F.cross_entropy(logits, y)
-        return logits, loss
-
-    def _descend(self, objective: torch.Tensor) -> None:
-        """One gradient step of the weights and the gates on ``objective``, then the clamp of log_alpha."""
-        self.optimizer.zero_grad(set_to_none=True)
-        if self.gates_optimizer is not None:
-            self.gates_optimizer.zero_grad(set_to_none=True)
-        objective.backward()
-        self.optimizer.step()
-        if self.gates_optimizer is not None:
-            self.gates_optimizer.step()
-            if self.config.clamp_log_alpha:
-                for layer in gated_layers(self.model):
-                    layer.clamp_log_alpha_()
+        return loss, logits
 
     def end_epoch(self) -> None:
         """Advance the learning-rate schedules by one epoch."""
@@ -229,32 +218,41 @@ class Method:
 
 
 class _Gated(Method):
-    """What the two methods with hard-concrete gates share: the logs of gates and densities."""
+    """What the two methods with hard-concrete gates share: the step (:class:`~paperlib.constrained.ConstrainedStep`),
+    the logs of gates and densities."""
 
     gated = True
 
+    def _constraint(self) -> dict:
+        """The step's constraint (target and dual optimiser) or penalty."""
+        raise NotImplementedError
+
     def _build_optimizers(self, phase: str) -> None:
         super()._build_optimizers(phase)
-        c = self.config  # the gates' pass over the model, built with its optimisers
-        compile_gates = compiles(c.compile_gates, next(self.model.parameters()).device)
-        self.gates = ModelGates(self.model, c.grouping, c.weight_decay, c.detach_gates, compile_gates)
+        c = self.config  # the step owns the optimisers, the gates' pass and the multipliers
+        self.trainer = ConstrainedStep(self.model, self.optimizer, gates_optimizer=self.gates_optimizer,
+                                       grouping=c.grouping, weight_decay=c.weight_decay, detach_gates=c.detach_gates,
+                                       clamp_log_alpha=c.clamp_log_alpha, compile_gates=c.compile_gates,
+                                       **self._constraint())
+
+    @property
+    def objective(self):
+        """The step's objective: its multipliers (constrained) or penalties (:mod:`paperlib.objective`)."""
+        return self.trainer.objective
 
     def test_time_model(self) -> nn.Module:
         """The purged model: median gates folded into the weights, closed groups removed (App. D, eq. 9)."""
         return purge(self.model).to(memory_format=memory_format(self.model))
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> Step:
-        """One primal step on f_obj plus the objective's term in the densities (the Lagrangian's, the penalty's).
+        """One step of :class:`~paperlib.constrained.ConstrainedStep`: the primal step on f_obj plus the term in
+        the densities (the Lagrangian's, the penalty's), then the dual step of a constrained method.
 
         The gates' pass samples every gate once, then the forward uses them;
         f_obj is the loss plus the expected L2 norm of the gated weights (eq. 13).
         """
-        gate_pass = self.gates.sample(self.objective.term, self.objective.term_args())
-        with self.gates.installed(gate_pass):
-            logits, loss = self._logits_and_loss(x, y)
-        objective = loss + gate_pass.l2_penalty + gate_pass.density_term
-        self._descend(objective)
-        return Step(loss, objective, logits, gate_pass.densities)
+        record = self.trainer.roll(lambda: self._loss_and_logits(x, y))
+        return Step(record.loss, record.objective, record.output[1], record.densities)
 
     def step_log(self, step: Step) -> dict[str, torch.Tensor]:
         row = {"l0_density": model_density(self.model).detach()}
@@ -296,20 +294,11 @@ class Constrained(_Gated):
     the same iterate (or a dual restart, eq. 6).
     """
 
-    def attach(self, model: nn.Module) -> None:
+    def _constraint(self) -> dict:
         c = self.config
-        self.objective = ConstrainedObjective(model, c.target, c.grouping, c.dual_lr, c.dual_restarts,
-                                              c.dual_optimizer, c.nupi_kp, c.nupi_ema)
-        super().attach(model)
-
-    def step(self, x: torch.Tensor, y: torch.Tensor) -> Step:
-        # Simultaneous gradient descent-ascent (eq. 5): descent on the weights and gates on the Lagrangian
-        # at the current multipliers (eq. 4), f_obj + sum_g lambda_g (density_g - eps_g) ...
-        step = super().step(x, y)
-        # ... and projected ascent on the multipliers (or a dual restart, eq. 6) from the same iterate:
-        # the densities measured before the primal step.
-        self.objective.dual_step(step.density)
-        return step
+        nupi = dict(nupi_kp=c.nupi_kp, nupi_ema=c.nupi_ema) if c.dual_optimizer == "nupi" else {}
+        return dict(target=c.target, dual_lr=c.dual_lr, dual_optimizer=c.dual_optimizer,
+                    dual_restarts=c.dual_restarts, **nupi)
 
     def _multipliers(self) -> dict:
         return {f"lambda_{i}": lam for i, lam in enumerate(self.objective.multipliers.value.tolist())}
@@ -338,9 +327,8 @@ class Constrained(_Gated):
 class Penalized(_Gated):
     """min f_obj + lambda_pen * L0-density (model-wise) or + sum_g lambda_pen_g * density_g (App. B, C)."""
 
-    def attach(self, model: nn.Module) -> None:
-        self.objective = PenalizedObjective(model, self.config.lmbda, self.config.grouping)
-        super().attach(model)
+    def _constraint(self) -> dict:
+        return dict(penalty=self.config.lmbda)
 
 
 class Dense(Method):

@@ -5,7 +5,9 @@ one for the whole model (``grouping="model"``) or one per gated layer
 (``grouping="layer"``). An objective names the term's function
 (:attr:`term`, one of the functions below) and its tensors
 (:meth:`term_args`); the step's gate pass computes the densities and the term
-(:attr:`paperlib.gate_pass.GatePass.density_term`).
+(:attr:`paperlib.gate_pass.GatePass.density_term`). This ``term(densities,
+*term_args())`` shape is what ``torch.compile`` takes best; a training step
+uses the objectives through :class:`paperlib.constrained.ConstrainedStep`.
 
 * :class:`ConstrainedObjective`: the Lagrangian's term sum_g lambda_g (d_g - eps_g)
   of eq. 4 (:func:`linear_term`); after the primal step it updates the
@@ -30,9 +32,7 @@ import torch.nn as nn
 
 from .lagrangian import LagrangeMultipliers, NuPIMultipliers, check_dual_optimizer
 from .layers import L0Layer
-from .models import gated_layers
 from .vocabulary import GROUPINGS
-
 
 
 def _check_grouping(grouping: str) -> None:
@@ -43,7 +43,7 @@ def _check_grouping(grouping: str) -> None:
 def num_groups(model: nn.Module, grouping: str) -> int:
     """1 for model-wise grouping, the number of gated layers for layer-wise grouping (App. B)."""
     _check_grouping(grouping)
-    return 1 if grouping == "model" else len(gated_layers(model))
+    return 1 if grouping == "model" else sum(isinstance(m, L0Layer) for m in model.modules())
 
 
 def _per_group(values: float | Sequence[float], groups: int, name: str) -> torch.Tensor:

@@ -57,7 +57,11 @@ def no_record_line(what: str, grids) -> str:
 
 
 def grid_runs(grid_file: str | Path) -> list[tuple[object, Path]]:
-    """(resolved configuration, record folder) of every run a grid file asks for, in grid order."""
+    """(resolved configuration, record folder) of every run a grid file asks for, in grid order.
+
+    The folder is the one the run writes to; a record there may have been made with other parameters (an
+    earlier preset under today's name): :func:`grid_records` finds records by their parameters.
+    """
     root = records.project_root()
     spec = yaml.safe_load((root / grid_file).read_text())
     defaults = sweeps.notebook_defaults(str(root / spec["notebook"]))
@@ -66,6 +70,46 @@ def grid_runs(grid_file: str | Path) -> list[tuple[object, Path]]:
         config = sweeps.run_config(params, spec["dataset"], defaults)
         runs.append((config, sweeps.record_folder(spec["notebook"], params, spec["dataset"], defaults)))
     return runs
+
+
+def find_record(config, index: list[tuple[Path, dict]]) -> Path | None:
+    """The folder of the complete record in ``index`` (:func:`paperlib.records.record_index`) made with
+    ``config``'s parameters, or None.
+
+    The run's own folder when its record was made with these parameters (those that change what a run
+    computes: :data:`~paperlib.presets.NOT_COMPARED` aside, as a record found by
+    :func:`~paperlib.training.run_experiment` is checked); else a record of exactly these parameters
+    under another name (a run given its own ``run_name`` because an older record held the default one).
+    A record whose parameters differ, whatever its name, is not this run's.
+    """
+    own = records.run_folder(config)
+    for folder, params in index:
+        if folder == own and not presets.differing_parameters(params, config, presets.NOT_COMPARED):
+            return folder
+    return next((folder for folder, params in index
+                 if not presets.differing_parameters(params, config, ("run_name", "device", "threads"))), None)
+
+
+def grid_records(grid_file: str | Path) -> list[tuple[object, Path | None]]:
+    """(resolved configuration, folder of its complete record or None) of every run of a grid, in grid order.
+
+    Records are found by the parameters they were made with (:func:`find_record`), so a record made under
+    an earlier preset is never taken for today's run. A bisection search's record is its search folder,
+    complete or not (its trainings are records of their own).
+    """
+    return _found_records(grid_runs(grid_file))
+
+
+def _found_records(runs: list[tuple[object, Path]]) -> list[tuple[object, Path | None]]:
+    found, indexes = [], {}
+    for config, folder in runs:
+        if folder != records.run_folder(config):  # a bisection search's record (sweeps.record_folder)
+            found.append((config, folder if records.record_status(folder) == "complete" else None))
+            continue
+        if folder.parent not in indexes:
+            indexes[folder.parent] = records.record_index(folder.parent)
+        found.append((config, find_record(config, indexes[folder.parent])))
+    return found
 
 
 #: Parameters that grid tables always show (or that only name the run's place).
@@ -92,21 +136,28 @@ def notebook_link(run_dir: str | Path, text: str = "notebook") -> str | None:
     return f'<a href="{href}">{text}</a>'
 
 
+#: The status of a grid table's run whose folder holds a complete record made with other parameters.
+OTHER_PARAMETERS = "record made with other parameters"
+
+
 def grid_table(grid_file: str | Path) -> pd.DataFrame:
-    """One row per run of ``grid_file``: our numbers if its record is complete, else its status.
+    """One row per run of ``grid_file``: our numbers if its record is complete, else its status
+    (:data:`OTHER_PARAMETERS` where its folder holds the record of other parameters, :func:`grid_records`).
 
     The ``run`` column links to the page of the run's executed notebook (where
     there is one). The table's ``attrs["command"]`` is the sweep command that
     produces the missing rows.
     """
-    rows = []
-    for config, run_dir in grid_runs(grid_file):
+    rows, runs = [], grid_runs(grid_file)
+    for (config, run_dir), (_, found) in zip(runs, _found_records(runs)):
         hyper = config.lmbda if config.method == "penalized" else config.target
+        status = "complete" if found is not None else records.record_status(run_dir) or "not run"
         row = {"model": config.model, "method": config.method, "grouping": config.grouping,
                "λ_pen" if config.method == "penalized" else "target": _fmt(hyper),
                **{name: _fmt(getattr(config, name)) for name in _other_grid_parameters(grid_file)},
-               "status": records.record_status(run_dir) or "not run"}
-        if row["status"] == "complete":
+               "status": OTHER_PARAMETERS if status == "complete" and found is None else status}
+        if found is not None:
+            run_dir = found
             metrics = records.load_record(run_dir)["metrics"]
             numbers = list(plots.result_columns({"metrics": metrics}).items())  # densities and counts, then errors
             row.update(numbers[:3])
@@ -122,9 +173,9 @@ def grid_table(grid_file: str | Path) -> pd.DataFrame:
 
 
 def complete_records(grid_file: str | Path) -> list[dict]:
-    """The complete records of a grid's runs, in grid order."""
-    return [records.load_record(run_dir) for _, run_dir in grid_runs(grid_file)
-            if records.record_status(run_dir) == "complete"]
+    """The complete records of a grid's runs, made with the parameters the grid gives today, in grid order
+    (:func:`grid_records`)."""
+    return [records.load_record(run_dir) for _, run_dir in grid_records(grid_file) if run_dir is not None]
 
 
 def counterpart(record: dict, candidates: list[dict], differing: tuple[str, ...]) -> dict | None:
@@ -153,8 +204,8 @@ def final_errors(grid_files: list[str | Path], preset: str) -> pd.DataFrame:
     """
     rows, seen = [], set()
     for grid_file in grid_files:
-        for config, run_dir in grid_runs(grid_file):
-            if config.preset != preset or run_dir in seen or records.record_status(run_dir) != "complete":
+        for config, run_dir in grid_records(grid_file):
+            if config.preset != preset or run_dir is None or run_dir in seen:
                 continue
             seen.add(run_dir)
             metrics = records.load_record(run_dir)["metrics"]
@@ -184,8 +235,8 @@ def grid_to_show(grid_files: list[str | Path]) -> tuple[str | Path, str]:
     """
     done = []
     for grid_file in grid_files:
-        statuses = [records.record_status(run_dir) for _, run_dir in grid_runs(grid_file)]
-        done.append((grid_file, statuses.count("complete"), len(statuses)))
+        found = [run_dir for _, run_dir in grid_records(grid_file)]
+        done.append((grid_file, sum(run_dir is not None for run_dir in found), len(found)))
     chosen = next((d for d in done if d[1] == d[2]), None) or next((d for d in done if d[1]), done[0])
     sentence = f"Shown: `{chosen[0]}` ({chosen[1]} of {chosen[2]} runs complete)."
     better = [f"`{g}` has {n} of {total}" for g, n, total in done[:done.index(chosen)]]

@@ -257,3 +257,54 @@ def test_density_traces_name_every_run_with_steps_under_the_panels():
 def test_a_missing_finding_names_what_is_missing_and_the_sweep_that_makes_it():
     assert report.no_record_line("the fan-out runs", ["grids/a.yaml", "grids/b.yaml"]) == \
         "No record yet of the fan-out runs: `python -m paperlib.sweeps grids/a.yaml grids/b.yaml`."
+
+
+def _synthetic_record(folder, params: dict, error: float) -> None:
+    """A complete record with these parameters (nothing trained): what the report reads of one."""
+    metrics = {"status": "complete", "run_name": folder.name, "l0_density": 0.5, "params_pct": 50.0, "macs_pct": 40.0,
+               "val_error_best": error, "val_error_final": error, "epochs_completed": 1, "git_commit": "0" * 40}
+    records.write_record(folder, params, metrics, [], [], {})
+
+
+def test_records_are_found_by_their_parameters_never_by_their_name_alone(workspace):
+    """A record made under an earlier preset, sitting under the name today's preset gives, is not today's run;
+    a record of today's parameters under another name is; the old record is kept and answers for its own
+    parameters."""
+    grid = workspace / "grid.yaml"
+    base = {"experiment": "found", "model": "mlp", "method": "constrained", "preset": "cpu"}
+    grid.write_text(yaml.safe_dump({"notebook": str(records.project_root() / "book" / "mnist.ipynb"),
+                                    "dataset": "mnist", "base": base, "grid": {"target": [0.4, 0.6, 0.8]}}))
+    (t4, own4), (t6, own6), (t8, own8) = report.grid_runs(grid)
+    older = {**t4.to_dict(), "dual_lr": 10 * t4.dual_lr, "clamp_log_alpha": not t4.clamp_log_alpha}
+    _synthetic_record(own4, older, 9.0)  # an earlier preset's record under today's name
+    _synthetic_record(own6, {**t6.to_dict(), "threads": 4, "device": "cpu"}, 6.0)  # where it ran changes nothing
+    _synthetic_record(own8.parent / "t0.8-compiled", {**t8.to_dict(), "compile_gates": "always",
+                                                      "run_name": "t0.8-compiled"}, 8.0)  # another run's record
+
+    assert [folder for _, folder in report.grid_records(grid)] == [None, own6, None]
+    assert [r["metrics"]["val_error_final"] for r in report.complete_records(grid)] == [6.0]
+    table = report.grid_table(grid)
+    assert list(table["status"]) == [report.OTHER_PARAMETERS, "complete", "not run"]
+    assert table["val. error final (%)"].tolist()[1] == 6.0 and table["val. error final (%)"].isna()[[0, 2]].all()
+    assert "1 of 3 runs complete" in report.grid_to_show([grid])[1]
+
+    rerun = own4.parent / "t0.4-rerun"  # today's parameters, run under a name of their own
+    _synthetic_record(rerun, {**t4.to_dict(), "run_name": rerun.name}, 4.0)
+    assert [folder for _, folder in report.grid_records(grid)] == [rerun, own6, None]
+    assert records.record_status(own4) == "complete"  # the old record is kept ...
+    old_grid = workspace / "old.yaml"  # ... and is the record of its own parameters
+    old_grid.write_text(yaml.safe_dump({
+        "notebook": str(records.project_root() / "book" / "mnist.ipynb"), "dataset": "mnist",
+        "base": {**base, "target": 0.4, "dual_lr": older["dual_lr"], "clamp_log_alpha": older["clamp_log_alpha"]}}))
+    assert [folder for _, folder in report.grid_records(old_grid)] == [own4]
+    assert [r["metrics"]["val_error_final"] for r in report.complete_records(old_grid)] == [9.0]
+
+
+def test_record_index_lists_the_complete_records_of_a_folder_with_their_parameters(tmp_path):
+    _synthetic_record(tmp_path / "a", {"target": 0.5}, 1.0)
+    _synthetic_record(tmp_path / "b", {"target": 0.7}, 2.0)
+    records.write_record(tmp_path / "c", {"target": 0.9}, {"status": "partial"}, [], [], {})
+    assert records.record_index(tmp_path) == [(tmp_path / "a", {"target": 0.5}),
+                                                      (tmp_path / "b", {"target": 0.7})]
+    _synthetic_record(tmp_path / "a", {"target": 0.25}, 1.0)  # rewritten: read again
+    assert records.record_index(tmp_path)[0] == (tmp_path / "a", {"target": 0.25})
