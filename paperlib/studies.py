@@ -94,6 +94,7 @@ OURS = {
     "cifar10_free_gates": Study(("grids/cifar10_free_gates.yaml",), "results_cifar10_misses"),
     "cifar10_under_cause": Study(("grids/cifar10_under_cause.yaml",), "results_cifar10_misses"),
     "cifar10_cpu_protocol": Study(("grids/cifar10_cpu_free_gates.yaml",), "results_cifar10"),
+    "mnist_free_gates": Study(("grids/mnist_free_gates_paper.yaml",), "results_mnist"),
     "nupi_gain": Study(("grids/nupi_gain_paper.yaml",), "results_dual_optimizers"),
     "dual_optimizers": Study(("grids/dual_optimizers_paper.yaml",), "results_dual_optimizers"),
     "dual_optimizers_lenet5": Study(("grids/dual_optimizers_lenet5_paper.yaml",), "results_dual_optimizers"),
