@@ -324,7 +324,7 @@ def compare(table: str, grid_files: list[str | Path], metrics: list[str] | None 
     by_grid = {grid: [(config, folder) for config, folder in grid_runs(grid)
                       if all(getattr(config, name) == value for name, value in (where or {}).items())]
                for grid in grid_files}
-    ours = [run for runs in by_grid.values() for run in runs]
+    ours = list({str(folder): (config, folder) for runs in by_grid.values() for config, folder in runs}.values())
     rows, values_by_row, missing = [], [], {}
     # A row's density has no fine-tuning column and its errors "0" epochs: one row of the paper's table.
     cells = cells.assign(finetune_epochs=cells["finetune_epochs"].replace("", "0")) \
@@ -500,17 +500,17 @@ def distance_to_target(grid_files: list[str | Path]) -> pd.DataFrame:
     its final expected densities are from their targets (the largest gap over its constraints, in points;
     positive: above the target)."""
     rows = []
-    for grid in grid_files:
-        for config, folder in grid_runs(grid):
-            if config.method != "constrained" or records.record_status(folder) != "complete":
-                continue
-            record = records.load_record(folder)
-            worst = largest_gap(record)
-            rows.append({"run": notebook_link(folder, config.run_name) or config.run_name,
-                         "model": config.model, "grouping": config.grouping, "target": target_label(config.target),
-                         "protocol": f"{config.preset}, {record['metrics']['epochs_completed']} ep",
-                         "sparsity": config.sparsity, "largest gap (points)": worst,
-                         "within 1 point": abs(worst) <= rules.ON_TARGET_POINTS})
+    runs = {str(folder): (config, folder) for grid in grid_files for config, folder in grid_runs(grid)}  # each once
+    for config, folder in runs.values():
+        if config.method != "constrained" or records.record_status(folder) != "complete":
+            continue
+        record = records.load_record(folder)
+        worst = largest_gap(record)
+        rows.append({"run": notebook_link(folder, config.run_name) or config.run_name,
+                     "model": config.model, "grouping": config.grouping, "target": target_label(config.target),
+                     "protocol": f"{config.preset}, {record['metrics']['epochs_completed']} ep",
+                     "sparsity": config.sparsity, "largest gap (points)": worst,
+                     "within 1 point": abs(worst) <= rules.ON_TARGET_POINTS})
     return pd.DataFrame(rows, columns=["run", "model", "grouping", "target", "protocol", "sparsity",
                                        "largest gap (points)", "within 1 point"])
 

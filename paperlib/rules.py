@@ -256,9 +256,11 @@ def is_free_gates(record: dict) -> bool:
 
 def same_protocol(record: dict, other: dict) -> bool:
     """Whether two records share a model and protocol: every run parameter outside :data:`NOT_PROTOCOL` that
-    both name is equal (grouping included, so a model-wise run is matched with a model-wise free run)."""
+    both name (not None: records written before a parameter existed) is equal, grouping included, so a model-wise
+    run is matched with a model-wise free run."""
     a, b = record.get("params") or {}, other.get("params") or {}
-    return bool(a) and bool(b) and all(a[key] == b[key] for key in a.keys() & b.keys() - NOT_PROTOCOL)
+    shared = [key for key in a.keys() & b.keys() - NOT_PROTOCOL if a[key] is not None and b[key] is not None]
+    return bool(a) and bool(b) and all(a[key] == b[key] for key in shared)
 
 
 def final_gaps(record: dict) -> list[float]:
