@@ -255,12 +255,15 @@ def is_free_gates(record: dict) -> bool:
 
 
 def same_protocol(record: dict, other: dict) -> bool:
-    """Whether two records share a model and protocol: every run parameter outside :data:`NOT_PROTOCOL` that
-    both name (not None: records written before a parameter existed) is equal, grouping included, so a model-wise
-    run is matched with a model-wise free run."""
+    """Whether two records share a model and protocol: the same model, grouping and preset, and every run
+    parameter outside :data:`NOT_PROTOCOL` that both name (not None: records written before a parameter existed)
+    equal, so a model-wise run is matched with a model-wise free run, and a run at a gates' learning rate with the
+    free run at that rate."""
+    same_model = all(record["metrics"].get(key) is not None and record["metrics"].get(key) == other["metrics"].get(key)
+                     for key in ("model", "grouping", "preset"))
     a, b = record.get("params") or {}, other.get("params") or {}
     shared = [key for key in a.keys() & b.keys() - NOT_PROTOCOL if a[key] is not None and b[key] is not None]
-    return bool(a) and bool(b) and all(a[key] == b[key] for key in shared)
+    return same_model and bool(a) and bool(b) and all(a[key] == b[key] for key in shared)
 
 
 def final_gaps(record: dict) -> list[float]:
@@ -270,18 +273,22 @@ def final_gaps(record: dict) -> list[float]:
     return [100 * (density - target) for density, target in constrained_densities(record, record["history"][-1])]
 
 
-def free_densities(record: dict, free_records: list[dict]) -> list[float | None]:
-    """The final expected density of each of ``record``'s constraints in the free-gates runs of its model and
-    protocol among ``free_records`` (their mean over seeds), or None for each where there is none."""
+def _constraint_densities(record: dict) -> dict[str, float]:
+    """A record's final expected density of each constraint, by name (``model``, or the gated layer's)."""
     from .comparison import constrained_densities
 
-    if not free_records:
-        return [None] * len(final_gaps(record))
-    twins = [free for free in free_records if is_free_gates(free) and same_protocol(record, free)]
-    if not twins:
-        return [None] * len(final_gaps(record))
-    per_twin = [[density for density, _ in constrained_densities(twin, twin["history"][-1])] for twin in twins]
-    return [statistics.fmean(column) for column in zip(*per_twin)]
+    names = ["model"] if record["metrics"]["grouping"] == "model" else list(record["metrics"]["l0_density_per_layer"])
+    return {name: density for name, (density, _) in zip(names, constrained_densities(record, record["history"][-1]))}
+
+
+def free_densities(record: dict, free_records: list[dict]) -> list[float | None]:
+    """The final expected density of each of ``record``'s constraints in the free-gates runs of its model and
+    protocol among ``free_records`` (:func:`same_protocol`; their mean over seeds, constraint by constraint
+    name), or None for each where there is none."""
+    names = list(_constraint_densities(record))
+    twins = [_constraint_densities(free) for free in free_records if is_free_gates(free) and same_protocol(record, free)]
+    return [statistics.fmean(twin[name] for twin in twins) if twins and all(name in twin for twin in twins) else None
+            for name in names]
 
 
 @functools.lru_cache(maxsize=None)

@@ -106,7 +106,7 @@ def record(grouping, target, densities, gates_lr=6.0, model="wrn-16-1", seed=0):
     history = [{"epoch": "20", "phase": "train", "l0_density": str(model_density),
                 **{f"density[{layer}]": str(d) for layer, d in zip(layers, densities)}}]
     metrics = {"run_name": f"{grouping}-{target}-{gates_lr}", "method": "constrained", "grouping": grouping,
-               "target": target, "seed": seed, "model": model, "l0_density": model_density,
+               "target": target, "seed": seed, "model": model, "preset": "cpu", "l0_density": model_density,
                "l0_density_per_layer": dict(zip(layers, densities))}
     return {"path": "/nowhere", "params": params, "metrics": metrics, "history": history}
 
