@@ -95,9 +95,11 @@ def select(runs: list[dict], **params) -> list[dict]:
 
 
 def records_of(grids: str | list[str], **params) -> list[dict]:
-    """Our complete records of a grid file or of several (in grid order) whose parameters have these values."""
+    """Our complete records of a grid file or of several (in grid order, each record once: grids may share a run)
+    whose parameters have these values."""
     grids = [grids] if isinstance(grids, str) else grids
-    return select([run for grid in grids for run in report.complete_records(grid)], **params)
+    runs = {str(run["path"]): run for grid in grids for run in report.complete_records(grid)}
+    return select(list(runs.values()), **params)
 
 
 def constrained_records(grids: str | list[str], model: str, grouping: str, target, **params) -> list[dict]:
