@@ -98,7 +98,8 @@ def records_of(grids: str | list[str], **params) -> list[dict]:
     """Our complete records of a grid file or of several (in grid order, each record once: grids may share a run)
     whose parameters have these values."""
     grids = [grids] if isinstance(grids, str) else grids
-    runs = {(str(run["path"]), run["metrics"]["run_name"]): run for grid in grids for run in report.complete_records(grid)}
+    runs = {(str(run["path"]), run["metrics"]["run_name"]): run
+            for grid in grids for run in report.complete_records(grid)}
     return select(list(runs.values()), **params)
 
 

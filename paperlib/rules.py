@@ -286,7 +286,8 @@ def free_densities(record: dict, free_records: list[dict]) -> list[float | None]
     protocol among ``free_records`` (:func:`same_protocol`; their mean over seeds, constraint by constraint
     name), or None for each where there is none."""
     names = list(_constraint_densities(record))
-    twins = [_constraint_densities(free) for free in free_records if is_free_gates(free) and same_protocol(record, free)]
+    twins = [_constraint_densities(free) for free in free_records
+             if is_free_gates(free) and same_protocol(record, free)]
     return [statistics.fmean(twin[name] for twin in twins) if twins and all(name in twin for twin in twins) else None
             for name in names]
 

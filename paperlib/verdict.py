@@ -321,7 +321,8 @@ def gate_medians() -> Claim:
     evidence = "; ".join(f"{model}: {100 * share:.1f}% of the first layer's medians at 0 or 1" for model, share in shares)
     passed = sum(share >= rules.DECIDED_GATES_SHARE for _, share in shares)
     return Claim("Test-time gates end at 0 or 1", f"{ref('app:test_time_gates')}, {ref('fig:mnist_gate_histograms')}",
-                 ran(runs), rules.claim_verdict(passed, len(shares)).value, evidence or "no run yet", "results_dynamics")
+                 ran(runs), rules.claim_verdict(passed, len(shares)).value, evidence or "no run yet",
+                 "results_dynamics")
 
 
 def gates_ablation() -> Claim:
