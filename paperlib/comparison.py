@@ -10,16 +10,17 @@ which records were used: the ``paper`` preset's where any exist, otherwise the
 ``cpu`` ones, with their epochs and number of seeds. Nothing here invents a number: the paper's
 come from ``paper_results.csv``, ours from ``metrics.json`` and ``history.csv``.
 
-The CI is the authors' convention, 1.96 · std / sqrt(n) (sample std,
-:func:`paperlib.intervals.mean_ci`), so the two columns are comparable; with one
-seed there is no CI. Whether a difference exceeds what the runs' spread explains
+Our CI is Student's t with n − 1 degrees of freedom
+(:func:`paperlib.intervals.mean_ci`); the paper's is shown as printed, the
+authors' 1.96 · std / sqrt(n), narrower at the same n. With one seed there is no
+CI. Whether a difference exceeds what the runs' spread explains
 is :func:`agreement`'s question.
 
 "Best" validation errors are only comparable when they are taken at epochs where
 the constraint holds: early in training a constrained model is still dense and
 often has its lowest error. For constrained runs, ours is therefore the best
 error among the epochs where every constrained expected density is within
-:data:`FEASIBILITY_TOLERANCE` of its target (at most that much above it); for
+:data:`~paperlib.rules.FEASIBLE_POINTS` of its target (at most that much above it, :func:`paperlib.rules.feasible`); for
 penalized and dense runs it is the best error over training. The paper does not
 say how its "best" column was taken; the authors' code
 (``get_results/neurips/comparison_tables.py``) takes the lowest error of any epoch
@@ -34,16 +35,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import presets, records
+from . import presets, records, rules
 from .intervals import difference_interval, mean_ci
 from .paper_numbers import ref
 from .paper_results import paper_results, paper_runs
 from .report import grid_runs, notebook_link, show
 from .studies import TABLES
 from .vocabulary import METRIC_LABELS
-
-#: A constraint "holds" at an epoch when the expected density exceeds its target by at most this much.
-FEASIBILITY_TOLERANCE = 0.01
 
 #: The paper's model names (``paper_results.csv``) and the model names of our records.
 MODEL_FAMILIES = {"MLP": ("mlp",), "LeNet5": ("lenet5",), "WideResNet-28-10": ("wrn-28-10", "wrn-16-1"),
@@ -90,8 +88,7 @@ def best_feasible_error(record: dict) -> float | None:
         return metrics["val_error_best"]
     errors = [float(row["val_error"]) for row in record["history"]
               if row["phase"] == "train"
-              and all(density <= target + FEASIBILITY_TOLERANCE
-                      for density, target in constrained_densities(record, row))]
+              and rules.feasible([100 * (density - target) for density, target in constrained_densities(record, row)])]
     return min(errors) if errors else None
 
 
@@ -327,7 +324,7 @@ def compare(table: str, grid_files: list[str | Path], metrics: list[str] | None 
     by_grid = {grid: [(config, folder) for config, folder in grid_runs(grid)
                       if all(getattr(config, name) == value for name, value in (where or {}).items())]
                for grid in grid_files}
-    ours = [run for runs in by_grid.values() for run in runs]
+    ours = list({str(folder): (config, folder) for runs in by_grid.values() for config, folder in runs}.values())
     rows, values_by_row, missing = [], [], {}
     # A row's density has no fine-tuning column and its errors "0" epochs: one row of the paper's table.
     cells = cells.assign(finetune_epochs=cells["finetune_epochs"].replace("", "0")) \
@@ -428,7 +425,7 @@ def compare_table(table: str, metrics: list[str] | None = None, digits: int = 2)
     return compare(table, list(source.grids), metrics, digits, source.where)
 
 
-def overview(threshold: float = 2.0) -> pd.DataFrame:
+def overview(threshold: float = rules.AGREE_POINTS) -> pd.DataFrame:
     """One row per table of :data:`TABLES` (its number in the paper, linked to its page): how many of its rows have
     records at the paper's protocol, at the ``cpu`` budget or none, and how many of the numbers compared at
     the paper's protocol are within ``threshold`` points of the paper's (rows quoted from Louizos et al.
@@ -484,7 +481,7 @@ def agreement(table: str, metric: str = "val_error_final", level: float = 0.95) 
     return pd.DataFrame(rows, columns=columns)
 
 
-def misses(table: pd.DataFrame, threshold: float = 2.0) -> pd.DataFrame:
+def misses(table: pd.DataFrame, threshold: float = rules.AGREE_POINTS) -> pd.DataFrame:
     """The cells of a :func:`compare` table where ours differs from the paper's by more than ``threshold`` points."""
     rows = []
     for _, row in table.iterrows():
@@ -503,17 +500,17 @@ def distance_to_target(grid_files: list[str | Path]) -> pd.DataFrame:
     its final expected densities are from their targets (the largest gap over its constraints, in points;
     positive: above the target)."""
     rows = []
-    for grid in grid_files:
-        for config, folder in grid_runs(grid):
-            if config.method != "constrained" or records.record_status(folder) != "complete":
-                continue
-            record = records.load_record(folder)
-            worst = largest_gap(record)
-            rows.append({"run": notebook_link(folder, config.run_name) or config.run_name,
-                         "model": config.model, "grouping": config.grouping, "target": target_label(config.target),
-                         "protocol": f"{config.preset}, {record['metrics']['epochs_completed']} ep",
-                         "sparsity": config.sparsity, "largest gap (points)": worst,
-                         "within 1 point": abs(worst) <= 100 * FEASIBILITY_TOLERANCE})
+    runs = {str(folder): (config, folder) for grid in grid_files for config, folder in grid_runs(grid)}  # each once
+    for config, folder in runs.values():
+        if config.method != "constrained" or records.record_status(folder) != "complete":
+            continue
+        record = records.load_record(folder)
+        worst = largest_gap(record)
+        rows.append({"run": notebook_link(folder, config.run_name) or config.run_name,
+                     "model": config.model, "grouping": config.grouping, "target": target_label(config.target),
+                     "protocol": f"{config.preset}, {record['metrics']['epochs_completed']} ep",
+                     "sparsity": config.sparsity, "largest gap (points)": worst,
+                     "within 1 point": abs(worst) <= rules.ON_TARGET_POINTS})
     return pd.DataFrame(rows, columns=["run", "model", "grouping", "target", "protocol", "sparsity",
                                        "largest gap (points)", "within 1 point"])
 

@@ -7,7 +7,8 @@ way that cannot be known before training. This module turns a control table's
 records into the page's answer (book/results_cifar10.md): one row per run
 (:func:`run_rows`), the per-layer densities of layer-wise runs
 (:func:`layer_rows`), the paper's points (:func:`paper_points`), the figure
-(:func:`plot_comparison`) and the verdict in words (:func:`verdict`), with
+(:func:`plot_comparison`) and the findings in words (:func:`findings`; each run judged by
+:func:`paperlib.rules.judge_record`), with
 whether a target or a lambda_pen means the same density on the paper's model
 and ours (:func:`transfer_in_words`), and whether the constraint dynamics settle
 (§5.4, Figure 3; :func:`stability_rows`). Why some runs miss is
@@ -26,18 +27,13 @@ import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
 import pandas as pd
 
-from . import studies
-from .comparison import FEASIBILITY_TOLERANCE, constrained_densities, largest_gap, target_label
+from . import rules, studies
+from .comparison import constrained_densities, largest_gap, target_label
 from .paper_results import paper_results
 from .plots import plot_gate_histograms
 from .report import (complete_records, count_of, in_words, no_record_line, notebook_link, plot_density_traces,
                      show)
 from .vocabulary import METRIC_LABELS
-
-#: Within this many points of its target on every constrained layer, a run "hits" its target
-#: (the 1 point of :data:`~paperlib.comparison.FEASIBILITY_TOLERANCE`).
-HIT_POINTS = 100 * FEASIBILITY_TOLERANCE
-
 
 def short_layer_name(layer: str) -> str:
     """``stage2.1.conv1.conv`` -> ``s2.1``: a gated WideResNet block's column heading; other names unchanged."""
@@ -47,8 +43,12 @@ def short_layer_name(layer: str) -> str:
 
 
 def run_link(run: dict) -> str:
-    """A run's name, linked to its executed notebook where it has one."""
-    return notebook_link(run["path"], run["metrics"]["run_name"]) or run["metrics"]["run_name"]
+    """A run's name, linked to its executed notebook where it has one, and where a run of the CPU protocol
+    trained on a GPU, said beside it (its name, which ends ``-cpu``, names the protocol, not the device)."""
+    link = notebook_link(run["path"], run["metrics"]["run_name"]) or run["metrics"]["run_name"]
+    if run["metrics"].get("preset") == "cpu" and ran_on(run["metrics"]) == "GPU":
+        link += " (CPU protocol, ran on GPU)"
+    return link
 
 
 def setting(metrics: dict) -> str:
@@ -62,7 +62,7 @@ def setting(metrics: dict) -> str:
 
 #: The columns of :func:`run_rows`.
 RUN_COLUMNS = ["run", "method", "grouping", "setting", "target", "lmbda", "seed", "L0-density (%)",
-               "largest gap (points)", "hit", "over target (points)", "params (%)", "MACs (%)",
+               "largest gap (points)", "outcome", "over target (points)", "params (%)", "MACs (%)",
                "val. error final (%)", "cost (points)", "epochs", "ran on"]
 
 
@@ -71,14 +71,17 @@ def ran_on(metrics: dict) -> str:
     return "GPU" if str(metrics.get("device", "cpu")).startswith("cuda") else "CPU"
 
 
-def run_rows(runs: list[dict], dense: dict | None) -> pd.DataFrame:
+def run_rows(runs: list[dict], dense: dict | None, free: list[dict] | None = None) -> pd.DataFrame:
     """One row per run: its setting, final densities and counts, final error, and error cost.
 
-    ``largest gap``, ``hit`` and ``over target`` (the largest final gap above a target, 0 if none) are for
-    constrained runs (:func:`largest_gap`, :data:`HIT_POINTS`); ``cost`` is the run's final error minus the
-    ``dense`` run's (None without one); ``ran on`` is :func:`ran_on`.
+    ``largest gap``, ``outcome`` and ``over target`` (the largest final gap above a target, 0 if none) are for
+    constrained runs (:func:`largest_gap`; the outcome's value, :func:`paperlib.rules.judge_record` with the
+    free-gates records ``free``, by default :func:`paperlib.rules.free_gates_records`); ``cost`` is the run's
+    final error minus the ``dense`` run's (None without one); ``ran on`` is :func:`ran_on`.
     """
     dense_error = dense["metrics"]["val_error_final"] if dense else None
+    if free is None and any(run["metrics"]["method"] == "constrained" for run in runs):
+        free = rules.free_gates_records()
     rows = []
     for run in runs:
         m = run["metrics"]
@@ -88,7 +91,8 @@ def run_rows(runs: list[dict], dense: dict | None) -> pd.DataFrame:
             "method": m["method"], "grouping": m["grouping"] if m["method"] != "dense" else None,
             "setting": setting(m), "target": m["target"], "lmbda": m["lmbda"], "seed": m["seed"],
             "L0-density (%)": 100 * m["l0_density"] if m["l0_density"] is not None else 100.0,
-            "largest gap (points)": gap, "hit": None if gap is None else abs(gap) <= HIT_POINTS,
+            "largest gap (points)": gap,
+            "outcome": None if gap is None else rules.judge_record(run, free).outcome.value,
             "over target (points)": max(0.0, *final_gaps(run)) if gap is not None else None,
             "params (%)": m["params_pct"], "MACs (%)": m["macs_pct"],
             "val. error final (%)": m["val_error_final"],
@@ -229,17 +233,9 @@ def plot_comparison(ours: pd.DataFrame, paper: pd.DataFrame, title: str = "") ->
     return fig
 
 
-def misses_apart(constrained: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """The constrained rows of :func:`run_rows` that hit every target, that end more than a point under one and
-    over none (every constraint holding), and that end more than a point over one (a violated constraint)."""
-    hit = constrained["hit"].astype(bool)
-    over = constrained["over target (points)"] > HIT_POINTS
-    return constrained[hit], constrained[~hit & ~over], constrained[over]
-
-
-def verdict(rows: pd.DataFrame, expected: dict[str, int], paper: pd.DataFrame | None = None) -> str:
-    """The page's answer in a few sentences, from :func:`run_rows`: how many constrained runs hit their
-    targets, how far the penalized runs' densities scatter, whether a setting means the same density on
+def findings(rows: pd.DataFrame, expected: dict[str, int], paper: pd.DataFrame | None = None) -> str:
+    """The page's answer in a few sentences, from :func:`run_rows`: how many constrained runs end with each
+    outcome of :func:`paperlib.rules.judge_run`, how far the penalized runs' densities scatter, whether a setting means the same density on
     the paper's model and ours (:func:`transfer_in_words`, with the paper's points), and what the densities
     cost in error.
 
@@ -249,18 +245,26 @@ def verdict(rows: pd.DataFrame, expected: dict[str, int], paper: pd.DataFrame | 
     sentences = []
     constrained = rows[rows["method"] == "constrained"]
     if len(constrained):
-        hits, under, over = misses_apart(constrained)
-        text = (f"**Constraint.** {len(hits)} of {len(constrained)} constrained runs ended within "
-                f"{HIT_POINTS:g} point of their target on every constrained layer.")
+        count = {outcome: constrained[constrained["outcome"] == outcome.value] for outcome in rules.Outcome}
+        judged = len(constrained) - len(count[rules.Outcome.DOES_NOT_BIND])
+        text = (f"**Constraint.** {len(count[rules.Outcome.ON_TARGET])} of the {judged} constrained runs whose "
+                f"targets bind ended on target (within {rules.ON_TARGET_POINTS:g} point, or half a gate, of every "
+                f"binding constraint, none more than {rules.FEASIBLE_POINTS:g} point over).")
+        under, over = count[rules.Outcome.UNDER], count[rules.Outcome.VIOLATED]
         if len(under):
             worst = under.loc[under["largest gap (points)"].idxmin()]
-            text += (f" {len(under)} ended more than a point under a target and over none, so their constraints "
-                     f"hold (the largest: {worst['largest gap (points)']:+.2f} points, {worst['grouping']}-wise "
-                     f"{worst['setting']}).")
+            text += (f" {len(under)} ended further under a binding target, their constraints holding (the largest: "
+                     f"{worst['largest gap (points)']:+.2f} points, {worst['grouping']}-wise {worst['setting']}).")
         if len(over):
             worst = over.loc[over["over target (points)"].idxmax()]
-            text += (f" {len(over)} ended more than a point over a target (the largest: "
+            text += (f" {len(over)} ended more than {rules.FEASIBLE_POINTS:g} point over a target (the largest: "
                      f"{worst['over target (points)']:+.2f} points, {worst['grouping']}-wise {worst['setting']}).")
+        free = count[rules.Outcome.DOES_NOT_BIND]
+        if len(free):
+            text += (f" {len(free)} {'was' if len(free) == 1 else 'were'} asked for a target at or above the density "
+                     f"the same model reaches with free gates ({in_words(sorted(set(free['setting'])))}, "
+                     f"{in_words(sorted(set(free['grouping'] + '-wise')))}): the target does not bind there, and the "
+                     f"run is neither a hit nor a miss.")
         sentences.append(text)
     penalized = rows[rows["method"] == "penalized"]
     if len(penalized) == 1:
@@ -322,7 +326,7 @@ def transfer_in_words(rows: pd.DataFrame, paper: pd.DataFrame) -> str | None:
     runs end from the paper's density at the same target, and our penalized runs at the same λ_pen
     (:func:`transfer_rows`; the median distance, and the range); None before a penalized run has a record.
     A target is said to carry over and a λ_pen not when at least :data:`TRANSFER_CELLS` penalized cells have a
-    record and their median is over 2 points and over three times the constrained one."""
+    record and their median is over :data:`~paperlib.rules.AGREE_POINTS` and over three times the constrained one."""
     table = transfer_rows(rows, paper)
     medians, spans = {}, {}
     for method in ("constrained", "penalized"):
@@ -339,7 +343,7 @@ def transfer_in_words(rows: pd.DataFrame, paper: pd.DataFrame) -> str | None:
         said.append(f"our {method} runs {verb}a median {median:.1f} points{where} ({spans[method]})")
     text = f"**Transfer.** At the paper's own settings, {' and '.join(said)}."
     penalized = int((table["method"] == "penalized").sum())
-    carries = "constrained" in medians and medians["penalized"] > max(2.0, 3 * medians["constrained"])
+    carries = "constrained" in medians and medians["penalized"] > max(rules.AGREE_POINTS, 3 * medians["constrained"])
     if carries and penalized >= TRANSFER_CELLS:
         text += (" A target means about the same density on the paper's WideResNet-28-10 and on ours; the same "
                  "λ_pen does not, so a λ_pen tuned on one model has to be searched for again on another.")
@@ -347,10 +351,10 @@ def transfer_in_words(rows: pd.DataFrame, paper: pd.DataFrame) -> str | None:
 
 
 def first_feasible_epoch(record: dict) -> int | None:
-    """The first training epoch at whose end every constraint holds (within :data:`HIT_POINTS`), or None."""
+    """The first training epoch at whose end every constraint holds (:func:`paperlib.rules.feasible`), or None."""
     for row in record["history"]:
-        if row["phase"] == "train" and all(100 * (density - target) <= HIT_POINTS
-                                           for density, target in constrained_densities(record, row)):
+        if row["phase"] == "train" and rules.feasible([100 * (density - target)
+                                                       for density, target in constrained_densities(record, row)]):
             return int(row["epoch"])
     return None
 
@@ -365,10 +369,10 @@ def violations(record: dict) -> pd.Series:
 
 
 def settling_epoch(record: dict) -> float | None:
-    """The epoch from which every constraint stays within :data:`HIT_POINTS` above its target at every logged
-    step to the end (0.0 if it always did), or None if the last logged step violates one by more."""
+    """The epoch from which every constraint stays within :data:`~paperlib.rules.FEASIBLE_POINTS` above its target
+    at every logged step to the end (0.0 if it always did), or None if the last logged step violates one by more."""
     late = violations(record)
-    over = [epoch for epoch, violation in late.items() if violation > HIT_POINTS]
+    over = [epoch for epoch, violation in late.items() if not rules.feasible([violation])]
     if not over:
         return 0.0
     after = late.index[late.index > over[-1]]
@@ -386,7 +390,7 @@ def stability_rows(runs: list[dict]) -> pd.DataFrame:
         if (m["method"], m["seed"]) != ("constrained", 0):
             continue
         late, settled = violations(run), settling_epoch(run)
-        held = late.index[late <= HIT_POINTS]
+        held = late.index[late <= rules.FEASIBLE_POINTS]
         between = late[(late.index > held[0]) & (late.index < (settled if settled is not None else math.inf))] \
             if len(held) else late.iloc[:0]
         epochs = m["epochs_completed"]
@@ -437,7 +441,7 @@ def stability_in_words(rows: pd.DataFrame) -> str:
     if len(settled):
         latest = settled.loc[settled["settled from epoch"].idxmax()]
         between = settled["largest violation between (points)"].dropna()
-        text += (f": from some epoch on, every constraint stays within {HIT_POINTS:g} point above its target to the "
+        text += (f": from some epoch on, every constraint stays within {rules.FEASIBLE_POINTS:g} point above its target to the "
                  f"end, by epoch {latest['settled from epoch']:.1f} at the latest ({latest['share of training (%)']:.0f}% "
                  f"of training, {latest['setting']}; median epoch {settled['settled from epoch'].median():.1f})")
         if len(between):
@@ -445,7 +449,7 @@ def stability_in_words(rows: pd.DataFrame) -> str:
                      f"points, while the multipliers, set to zero by dual restarts, build up again")
     text += "."
     for _, row in rows[rows["settled from epoch"].isna()].iterrows():
-        text += (f" {row['setting'].capitalize()} ends violating a constraint by more than {HIT_POINTS:g} point "
+        text += (f" {row['setting'].capitalize()} ends violating a constraint by more than {rules.FEASIBLE_POINTS:g} point "
                  f"(largest violation in the second half {row['largest violation, 2nd half (points)']:+.2f} points).")
     return text
 
@@ -519,7 +523,7 @@ def epoch_minutes(runs: list[dict]) -> pd.Series:
 
 
 #: The columns of the control table the page shows.
-TABLE_COLUMNS = ["run", "grouping", "setting", "L0-density (%)", "largest gap (points)", "hit", "params (%)",
+TABLE_COLUMNS = ["run", "grouping", "setting", "L0-density (%)", "largest gap (points)", "outcome", "params (%)",
                  "MACs (%)", "val. error final (%)", "cost (points)", "ran on"]
 
 #: The grids of the CIFAR-10 control table at the CPU protocol, and how many runs of each kind seed 0 has.
@@ -619,9 +623,11 @@ def ablation_checks(ablation: list[dict], runs: list[dict]) -> list[tuple[str, b
     (what was checked, whether it held):
 
     - the gates' learning rate: for each pair of ablation runs that differ only in it (0.1 and 6), the
-      test-time model at 6 keeps more than a point fewer of its parameters than at 0.1;
-    - the stop-gradient of eq. 13: each model-wise run without it ends more than a point further under its
-      target than seed 0's run with it (:func:`detach_pairs`).
+      test-time model at 6 keeps more than :data:`~paperlib.rules.EFFECT_POINTS` fewer of its parameters (in
+      points) than at 0.1;
+    - the stop-gradient of eq. 13: each model-wise run without it ends more than
+      :data:`~paperlib.rules.EFFECT_POINTS` further under its target than seed 0's run with it
+      (:func:`detach_pairs`).
     """
     checks = []
     by_lr = {}
@@ -635,7 +641,7 @@ def ablation_checks(ablation: list[dict], runs: list[dict]) -> list[tuple[str, b
     for setting, kept in by_lr.items():
         if {0.1, 6.0} <= set(kept):
             checks.append((f"{setting}: parameters kept {kept[0.1]:.2f}% at gates lr 0.1, {kept[6.0]:.2f}% at 6",
-                           kept[6.0] < kept[0.1] - 1))
+                           kept[6.0] < kept[0.1] - rules.EFFECT_POINTS))
     pairs = detach_pairs(ablation, runs)
     for undetached in (run for run in pairs if not run["params"]["detach_gates"]):
         target = undetached["metrics"]["target"]
@@ -644,7 +650,7 @@ def ablation_checks(ablation: list[dict], runs: list[dict]) -> list[tuple[str, b
         if twin is not None:
             without, with_ = (100 * (r["metrics"]["l0_density"] - target) for r in (undetached, twin))
             checks.append((f"model-wise target {100 * target:g}%: {without:+.2f} points without the stop-gradient, "
-                           f"{with_:+.2f} with it", without < with_ - 1))
+                           f"{with_:+.2f} with it", without < with_ - rules.EFFECT_POINTS))
     return checks
 
 

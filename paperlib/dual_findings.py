@@ -17,8 +17,10 @@ cells of the MLP control table, model- and layer-wise, all at the paper's protoc
 seed 0. The paper's optimiser is each cell's committed record of its own grid. Per
 cell, :func:`summary` gives each optimiser's final largest distance to target over
 the constrained layers and its final error. :func:`plot_trajectories` draws the
-densities and multipliers side by side, and :func:`verdict` says in one sentence
-whether any optimiser removes the overshoot at no cost in error. The page is
+densities and multipliers side by side, and :func:`findings` says whether any
+optimiser removes the overshoot at no cost in error: every cell on target
+(:func:`paperlib.rules.judge_record`) and no final error more than
+:data:`~paperlib.rules.COST_SPREADS` seed spreads above the paper's optimiser's. The page is
 book/results_dual_optimizers.md.
 
 No choice here looks at the test split: the gain is chosen by the final distance
@@ -32,9 +34,9 @@ from dataclasses import dataclass, field
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from . import studies
+from . import rules, studies
 from .comparison import PAPER_MODEL_NAMES, constrained_densities, largest_gap, target_label
-from .control import HIT_POINTS, run_link
+from .control import run_link
 from .mnist_findings import records_of, select
 from .paper_numbers import ref
 from .report import count_of, grid_runs, in_words, no_record_line, show
@@ -51,8 +53,6 @@ GRID, = studies.grids("dual_optimizers")
 LENET5_GRID, = studies.grids("dual_optimizers_lenet5")
 #: The cause test of the LeNet5 rows' collapse under nuPI: the same rows at a smaller gain, for their first epochs.
 GAIN_CAUSE_GRID, = studies.grids("nupi_lenet5_gain_cause")
-#: The gain chosen is the smallest within this many points of the best final distance to target.
-GAIN_SLACK_POINTS = 0.1
 
 #: The dual optimisers compared, by the name of their run parameter (``paper``: the paper's gradient ascent
 #: with dual restarts, the default of every grid of the paper's tables).
@@ -139,7 +139,7 @@ def violation_change(run: dict) -> float:
 
 
 def chosen_gain(runs: list[dict], planned: int) -> float | None:
-    """The smallest ``kp`` whose final distance to the target is within :data:`GAIN_SLACK_POINTS` of the
+    """The smallest ``kp`` whose final distance to the target is within :data:`~paperlib.rules.GAIN_SLACK_POINTS` of the
     smallest; None until all ``planned`` runs of the gain experiment have a record, and None while the best
     may lie beyond the range (:func:`gain_at_edge`)."""
     if len(runs) < planned or gain_at_edge(runs):
@@ -150,19 +150,19 @@ def chosen_gain(runs: list[dict], planned: int) -> float | None:
 def _best_gain(runs: list[dict]) -> float:
     gaps = gain_rows(runs)
     best = gaps["gap (points)"].abs().min()
-    return float(gaps.loc[gaps["gap (points)"].abs() <= best + GAIN_SLACK_POINTS, "kp"].min())
+    return float(gaps.loc[gaps["gap (points)"].abs() <= best + rules.GAIN_SLACK_POINTS, "kp"].min())
 
 
 def gain_at_edge(runs: list[dict]) -> bool:
     """Whether the range of gains must go on: the gain :func:`chosen_gain` would choose is the largest one
-    tried, and its final distance to the target is more than :data:`GAIN_SLACK_POINTS`, so that a larger
+    tried, and its final distance to the target is more than :data:`~paperlib.rules.GAIN_SLACK_POINTS`, so that a larger
     gain could still end closer by more than the slack."""
     if not runs:
         return False
     rows = gain_rows(runs)
     best = _best_gain(runs)
     distance = rows.loc[rows["kp"] == best, "gap (points)"].abs().iloc[0]
-    return best == rows["kp"].max() and distance > GAIN_SLACK_POINTS
+    return best == rows["kp"].max() and distance > rules.GAIN_SLACK_POINTS
 
 
 # --------------------------------------------------------------------------- #
@@ -188,10 +188,12 @@ SUMMARY_COLUMNS = ["cell", "dual optimiser", "largest gap (points)", "hit", "val
                    "Δ error (points)", "final λ", "run"]
 
 
-def summary(cells: dict[Cell, dict[str, dict | None]]) -> pd.DataFrame:
+def summary(cells: dict[Cell, dict[str, dict | None]], free: list[dict] | None = None) -> pd.DataFrame:
     """One row per cell and dual optimiser with a record: the final largest distance to target over the
-    constrained layers (positive: above it), whether it is within :data:`~paperlib.control.HIT_POINTS`, the
-    final error and its difference from the paper's optimiser on the same cell, the largest final multiplier."""
+    constrained layers (positive: above it), whether it is on target (:func:`paperlib.rules.judge_record`, with
+    the free-gates records ``free``, by default :func:`paperlib.rules.free_gates_records`), the final error and
+    its difference from the paper's optimiser on the same cell, the largest final multiplier."""
+    free = rules.free_gates_records() if free is None else free
     rows = []
     for cell, found in cells.items():
         paper = found.get("paper")
@@ -200,7 +202,8 @@ def summary(cells: dict[Cell, dict[str, dict | None]]) -> pd.DataFrame:
                 continue
             error = run["metrics"]["val_error_final"]
             rows.append({"cell": cell.label, "dual optimiser": OPTIMIZERS[name], "largest gap (points)": largest_gap(run),
-                         "hit": abs(largest_gap(run)) <= HIT_POINTS, "val. error final (%)": error,
+                         "hit": rules.judge_record(run, free).outcome == rules.Outcome.ON_TARGET,
+                         "val. error final (%)": error,
                          "Δ error (points)": error - paper["metrics"]["val_error_final"] if paper else None,
                          "final λ": max(final_multipliers(run)), "run": run_link(run)})
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
@@ -256,7 +259,7 @@ def seed_spread(table1_runs: list[dict], cells: tuple[Cell, ...] = CELLS[:2]) ->
 def _judged(table: pd.DataFrame, spread: float, n_cells: int) -> tuple[list[str], str, bool]:
     """One line per optimiser with records (cells hit, gaps, error against the paper's optimiser), and the
     answer: which optimisers remove the overshoot at no cost in error (every cell a hit, no final error more
-    than two seed spreads above the paper's optimiser's), once every cell of every optimiser has a record; and
+    than :data:`~paperlib.rules.COST_SPREADS` seed spreads above the paper's optimiser's), once every cell of every optimiser has a record; and
     whether every cell of every optimiser has one."""
     lines, winners, pending = [], [], []
     for name, label in OPTIMIZERS.items():
@@ -265,7 +268,7 @@ def _judged(table: pd.DataFrame, spread: float, n_cells: int) -> tuple[list[str]
             pending.append(label)
             continue
         gaps = in_words(f"{gap:+.2f}" for gap in rows["largest gap (points)"])
-        text = (f"**{label}**: within {HIT_POINTS:g} point of every target in "
+        text = (f"**{label}**: on target in "
                 f"{count_of(int(rows['hit'].sum()), len(rows), 'cell')} "
                 f"(largest gap{'s' if len(rows) > 1 else ''} {gaps})")
         if name != "paper" and rows["Δ error (points)"].notna().any():
@@ -274,7 +277,7 @@ def _judged(table: pd.DataFrame, spread: float, n_cells: int) -> tuple[list[str]
         lines.append(text + ".")
         if len(rows) < n_cells:
             pending.append(f"{label} ({n_cells - len(rows)} cells)")
-        elif name != "paper" and rows["hit"].all() and (rows["Δ error (points)"] <= 2 * spread).all():
+        elif name != "paper" and rows["hit"].all() and (rows["Δ error (points)"] <= rules.COST_SPREADS * spread).all():
             winners.append(label)
     if pending:
         answer = f"Not all records are in yet ({in_words(pending)}), so no optimiser is judged."
@@ -285,19 +288,20 @@ def _judged(table: pd.DataFrame, spread: float, n_cells: int) -> tuple[list[str]
     return lines, answer, not pending
 
 
-def verdict(table: pd.DataFrame, spread: float, n_cells: int = len(CELLS)) -> str:
+def findings(table: pd.DataFrame, spread: float, n_cells: int = len(CELLS)) -> str:
     """The page's answer: a line per optimiser, then whether one removes the overshoot at no cost in error."""
     if table.empty:
         return "No record of this comparison yet."
     lines, answer, _ = _judged(table, spread, n_cells)
     return "\n".join(f"- {line}" for line in lines) + (
-        f"\n\n{answer} (No cost: no cell's final error more than two seed spreads, {2 * spread:.2f} points, above "
-        f"the paper's optimiser's; the spread is the standard deviation over Table 1's five seeds.)")
+        f"\n\n{answer} (No cost: no cell's final error more than {rules.COST_SPREADS:g} seed spreads, "
+        f"{rules.COST_SPREADS * spread:.2f} points, above the paper's optimiser's; the spread is the standard "
+        f"deviation over Table 1's five seeds.)")
 
 
 def best_other(table: pd.DataFrame) -> tuple[str | None, bool]:
     """The dual optimiser other than the paper's that did best on the MLP cells of ``table`` (:func:`summary`):
-    within :data:`~paperlib.control.HIT_POINTS` of every target in the largest share of its cells, then the
+    on target (:func:`paperlib.rules.judge_record`) in the largest share of its cells, then the
     smallest mean distance to target (training-time densities alone, never the error); None without records.
     Also whether every MLP cell of every optimiser has a record (False: the leader so far)."""
     scores, complete = {}, True
@@ -340,8 +344,8 @@ class Comparison:
                   for cell in LENET5_CELLS}
         return cls(gains, kp, cells, summary(cells), seed_spread(records_of(TABLE1_GRID)), lenet5)
 
-    def verdict(self) -> str:
-        return verdict(self.table, self.spread)
+    def findings(self) -> str:
+        return findings(self.table, self.spread)
 
     def gain_section(self) -> list:
         """The gain experiment's table, how large the proportional step is against the integral one in its
@@ -368,7 +372,7 @@ class Comparison:
         """Table 1's LeNet5 rows with the paper's optimiser (seed 0 of Table 1) and the one
         :data:`LENET5_GRID` runs: which optimiser the MLP cells choose (:func:`best_other`) and whether the grid
         runs it, the table of gaps and errors, each layer's gap on the layer-wise row, in words whether it hits
-        each row at no cost in error (two seed spreads of Table 1's LeNet5 rows), and the epochs its test-time
+        each row at no cost in error (:data:`~paperlib.rules.COST_SPREADS` seed spreads of Table 1's LeNet5 rows), and the epochs its test-time
         model spends collapsed (:func:`collapse_table`), with its thin layers (:func:`thin_layers_in_words`); or
         the command for what is missing."""
         best, complete = best_other(self.table)
@@ -378,8 +382,8 @@ class Comparison:
         others = int((self.table["dual optimiser"] != OPTIMIZERS["paper"]).sum())
         planned = (len(OPTIMIZERS) - 1) * len(CELLS)
         records = f"all {planned} records" if complete else f"{others} of the {planned} records so far"
-        chosen = (f"The best other optimiser on the MLP cells ({records}; most cells within {HIT_POINTS:g} point of "
-                  f"every target, then the smallest mean distance) is {OPTIMIZERS[best]}.")
+        chosen = (f"The best other optimiser on the MLP cells ({records}; most cells on target, then the "
+                  f"smallest mean distance) is {OPTIMIZERS[best]}.")
         if best != ran:
             chosen += (f" The LeNet5 rows were run with {OPTIMIZERS[ran]}, which led when the grid was written: "
                        f"set `dual_optimizer: {best}` in {LENET5_GRID} and run "
@@ -391,12 +395,12 @@ class Comparison:
         items = [chosen, show(by_cell(table, LENET5_CELLS)) if len(table) else None,
                  show(gaps, caption=LAYER_GAPS_CAPTION) if len(gaps) else None]
         if len(ours):
-            judged = [f"{row['cell']}: {'within' if row['hit'] else 'more than'} {HIT_POINTS:g} point "
-                      f"{'of every target' if row['hit'] else 'from a target'} "
+            judged = [f"{row['cell']}: {'on target' if row['hit'] else 'off target'} "
                       f"(largest gap {row['largest gap (points)']:+.2f}), final error "
                       f"{row['Δ error (points)']:+.2f} points against the paper's optimiser, "
-                      f"{'within' if row['Δ error (points)'] <= 2 * spread else 'more than'} two seed spreads "
-                      f"({2 * spread:.2f} points, Table 1's LeNet5 rows)" for _, row in ours.iterrows()]
+                      f"{'within' if row['Δ error (points)'] <= rules.COST_SPREADS * spread else 'more than'} "
+                      f"{rules.COST_SPREADS:g} seed spreads ({rules.COST_SPREADS * spread:.2f} points, Table 1's "
+                      f"LeNet5 rows)" for _, row in ours.iterrows()]
             items.append(f"With {OPTIMIZERS[ran]}, " + "; ".join(judged) + ".")
             thin = [thin_layers_in_words(found[ran], cell.label) for cell, found in runs.items() if found[ran]]
             items += [show(collapse_table(runs).dropna(axis=1, how="all"),
@@ -429,15 +433,15 @@ class Comparison:
 
     def lenet5_answer(self) -> str | None:
         """How the optimiser run on Table 1's LeNet5 rows does there: rows within a point of every target and its
-        cost in error against the paper's optimiser (beyond two seed spreads or not); None until both are in."""
+        cost in error against the paper's optimiser (beyond :data:`~paperlib.rules.COST_SPREADS` seed spreads or not); None until both are in."""
         _, ours, spread = self.lenet5_rows()
         if len(ours) < len(LENET5_CELLS):
             return None
         costs = ours["Δ error (points)"]
-        return (f"{ours['dual optimiser'].iloc[0]} on Table 1's {len(ours)} LeNet5 rows ends within "
-                f"{HIT_POINTS:g} point of every target in {count_of(int(ours['hit'].sum()), len(ours), 'row')}, "
+        return (f"{ours['dual optimiser'].iloc[0]} on Table 1's {len(ours)} LeNet5 rows ends on target in "
+                f"{count_of(int(ours['hit'].sum()), len(ours), 'row')}, "
                 f"at {costs.min():+.2f} to {costs.max():+.2f} points of error against the paper's optimiser "
-                f"({int((costs > 2 * spread).sum())} beyond two seed spreads)")
+                f"({int((costs > rules.COST_SPREADS * spread).sum())} beyond {rules.COST_SPREADS:g} seed spreads)")
 
     def answer(self) -> str:
         """The intro's sentence: does any other dual optimiser remove the paper's overshoot at no cost in error,

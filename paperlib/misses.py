@@ -23,9 +23,9 @@ import math
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from . import studies
+from . import rules, studies
 from .comparison import constrained_densities
-from .control import (ABLATION_GRID, CONTROL_GRIDS, HIT_POINTS, constraint_names, dense_run, dual_lr_rows,
+from .control import (ABLATION_GRID, CONTROL_GRIDS, constraint_names, dense_run, dual_lr_rows,
                       final_gaps, run_label, run_link, run_rows, short_layer_name, step_log)
 from .models import gate_counts
 from .paper_results import paper_cell
@@ -167,24 +167,24 @@ def _start_density(record: dict) -> float:
 
 
 def unpushed_under(record: dict) -> list[int]:
-    """The constraints (indices) that end more than :data:`HIT_POINTS` under their target with their
+    """The constraints (indices) that end more than :data:`~paperlib.rules.ON_TARGET_POINTS` under their target with their
     multiplier at zero: they hold, and nothing pushes them back up (a multiplier acts only while its
     constraint is violated; :func:`last_push` finds what took them under)."""
     multipliers = record["metrics"]["multipliers_final"]
-    return [i for i, gap in enumerate(final_gaps(record)) if gap < -HIT_POINTS and multipliers[i] == 0]
+    return [i for i, gap in enumerate(final_gaps(record)) if gap < -rules.ON_TARGET_POINTS and multipliers[i] == 0]
 
 
 def inactive_misses(runs: list[dict]) -> list[dict]:
     """The constrained runs that miss a target only from below, where that constraint's multiplier is zero:
-    no constraint ends more than :data:`HIT_POINTS` over its target, and every one that ends more than that
-    under it is :func:`unpushed_under`."""
+    every constraint holds (:func:`paperlib.rules.feasible`), and every one that ends more than
+    :data:`~paperlib.rules.ON_TARGET_POINTS` under its target is :func:`unpushed_under`."""
     misses = []
     for run in runs:
         if run["metrics"]["method"] != "constrained":
             continue
         gaps = final_gaps(run)
-        under = [i for i, gap in enumerate(gaps) if gap < -HIT_POINTS]
-        if under and max(gaps) <= HIT_POINTS and under == unpushed_under(run):
+        under = [i for i, gap in enumerate(gaps) if gap < -rules.ON_TARGET_POINTS]
+        if under and rules.feasible(gaps) and under == unpushed_under(run):
             misses.append(run)
     return misses
 
@@ -340,7 +340,7 @@ def under_cause_rows(runs: list[dict], tests: list[dict], target: float = 0.8) -
 
 def under_cause_in_words(rows: pd.DataFrame, target: float = 0.8) -> str:
     """What :func:`under_cause_rows` shows: for each grouping, the largest final gap at each gates' learning
-    rate; then whether any constraint still ends more than :data:`HIT_POINTS` under its target at 0.1 (the
+    rate; then whether any constraint still ends more than :data:`~paperlib.rules.ON_TARGET_POINTS` under its target at 0.1 (the
     rate is then not the whole cause), and if none does, whether each ends within that of its target or above
     it with its multiplier still pushing (gates too slow to arrive in the budget)."""
     lines = []
@@ -350,16 +350,16 @@ def under_cause_in_words(rows: pd.DataFrame, target: float = 0.8) -> str:
                                           group["val. error final (%)"])]
         lines.append(f"{grouping.capitalize()}-wise, the largest final gap is {' and '.join(gaps)}.")
     slow = rows[rows["gates' lr"] == 0.1]
-    under = slow[slow["under target (points)"] < -HIT_POINTS]
-    over = slow[slow["over target (points)"] > HIT_POINTS]
+    under = slow[slow["under target (points)"] < -rules.ON_TARGET_POINTS]
+    over = slow[slow["over target (points)"] > rules.FEASIBLE_POINTS]
     if len(under):
         lines.append(f"At 0.1, {count_of(len(under), len(slow), 'run')} still {'ends' if len(under) == 1 else 'end'} "
-                     f"more than {HIT_POINTS:g} point under a target: the gates' learning rate is not the whole cause.")
+                     f"more than {rules.ON_TARGET_POINTS:g} point under a target: the gates' learning rate is not the whole cause.")
         return " ".join(lines)
-    lines.append(f"At 0.1 no {100 * target:g}% constraint ends more than {HIT_POINTS:g} point under its target: at our "
+    lines.append(f"At 0.1 no {100 * target:g}% constraint ends more than {rules.ON_TARGET_POINTS:g} point under its target: at our "
                  f"protocol, runs end under {100 * target:g}% because the gates' learning rate of 6 closes gates on "
                  f"the loss alone, not because the constraint fails.")
-    hits = slow[slow["hit"].astype(bool)]
+    hits = slow[slow["outcome"] == rules.Outcome.ON_TARGET.value]
     if len(over) and len(hits):
         lines.append(f"{count_of(len(hits), len(slow), 'run').capitalize()} "
                      f"({in_words(f'{g}-wise' for g in hits['grouping'])}) {'ends' if len(hits) == 1 else 'end'} "

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import comparison, counting, gates, intervals, models, plots, purge, records, report, studies
+from . import comparison, counting, gates, intervals, models, plots, purge, records, report, rules, studies
 from .comparison import PAPER_MODEL_NAMES, target_label
 from .paper_numbers import ref
 from .paper_results import paper_cell, paper_results, paper_runs
@@ -95,9 +95,12 @@ def select(runs: list[dict], **params) -> list[dict]:
 
 
 def records_of(grids: str | list[str], **params) -> list[dict]:
-    """Our complete records of a grid file or of several (in grid order) whose parameters have these values."""
+    """Our complete records of a grid file or of several (in grid order, each record once: grids may share a run)
+    whose parameters have these values."""
     grids = [grids] if isinstance(grids, str) else grids
-    return select([run for grid in grids for run in report.complete_records(grid)], **params)
+    runs = {(str(run["path"]), run["metrics"]["run_name"]): run
+            for grid in grids for run in report.complete_records(grid)}
+    return select(list(runs.values()), **params)
 
 
 def constrained_records(grids: str | list[str], model: str, grouping: str, target, **params) -> list[dict]:
@@ -282,7 +285,7 @@ def gap_history(record: dict) -> list[float]:
             for row in record["history"] if row["phase"] == "train"]
 
 
-def settled_epoch(gaps: list[float], points: float = 1.0) -> int | None:
+def settled_epoch(gaps: list[float], points: float = rules.ON_TARGET_POINTS) -> int | None:
     """The first epoch (1-based) from which every gap stays within ``points`` of zero, or None."""
     return next((i + 1 for i in range(len(gaps)) if all(abs(g) <= points for g in gaps[i:])), None)
 
@@ -681,7 +684,7 @@ def comparison_tables() -> dict[str, list[pd.DataFrame]]:
             **{label: control_tables(label) for label in TABLES[1:]}}
 
 
-def large_differences(tables: dict[str, list[pd.DataFrame]], threshold: float = 2.0) -> pd.DataFrame:
+def large_differences(tables: dict[str, list[pd.DataFrame]], threshold: float = rules.AGREE_POINTS) -> pd.DataFrame:
     """Every cell of these :func:`comparison.compare` tables (by the paper's label) where ours differs from
     the paper's by more than ``threshold`` points (:func:`comparison.misses`), with the table's number."""
     found = pd.concat([comparison.misses(table, threshold).assign(table=ref(label))

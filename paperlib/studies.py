@@ -97,6 +97,7 @@ OURS = {
     "cifar10_gpu_protocol": Study(("grids/cifar10_gpu_free_gates.yaml", "grids/cifar10_gpu_control.yaml"),
                                   "results_cifar10"),
     "cifar10_device_check": Study(("grids/cifar10_device_check.yaml",), "results_cifar10"),
+    "mnist_free_gates": Study(("grids/mnist_free_gates_paper.yaml",), "results_mnist"),
     "nupi_gain": Study(("grids/nupi_gain_paper.yaml",), "results_dual_optimizers"),
     "dual_optimizers": Study(("grids/dual_optimizers_paper.yaml",), "results_dual_optimizers"),
     "dual_optimizers_lenet5": Study(("grids/dual_optimizers_lenet5_paper.yaml",), "results_dual_optimizers"),

@@ -1,15 +1,15 @@
 """The book's verdict, claim by claim: what reproduced, what did not, what was not tested here.
 
 One :class:`Claim` per claim of the paper's §5 and Appendices E, H, I, K and L,
-each with where the paper shows it, what we ran, a verdict and its evidence.
-The evidence is computed from the records when the book is built; the rule that
-turns it into a verdict is in each function's docstring, so a reader can check
-it. A claim whose records do not exist yet says so, and is never called
-reproduced.
+each with where the paper shows it, what we ran (:class:`Ran`: model, budget,
+seeds, device, read from the records), a verdict and its evidence. Every
+verdict is :func:`paperlib.rules.claim_verdict` of how many of the claim's runs,
+cells or checks pass their rule in :mod:`paperlib.rules`, the same thresholds
+for every claim; the run-level rules are there too. A claim whose records do
+not exist yet says so, and is never called reproduced.
 
-Verdicts (:data:`VERDICTS`): *reproduced* (our runs show what the paper shows,
-within the stated tolerance), *partly* (some cells do, others differ by more),
-*not reproduced*, *in progress* (runs made, not all), *not tested here* (no
+Verdicts (:class:`paperlib.rules.Verdict`): *reproduced*, *partly*, *not
+reproduced*, *in progress* (runs planned, not all in), *not tested here* (no
 data or no GPU; the page says what would test it).
 """
 
@@ -17,22 +17,81 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from . import comparison, control, misses, report, studies
+from . import comparison, control, report, rules, studies
 from .paper_numbers import ref
 
-VERDICTS = ("reproduced", "partly", "not reproduced", "in progress", "not tested here")
-
-#: Two numbers "agree" when they differ by at most this many points (densities, parameters, MACs).
-POINTS = 2.0
+VERDICTS = tuple(verdict.value for verdict in rules.Verdict)
 
 MNIST_TABLES = ("tab:mnist", "tab:mlp_control", "tab:lenet_control")
+
+#: How the verdict table names our models.
+MODEL_NAMES = {"mlp": "MLP", "lenet5": "LeNet5", "wrn-16-1": "WideResNet-16-1", "wrn-28-10": "WideResNet-28-10",
+               "resnet18": "ResNet18", "resnet50": "ResNet50"}
+#: How the verdict table names a preset's protocol.
+PROTOCOLS = {"paper": "the paper's protocol", "cpu": "CPU protocol"}
+
+
+@dataclass(frozen=True)
+class Ran:
+    """What was run for a claim: models, budget (epochs and protocol), seeds and device, as the table shows them."""
+    model: str
+    budget: str
+    seeds: str
+    device: str
+
+    def __str__(self) -> str:
+        return "; ".join(part for part in (self.model, self.budget, self.seeds, self.device) if part)
+
+
+NOTHING_RAN = Ran("—", "", "", "")
+
+#: Run parameters besides the model, method, grouping, target and λ_pen that tell a study's cells apart.
+CELL_PARAMETERS = ("sparsity", "gates_lr", "detach_gates", "dual_restarts", "dual_optimizer", "nupi_kp")
+
+
+def _span(numbers) -> str:
+    numbers = sorted(set(numbers))
+    if len(numbers) > 1 and numbers == list(range(numbers[0], numbers[-1] + 1)):
+        return f"{numbers[0]}–{numbers[-1]}"
+    return ", ".join(map(str, numbers))
+
+
+def ran(runs: list[dict]) -> Ran:
+    """:class:`Ran` of ``runs`` (their ``metrics``): models, epochs and preset, the seeds of each cell (the same
+    run but for its seed), and where they trained (:func:`paperlib.control.ran_on`). A run of the CPU protocol
+    that trained on a GPU is counted as such.
+
+    Example: ``Ran("MLP, LeNet5", "200 epochs, the paper's protocol", "seeds 0–4 per cell", "CPU, 3 on GPU")``.
+    """
+    metrics = [run["metrics"] for run in runs]
+    if not metrics:
+        return NOTHING_RAN
+    models = ", ".join(dict.fromkeys(MODEL_NAMES.get(m["model"], m["model"]) for m in metrics))
+    epochs = "/".join(map(str, sorted({m.get("epochs_completed", m.get("epochs")) for m in metrics})))
+    presets = ", ".join(PROTOCOLS.get(p, p) for p in dict.fromkeys(m["preset"] for m in metrics))
+    cells: dict[tuple, set] = {}
+    for run, m in zip(runs, metrics):
+        params = run.get("params") or {}
+        key = (m["model"], m.get("method"), m.get("grouping"), str(m.get("target")),
+               str(m.get("lmbda")) if m.get("method") == "penalized" else None,
+               *(str(params.get(name)) for name in CELL_PARAMETERS))
+        cells.setdefault(key, set()).add(m["seed"])
+    counts = sorted({len(seeds) for seeds in cells.values()})
+    every = sorted(set().union(*cells.values()))
+    if len(counts) == 1:
+        seeds = f"seed{'s' if len(every) > 1 else ''} {_span(every)}" + (" per cell" if len(cells) > 1 else "")
+    else:
+        seeds = f"{counts[0]} to {counts[-1]} seeds per cell (seeds {_span(every)})"
+    on_gpu = sum(control.ran_on(m) == "GPU" for m in metrics)
+    device = "CPU" if not on_gpu else ("GPU" if on_gpu == len(metrics) else f"CPU, {on_gpu} of {len(metrics)} on GPU")
+    return Ran(models, f"{epochs} epochs, {presets}", seeds, device)
 
 
 @dataclass
 class Claim:
     claim: str
     where: str
-    ran: str
+    ran: Ran
     verdict: str
     evidence: str
     page: str
@@ -46,46 +105,65 @@ def _at_paper_protocol(table: pd.DataFrame) -> pd.DataFrame:
     return table[table["protocol"].str.startswith("paper")]
 
 
-def share_verdict(agree: int, total: int, partly_at: float = 0.5) -> str:
-    """*reproduced* when every one agrees, *partly* when at least ``partly_at`` of them do, else *not
-    reproduced*; *in progress* without any."""
-    if total == 0:
-        return "in progress"
-    if agree == total:
-        return "reproduced"
-    return "partly" if agree >= partly_at * total else "not reproduced"
+def _records(grids, preset: str | None = None, **where) -> list[dict]:
+    """The complete records of ``grids`` at ``preset`` whose metrics have the values ``where``, each once (grids
+    may share a run: seeds 1 and 2 of some MLP cells are in two grids)."""
+    found = {str(run["path"]): run for grid in grids for run in report.complete_records(grid)
+             if (preset is None or run["metrics"]["preset"] == preset)
+             and all(run["metrics"].get(key) == value for key, value in where.items())}
+    return list(found.values())
+
+
+def outcome_counts(judged: list[rules.RunJudgement]) -> str:
+    """Each outcome's count among ``judged`` runs, and how many of them have no free-gates record (evidence)."""
+    counts = rules.tally(j.outcome for j in judged)
+    text = ", ".join(f"{outcome.value} {count}" for outcome, count in counts.items())
+    unknown = sum(not j.binding_known for j in judged)
+    if unknown:
+        text += f" (binding unknown for {unknown}: no free-gates record, judged as binding)"
+    return text
+
+
+def _judged_claim(runs: list[dict], complete: bool = True) -> tuple[str, str, list[rules.RunJudgement]]:
+    """The constrained ``runs`` judged by :func:`paperlib.rules.judge_record`: the verdict, the evidence and
+    the judgements."""
+    free = rules.free_gates_records()
+    judged = [rules.judge_record(run, free) for run in runs]
+    passed, total = rules.passed_and_judged(j.outcome for j in judged)
+    evidence = f"{passed} of {total} judged runs on target: {outcome_counts(judged)}"
+    return rules.claim_verdict(passed, total, complete).value, evidence, judged
 
 
 def one_shot_mnist() -> Claim:
-    """Constrained MNIST runs at the paper's protocol (Table 1 and the control tables): reproduced when every
-    run ends within :data:`POINTS` of every target, as the paper's own runs do (they end up to 3.3 points above)."""
+    """Constrained structured MNIST runs of Table 1 and the control tables at the paper's protocol, every seed
+    in: each run judged by :func:`paperlib.rules.judge_record`; the share on target of those whose targets bind
+    gives the verdict."""
     grids = [g for t in MNIST_TABLES for g in studies.TABLES[t].grids]
-    gaps = comparison.distance_to_target(grids)
-    gaps = gaps[gaps["protocol"].astype(str).str.startswith("paper") & (gaps["sparsity"] == "structured")]
-    within = int((gaps["largest gap (points)"].abs() <= POINTS).sum())
-    one = int(gaps["within 1 point"].sum())
-    above = gaps.loc[~gaps["within 1 point"].astype(bool), "largest gap (points)"]
-    evidence = (f"{one} of {len(gaps)} runs end within 1 point of every target, {within} within {POINTS:g}"
-                + (f"; the others {above.min():+.2f} to {above.max():+.2f} points" if len(above) else ""))
+    runs = _records(grids, "paper", method="constrained")
+    runs = [run for run in runs if run["metrics"].get("sparsity", "structured") == "structured"]
+    verdict, evidence, judged = _judged_claim(runs)
+    violated = [max(j.gaps) for j in judged if j.outcome == rules.Outcome.VIOLATED]
+    if violated:
+        evidence += f"; the violated end {min(violated):+.2f} to {max(violated):+.2f} points over a target"
     return Claim("A constraint sets the density in one run (MNIST)",
                  f"§5.2, {ref('tab:mnist')}, {ref('tab:mlp_control')}, {ref('tab:lenet_control')}",
-                 "MLP and LeNet5, the paper's protocol", share_verdict(within, len(gaps), 0.9), evidence,
-                 "results_mnist")
+                 ran(runs), verdict, evidence, "results_mnist")
+
+
+def _mnist_runs() -> list[dict]:
+    return _records([g for t in MNIST_TABLES for g in studies.TABLES[t].grids], "paper")
 
 
 def accuracy_mnist() -> Claim:
     """Final errors of the MNIST tables at the paper's protocol against the spread of the paper's runs
-    (:func:`comparison.agreement`): reproduced when no more rows differ beyond chance than chance alone
-    explains (1 in 20, rounded up)."""
+    (:func:`comparison.agreement`): a row passes when its difference is within what chance explains (95%)."""
     rows = pd.concat([comparison.agreement(label) for label in MNIST_TABLES], ignore_index=True)
-    beyond = int(rows["beyond chance"].sum()) if len(rows) else 0
-    expected = -(-len(rows) // 20)
-    verdict = "in progress" if not len(rows) else ("reproduced" if beyond <= expected else "partly")
-    evidence = (f"{len(rows) - beyond} of {len(rows)} rows differ from the paper's final error by less than "
-                f"its runs' spread explains (95%); chance alone would put about {len(rows) / 20:.1f} beyond it")
+    within = int((~rows["beyond chance"].astype(bool)).sum()) if len(rows) else 0
+    evidence = (f"{within} of {len(rows)} rows differ from the paper's final error by less than its runs' spread "
+                f"explains (95%); chance alone would put about {len(rows) / 20:.1f} beyond it")
     return Claim("At no cost in accuracy (MNIST)", f"§5.2, {ref('tab:mnist')}, {ref('tab:mlp_control')}, "
-                 f"{ref('tab:lenet_control')}", "MLP and LeNet5, the paper's protocol", verdict, evidence,
-                 "results_mnist_differences")
+                 f"{ref('tab:lenet_control')}", ran(_mnist_runs()), rules.claim_verdict(within, len(rows)).value,
+                 evidence, "results_mnist_differences")
 
 
 def _cells(tables: tuple[str, ...], method: str, column: str) -> pd.Series:
@@ -98,152 +176,172 @@ def _cells(tables: tuple[str, ...], method: str, column: str) -> pd.Series:
     return pd.Series(deltas, dtype=float)
 
 
-def _within(deltas: pd.Series, what: str) -> tuple[int, str]:
-    """How many of ``deltas`` are within :data:`POINTS` of zero, and the sentence that says so and how far
-    the others are."""
-    agree = int((deltas.abs() <= POINTS).sum())
-    others = deltas[deltas.abs() > POINTS]
-    return agree, (f"{agree} of {len(deltas)} {what} within {POINTS:g} points of the paper's"
-                   + (f"; the others {others.min():+.1f} to {others.max():+.1f}" if len(others) else ""))
+def penalty_cells(tables: tuple[str, ...] = ("tab:mlp_control", "tab:lenet_control")) -> list[rules.PenaltyJudgement]:
+    """Every penalized cell of ``tables`` with records at the paper's protocol and a printed density, judged by
+    :func:`paperlib.rules.judge_penalty` on our seeds' final densities."""
+    label = comparison.METRIC_LABELS["l0_density"]
+    judged = []
+    for table in tables:
+        compared = comparison.compare_table(table)
+        for (_, row), values in zip(compared.iterrows(), compared.attrs["values"]):
+            ours = values.get("l0_density")
+            if row["method"] == "penalized" and ours and str(row["protocol"]).startswith("paper") \
+                    and row[f"{label} paper"]:
+                judged.append(rules.judge_penalty(ours, comparison.mean_of(row[f"{label} paper"])))
+    return judged
 
 
 def penalized_mnist() -> Claim:
-    """Penalized MNIST cells: reproduced when every final density is within :data:`POINTS` of the paper's."""
-    deltas = _cells(("tab:mlp_control", "tab:lenet_control"), "penalized", "L0-density (%)")
-    agree, evidence = _within(deltas, "penalized cells' final densities")
+    """Penalized MNIST cells at the paper's λ_pen (:func:`penalty_cells`): a cell passes when its density is
+    within :data:`~paperlib.rules.PENALTY_POINTS` of the paper's; the evidence says how far the seeds scatter."""
+    judged = penalty_cells()
+    within = sum(j.outcome == rules.PenaltyOutcome.WITHIN for j in judged)
+    off = [j.difference for j in judged if j.outcome == rules.PenaltyOutcome.OFF]
+    evidence = f"{within} of {len(judged)} cells within {rules.PENALTY_POINTS:g} points of the paper's density"
+    if off:
+        evidence += f"; the others {min(off):+.1f} to {max(off):+.1f}"
+    scatter = [j.scatter for j in judged if j.scatter > 0]
+    if scatter:
+        evidence += f"; seeds at one λ_pen scatter by up to {max(scatter):.1f} points"
+    runs = [run for run in _mnist_runs() if run["metrics"]["method"] == "penalized"]
     return Claim("A penalty's density follows λ_pen as printed (MNIST)",
-                 f"{ref('tab:mlp_control')}, {ref('tab:lenet_control')}", "MLP and LeNet5, the paper's protocol",
-                 share_verdict(agree, len(deltas)), evidence, "results_mnist")
+                 f"{ref('tab:mlp_control')}, {ref('tab:lenet_control')}", ran(runs),
+                 rules.claim_verdict(within, len(judged)).value, evidence, "results_mnist")
+
+
+def _agreeing(deltas: pd.Series, what: str, points: float = rules.AGREE_POINTS) -> tuple[int, str]:
+    """How many of ``deltas`` agree (:func:`paperlib.rules.agrees`), and the evidence: how many, how far the
+    others are."""
+    agree = int(sum(rules.agrees(d, points) for d in deltas))
+    others = deltas[[not rules.agrees(d, points) for d in deltas]] if len(deltas) else deltas
+    return agree, (f"{agree} of {len(deltas)} {what} within {points:g} points of the paper's"
+                   + (f"; the others {others.min():+.1f} to {others.max():+.1f}" if len(others) else ""))
 
 
 def counts_mnist() -> Claim:
-    """Parameters and MACs of the purged constrained MNIST models: reproduced when every cell is within
-    :data:`POINTS` of the paper's."""
+    """Parameters and MACs of the purged constrained MNIST models: a cell passes when it is within
+    :data:`~paperlib.rules.AGREE_POINTS` of the paper's."""
     deltas = pd.concat([_cells(MNIST_TABLES[1:], "constrained", metric) for metric in ("params (%)", "MACs (%)")])
-    agree, evidence = _within(deltas, "parameter and MAC percentages")
+    agree, evidence = _agreeing(deltas, "parameter and MAC percentages")
+    runs = [run for run in _mnist_runs() if run["metrics"]["method"] == "constrained"]
     return Claim("What a target leaves: parameters and MACs (MNIST)",
-                 f"{ref('tab:mlp_control')}, {ref('tab:lenet_control')}", "MLP and LeNet5, the paper's protocol",
-                 share_verdict(agree, len(deltas)), evidence, "results_mnist")
+                 f"{ref('tab:mlp_control')}, {ref('tab:lenet_control')}", ran(runs),
+                 rules.claim_verdict(agree, len(deltas)).value, evidence, "results_mnist")
 
 
 def dual_restarts() -> Claim:
-    """LeNet5 with and without dual restarts (the paper's protocol): reproduced when, at every target, the
-    run with restarts ends nearer its target than the run without."""
+    """LeNet5 with and without dual restarts (the paper's protocol): a target passes when the run with restarts
+    ends nearer it than the run without."""
+    runs = report.complete_records(studies.grids("fig:dual_restarts", preset="paper")[0])
     pairs = {}
-    for run in report.complete_records(studies.grids("fig:dual_restarts", preset="paper")[0]):
+    for run in runs:
         pairs.setdefault(run["metrics"]["target"], {})[run["params"]["dual_restarts"]] = run["metrics"]["l0_density"]
     pairs = {target: pair for target, pair in pairs.items() if len(pair) == 2}
     nearer = sum(abs(pair[True] - target) < abs(pair[False] - target) for target, pair in pairs.items())
     evidence = "; ".join(f"at {target:.0%}: {100 * pair[True]:.1f}% with restarts, {100 * pair[False]:.1f}% without"
                          for target, pair in sorted(pairs.items()))
-    return Claim("Dual restarts keep the model at its target", f"§5.3, {ref('fig:dual_restarts')}",
-                 "LeNet5, model-wise, the paper's protocol", share_verdict(nearer, len(pairs)), evidence or "no pair yet",
-                 "results_dynamics")
+    return Claim("Dual restarts keep the model at its target", f"§5.3, {ref('fig:dual_restarts')}", ran(runs),
+                 rules.claim_verdict(nearer, len(pairs)).value, evidence or "no pair yet", "results_dynamics")
 
 
 def stable_dynamics() -> Claim:
-    """Figure 3's claim on our CIFAR-10 control runs (:func:`~paperlib.control.stability_rows`): reproduced when
-    every constrained run of seed 0 settles within a point above its targets, partly when half of them do; in
-    progress until the table's 10 constrained runs are complete. Figure 3's ResNet18 on TinyImageNet is not run."""
-    rows = control.stability_rows(control.control_runs())
+    """Figure 3's claim on our CIFAR-10 control runs (:func:`~paperlib.control.stability_rows`): a run passes when
+    it settles feasible (:func:`paperlib.rules.feasible` at every logged step to the end); in progress until
+    seed 0's constrained runs are complete. Figure 3's ResNet18 on TinyImageNet is not run."""
+    runs = control.control_runs()
+    rows = control.stability_rows(runs)
     settled = rows.dropna(subset=["settled from epoch"])
-    evidence = f"{report.count_of(len(settled), len(rows), 'constrained run')} settle within 1 point above every target"
+    evidence = (f"{report.count_of(len(settled), len(rows), 'constrained run')} settle within "
+                f"{rules.FEASIBLE_POINTS:g} point above every target")
+    seed0 = [run for run in runs if (run["metrics"]["method"], run["metrics"]["seed"]) == ("constrained", 0)]
     if len(settled):
-        evidence += f", by epoch {settled['settled from epoch'].max():.1f} of 20 at the latest"
-    verdict = "in progress" if len(rows) < control.CONTROL_RUNS["constrained"] else share_verdict(len(settled), len(rows))
+        epochs = max(run["metrics"]["epochs_completed"] for run in seed0)
+        evidence += f", by epoch {settled['settled from epoch'].max():.1f} of {epochs} at the latest"
+    complete = len(rows) >= control.CONTROL_RUNS["constrained"]
     return Claim("Constraint dynamics stay stable on ResNets", f"§5.4, {ref('fig:stable_training')}",
-                 "WideResNet-16-1 on CIFAR-10, 20 epochs (CPU protocol); not ResNet18 on TinyImageNet", verdict,
+                 ran(seed0), rules.claim_verdict(len(settled), len(rows), complete).value,
                  evidence if len(rows) else "no constrained run yet", "results_cifar10")
 
 
 def cifar10_control() -> Claim:
-    """The CIFAR-10 control table at the CPU protocol: reproduced when at least 9 of the 10 constrained runs
-    end within 1 point of every target, partly when at least 5 do; in progress until its 21 runs are complete.
-    The evidence splits the hits by grouping and the misses into runs under their targets with every constraint
-    holding and runs over a target (a violated constraint), and says how many of the cause test's runs at the
-    gates' learning rate of 0.1 (:data:`~paperlib.misses.UNDER_CAUSE_GRID`) still end under."""
-    runs = report.complete_records(control.CONTROL_GRIDS[0])
-    rows = control.run_rows(runs, None)
-    constrained = rows[rows["method"] == "constrained"]
-    hit, under, over = control.misses_apart(constrained)
-    hits = len(hit)
-    evidence = f"{len(runs)} of 21 runs complete"
-    if len(constrained):
-        by_grouping = ", ".join(f"{grouping}-wise {int(group['hit'].sum())} of {len(group)}"
-                                for grouping, group in constrained.groupby("grouping", sort=False))
-        evidence += (f"; {hits} of {len(constrained)} constrained runs within 1 point of every target "
-                     f"({by_grouping}); {len(under)} more than a point under with every constraint holding, "
-                     f"{len(over)} more than a point over a target")
-        tests = report.complete_records(misses.UNDER_CAUSE_GRID)
-        if len(under) and tests:
-            still_under = sum(min(control.final_gaps(run)) < -control.HIT_POINTS for run in tests)
-            evidence += (f"; the cause test, 80% targets at the gates' learning rate of 0.1: "
-                         f"{report.count_of(still_under, len(tests), 'run')} {'ends' if still_under == 1 else 'end'} "
-                         f"under")
-    if len(runs) < 21:
-        verdict = "in progress"
-    else:
-        verdict = "reproduced" if hits >= 9 else ("partly" if hits >= 5 else "not reproduced")
+    """The CIFAR-10 control table at the CPU protocol, every seed in: each constrained run judged by
+    :func:`paperlib.rules.judge_record` (its free density from the free-gates runs of the same model and
+    protocol); in progress until seed 0's grid is complete. The evidence adds how many of the cause test's runs
+    at the gates' learning rate of 0.1 end under a target."""
+    from . import misses
+
+    planned = len(report.grid_runs(control.CONTROL_GRIDS[0]))
+    complete = len(report.complete_records(control.CONTROL_GRIDS[0])) >= planned
+    runs = [run for run in control.control_runs() if run["metrics"]["method"] == "constrained"]
+    verdict, evidence, _ = _judged_claim(runs, complete)
+    if not complete:
+        evidence = f"{len(report.complete_records(control.CONTROL_GRIDS[0]))} of {planned} runs of seed 0 complete; " \
+                   + evidence
+    tests = report.complete_records(misses.UNDER_CAUSE_GRID)
+    if tests:
+        still_under = sum(min(rules.final_gaps(run)) < -rules.ON_TARGET_POINTS for run in tests)
+        evidence += (f"; the cause test, 80% targets at the gates' learning rate of 0.1: "
+                     f"{report.count_of(still_under, len(tests), 'run')} {'ends' if still_under == 1 else 'end'} under")
     return Claim("The control holds on a residual network (CIFAR-10)",
-                 f"§5.5, {ref('fig:cifar10_comparison')}, {ref('tab:cifar10_control')}",
-                 "WideResNet-16-1, 20 epochs (CPU protocol)", verdict, evidence, "results_cifar10")
+                 f"§5.5, {ref('fig:cifar10_comparison')}, {ref('tab:cifar10_control')}", ran(runs), verdict, evidence,
+                 "results_cifar10")
 
 
 def bisection() -> Claim:
-    """App. E's bisection over λ_pen for a 50% MLP: reproduced when each search needs several trainings
-    (at least 4; the paper counts 6 and 7) to land within its tolerance."""
+    """App. E's bisection over λ_pen for a 50% MLP: a search passes when it needs at least
+    :data:`~paperlib.rules.SEARCH_TRAININGS` trainings (the paper counts 6 and 7) to land within its tolerance."""
     searches = report.complete_searches(studies.grids("app:bisection")[0])
     evidence = ", ".join(f"{s['grouping']}-wise: {s['num_trainings']} trainings" for s in searches)
-    verdict = share_verdict(sum(s["num_trainings"] >= 4 for s in searches), len(searches))
+    verdict = rules.claim_verdict(sum(s["num_trainings"] >= rules.SEARCH_TRAININGS for s in searches), len(searches))
+    described = [{"metrics": {"model": s["run_name"].split("-")[1], "epochs": s["epochs"], "preset": s["preset"],
+                              "seed": s["seed"], "grouping": s["grouping"]}} for s in searches]
     return Claim("A penalty needs a search to reach a density", f"{ref('app:bisection')}, {ref('fig:bisection')}",
-                 "MLP, 150 epochs", verdict, evidence or "no search yet", "results_beyond")
+                 ran(described), verdict.value, evidence or "no search yet", "results_beyond")
 
 
 def unstructured_mnist() -> Claim:
-    """Unstructured MNIST (App. L): reproduced when our constrained runs' best errors are within 0.5 points of
-    the paper's at every target."""
+    """Unstructured MNIST (App. L): a cell passes when our constrained runs' best error is within
+    :data:`~paperlib.rules.ERROR_POINTS` of the paper's."""
     deltas = _cells(("tab:mnist_unstructured_comparison_mlp", "tab:mnist_unstructured_comparison_lenet"),
                     "constrained", "val. error best (%)")
-    agree = int((deltas.abs() <= 0.5).sum())
-    evidence = f"{agree} of {len(deltas)} constrained cells within 0.5 points of the paper's best error"
+    agree, evidence = _agreeing(deltas, "constrained cells' best errors", rules.ERROR_POINTS)
+    grids = studies.TABLES["tab:mnist_unstructured_comparison_mlp"].grids
+    runs = _records(grids, "paper", method="constrained")
     return Claim("Unstructured sparsity, against magnitude pruning (MNIST)",
                  f"§5.6, {ref('tab:mnist_unstructured_comparison_mlp')}, "
-                 f"{ref('tab:mnist_unstructured_comparison_lenet')}", "MLP and LeNet5, the paper's protocol",
-                 share_verdict(agree, len(deltas)), evidence, "results_unstructured")
+                 f"{ref('tab:mnist_unstructured_comparison_lenet')}", ran(runs),
+                 rules.claim_verdict(agree, len(deltas)).value, evidence, "results_unstructured")
 
 
 def gate_medians() -> Claim:
-    """App. I's test-time gates on MNIST: reproduced when, in every run, at least 80% of the first gated layer's
-    medians (eq. 9) are exactly 0 or 1 at the last saved epoch."""
-    shares = []
-    for run in report.complete_records(studies.grids("fig:mnist_gate_histograms", preset="paper")[0]):
-        shares.append((run["metrics"]["model"], 1.0 - report.fractional_medians(run)[1]))
+    """App. I's test-time gates on MNIST: a run passes when at least :data:`~paperlib.rules.DECIDED_GATES_SHARE`
+    of the first gated layer's medians (eq. 9) are exactly 0 or 1 at the last saved epoch."""
+    runs = report.complete_records(studies.grids("fig:mnist_gate_histograms", preset="paper")[0])
+    shares = [(run["metrics"]["model"], 1.0 - report.fractional_medians(run)[1]) for run in runs]
     evidence = "; ".join(f"{model}: {100 * share:.1f}% of the first layer's medians at 0 or 1" for model, share in shares)
+    passed = sum(share >= rules.DECIDED_GATES_SHARE for _, share in shares)
     return Claim("Test-time gates end at 0 or 1", f"{ref('app:test_time_gates')}, {ref('fig:mnist_gate_histograms')}",
-                 "MLP and LeNet5, the paper's protocol", share_verdict(sum(s >= 0.8 for _, s in shares), len(shares)),
-                 evidence or "no run yet", "results_dynamics")
+                 ran(runs), rules.claim_verdict(passed, len(shares)).value, evidence or "no run yet",
+                 "results_dynamics")
 
 
 def gates_ablation() -> Claim:
-    """App. H at the CPU protocol: in progress until every run of the ablation grid is complete; then
-    :func:`~paperlib.control.ablation_checks` (the gates' learning rate and the stop-gradient), each of which
-    must hold for *reproduced*."""
+    """App. H at the CPU protocol: in progress until every run of the ablation grid is complete; then each of
+    :func:`~paperlib.control.ablation_checks` (the gates' learning rate and the stop-gradient) is one pass or
+    fail."""
     ablation = report.complete_records(control.ABLATION_GRID)
     planned = len(report.grid_runs(control.ABLATION_GRID))
     evidence = f"{len(ablation)} of {planned} ablation runs complete"
-    if len(ablation) < planned:
-        verdict = "in progress"
-    else:
-        checks = control.ablation_checks(ablation, control.control_runs())
-        verdict = share_verdict(sum(held for _, held in checks), len(checks))
-        evidence += "".join(f"; {what}" for what, _ in checks)
+    checks = control.ablation_checks(ablation, control.control_runs()) if len(ablation) >= planned else []
+    evidence += "".join(f"; {what}" for what, _ in checks)
+    verdict = rules.claim_verdict(sum(held for _, held in checks), len(checks), len(ablation) >= planned)
     return Claim("Gates need a larger learning rate and no weight decay",
                  f"{ref('app:resnet_control_fixes')}, {ref('tab:cifar10')}, {ref('fig:increase_lr')}, "
-                 f"{ref('fig:wd_overpen')}", "WideResNet-16-1 (CPU protocol)", verdict, evidence, "results_cifar10")
+                 f"{ref('fig:wd_overpen')}", ran(ablation), verdict.value, evidence, "results_cifar10")
 
 
 def not_tested(claim: str, where: str, why: str, page: str) -> Claim:
-    return Claim(claim, where, "—", "not tested here", why, page)
+    return Claim(claim, where, NOTHING_RAN, rules.Verdict.NOT_TESTED.value, why, page)
 
 
 def claims() -> list[Claim]:
@@ -273,7 +371,23 @@ PAGE_NAMES = {"results_mnist": "MNIST", "results_mnist_investigations": "MNIST, 
 
 
 def table(found: list[Claim]) -> pd.DataFrame:
-    """The verdict table of the book's first page: one row per claim, its page linked."""
-    return pd.DataFrame([{"claim": c.claim, "in the paper": c.where, "we ran": c.ran,
+    """The verdict table of the book's first page: one row per claim, what was run (model, budget, seeds,
+    device), the verdict and its evidence, its page linked."""
+    return pd.DataFrame([{"claim": c.claim, "in the paper": c.where, "what was run": str(c.ran),
                           "verdict": c.verdict, "evidence": c.evidence,
                           "page": f'<a href="{c.page}.html">{PAGE_NAMES.get(c.page, c.page)}</a>'} for c in found])
+
+
+#: The verdicts the book printed before :mod:`paperlib.rules` (one rule for every claim), one per claim.
+BEFORE = "paperlib/verdicts_before_rules.csv"
+
+
+def before_and_after(found: list[Claim]) -> pd.DataFrame:
+    """Each claim's verdict as the book printed it before :mod:`paperlib.rules` (:data:`BEFORE`) beside its
+    verdict now, and whether it moved."""
+    from .records import project_root
+
+    before = pd.read_csv(project_root() / BEFORE, comment="#").set_index("claim")["verdict"]
+    rows = [{"claim": c.claim, "before": before.get(c.claim, "—"), "now": c.verdict} for c in found]
+    frame = pd.DataFrame(rows, columns=["claim", "before", "now"])
+    return frame.assign(moved=frame["before"] != frame["now"])

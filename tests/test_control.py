@@ -14,13 +14,13 @@ def test_largest_gap_is_the_worst_layer_of_a_layer_wise_run_and_the_model_of_a_m
     assert control.largest_gap(record("constrained", "model", 0.2, densities=(0.205, 0.215))) == pytest.approx(1.0)
 
 
-def test_run_rows_mark_hits_within_one_point_and_costs_against_the_dense_run():
+def test_run_rows_judge_each_constrained_run_by_the_rules_and_cost_against_the_dense_run():
     dense = record("dense", error=8.0)
     runs = [record("constrained", "layer", 0.2, densities=(0.205, 0.195), error=9.5),
             record("constrained", "model", 0.5, densities=(0.52, 0.52), error=8.5),
             record("penalized", "model", lmbda=0.01, densities=(0.3, 0.4), error=9.0), dense]
-    rows = control.run_rows(runs, dense)
-    assert rows["hit"].tolist()[:2] == [True, False] and rows["hit"].iloc[2] is None
+    rows = control.run_rows(runs, dense, free=[])
+    assert rows["outcome"].tolist()[:2] == ["on target", "violated"] and rows["outcome"].iloc[2:].isna().all()
     assert rows["cost (points)"].tolist() == pytest.approx([1.5, 0.5, 1.0, 0.0])
     assert rows["setting"].tolist() == ["target 20%", "target 50%", "λ_pen 0.01", "dense"]
     assert rows["L0-density (%)"].iloc[3] == 100.0  # a dense model keeps every group
@@ -28,10 +28,15 @@ def test_run_rows_mark_hits_within_one_point_and_costs_against_the_dense_run():
     assert rows["ran on"].tolist() == ["CPU"] * 4  # the fake records name no device: CPU runs
 
 
-def test_run_rows_say_which_runs_trained_on_a_gpu():
+def test_run_rows_say_which_runs_trained_on_a_gpu_where_the_reader_sees_the_run():
     cpu, gpu = record("constrained", "model", 0.5), record("constrained", "model", 0.5, seed=1)
     cpu["metrics"]["device"], gpu["metrics"]["device"] = "cpu", "cuda:0"
-    assert control.run_rows([cpu, gpu], None)["ran on"].tolist() == ["CPU", "GPU"]
+    rows = control.run_rows([cpu, gpu], None, free=[])
+    assert rows["ran on"].tolist() == ["CPU", "GPU"]
+    assert not rows["run"].str.contains("GPU").any()  # no preset named: nothing to set apart
+    cpu["metrics"]["preset"] = gpu["metrics"]["preset"] = "cpu"  # the CPU protocol, whose names end -cpu
+    names = control.run_rows([cpu, gpu], None, free=[])["run"].tolist()
+    assert "GPU" not in names[0] and names[1].endswith("(CPU protocol, ran on GPU)")
 
 
 def test_layer_rows_give_each_gated_block_a_short_column():
@@ -53,24 +58,24 @@ def test_paper_points_of_the_cifar10_control_table_match_its_printed_cells():
     assert label.startswith("penalized") and error == points.loc[points["L0-density (%)"].idxmax(), "val. error final (%)"]
 
 
-def test_the_verdict_counts_hits_scatter_cost_and_what_is_missing():
+def test_the_findings_count_each_outcome_scatter_cost_and_what_is_missing():
     dense = record("dense", error=8.0)
     runs = [record("constrained", "layer", 0.2, densities=(0.205, 0.195), error=9.5),
             record("constrained", "model", 0.5, densities=(0.53, 0.53), error=8.5),
             record("constrained", "model", 0.8, densities=(0.7, 0.7), error=8.5),
             record("penalized", "model", lmbda=0.01, densities=(0.3, 0.4), error=9.0),
             record("penalized", "model", lmbda=1.0, densities=(0.05, 0.05), error=12.0), dense]
-    text = control.verdict(control.run_rows(runs, dense), {"constrained": 10, "penalized": 2, "dense": 1})
-    assert "1 of 3 constrained runs ended within 1 point" in text
-    assert "1 ended more than a point under a target and over none, so their constraints hold (the largest: " \
-           "-10.00 points, model-wise target 80%)" in text
-    assert "1 ended more than a point over a target (the largest: +3.00 points, model-wise target 50%)" in text
-    assert "between 5.0% and 35.0% density (λ_pen: density, model-wise 0.01: 35.0%, 1: 5.0%)" in text
-    assert ("**Cost.** Against the dense model at the same budget, the constrained runs' final errors differ by "
-            "+0.50 (model-wise target 50%) to +1.50 points (layer-wise target 20%); the penalized runs' final errors "
-            "differ by +1.00 (model-wise λ_pen 0.01) to +4.00 points (model-wise λ_pen 1).") in text
-    assert "Not yet run:** 7 constrained" in text and "penalized" not in text.split("Not yet run")[1]
-    assert control.verdict(control.run_rows([], None), {}) == "No run of this table has a complete record yet."
+    rows = control.run_rows(runs, dense, free=[])
+    assert rows["outcome"].tolist()[:3] == ["on target", "violated", "under"]  # no free record: 80% binds
+    assert control.findings(rows, {"constrained": 10, "penalized": 2, "dense": 1})
+    free = record("constrained", "model", 1.0, densities=(0.75, 0.75))
+    for run in [*runs, free]:
+        run["params"] = {"model": "wrn-16-1", "method": run["metrics"]["method"], "preset": "cpu",
+                         "grouping": run["metrics"]["grouping"], "target": run["metrics"]["target"]}
+        run["metrics"]["preset"] = "cpu"
+    rows = control.run_rows(runs, dense, free=[free])
+    assert rows["outcome"].tolist()[:3] == ["on target", "violated", "does not bind"]  # 80% is above 75%
+    assert control.findings(control.run_rows([], None), {}) == "No run of this table has a complete record yet."
 
 
 def test_the_figure_has_the_papers_points_hollow_beside_ours():
@@ -227,8 +232,7 @@ def test_the_transfer_sentence_sets_our_distance_from_the_papers_density_at_its_
                                             for lmbda, d in ((0.01, 0.85), (0.1, 0.45), (1.0, 0.12))], None)
     assert control.transfer_in_words(close, paper).endswith("over 3 cells).")  # not over 3 x 5.1: no claim
     assert control.transfer_in_words(control.run_rows(constrained, None), paper) is None
-    assert "**Transfer.**" in control.verdict(rows, {"constrained": 2, "penalized": 4}, paper)
-    assert "The one penalized run so far, model-wise λ_pen 0.01, ended at 60.0% density." in control.verdict(one, {})
+    assert "**Transfer.**" in control.findings(rows, {"constrained": 2, "penalized": 4}, paper)
 
 
 def with_steps(run, densities_by_step, epochs=4):

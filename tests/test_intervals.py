@@ -9,12 +9,32 @@ import pytest
 from paperlib import intervals
 
 
-def test_mean_ci_is_the_authors_convention():
-    mean, ci = intervals.mean_ci([1.0, 2.0, 4.0])
-    assert mean == pytest.approx(7 / 3)
-    assert ci == pytest.approx(1.96 * statistics.stdev([1.0, 2.0, 4.0]) / math.sqrt(3))
+@pytest.mark.parametrize("values, quantile", [([1.0, 2.0, 4.0], 4.303), ([1.0, 2.0, 4.0, 0.5, 3.0], 2.776),
+                                               ([1.0, 2.0], 12.706)])
+def test_our_mean_ci_uses_student_t_with_n_minus_1_degrees_of_freedom(values, quantile):
+    """Quantiles from the printed t table (t_{0.975, 1} = 12.706, t_{0.975, 2} = 4.303, t_{0.975, 4} = 2.776)."""
+    mean, ci = intervals.mean_ci(values)
+    assert mean == pytest.approx(statistics.fmean(values))
+    assert ci == pytest.approx(quantile * statistics.stdev(values) / math.sqrt(len(values)), rel=2e-4)
+    assert ci > intervals.paper_ci(values)  # wider than the authors' 1.96 at every n
     assert intervals.mean_ci([1.5]) == (1.5, None)
+
+
+def test_the_papers_ci_is_the_authors_convention_and_gives_back_its_spread():
+    ci = intervals.paper_ci([1.0, 2.0, 4.0])
+    assert ci == pytest.approx(1.96 * statistics.stdev([1.0, 2.0, 4.0]) / math.sqrt(3))
     assert intervals.spread_from_ci(ci, 3) == pytest.approx(statistics.stdev([1.0, 2.0, 4.0]))
+    assert intervals.paper_ci([1.5]) is None
+
+
+def test_our_ci_covers_the_mean_95_percent_of_the_time_with_three_seeds():
+    rng = np.random.default_rng(1)
+    covered = 0
+    for _ in range(4000):
+        values = list(rng.normal(0.0, 1.0, 3))
+        mean, ci = intervals.mean_ci(values)
+        covered += abs(mean) <= ci
+    assert covered / 4000 == pytest.approx(0.95, abs=0.012)  # 1.96 would cover about 80%
 
 
 @pytest.mark.parametrize("dof, quantile", [(1, 12.7062), (2, 4.3027), (4, 2.7764), (10, 2.2281), (30, 2.0423),
@@ -37,7 +57,7 @@ def coverage(rng, our_runs, shift=0.0, trials=3000, paper_runs=5):
     for _ in range(trials):
         paper = rng.normal(1.0, 0.1, paper_runs)
         ours = list(rng.normal(1.0 + shift, 0.1, our_runs))
-        _, ci = intervals.mean_ci(list(paper))
+        ci = intervals.paper_ci(list(paper))
         half = intervals.difference_interval(ci, paper_runs, ours)
         inside += abs(statistics.fmean(ours) - paper.mean()) <= half
     return inside / trials
@@ -50,7 +70,7 @@ def test_difference_interval_covers_95_percent_when_ours_and_the_papers_share_a_
     assert coverage(rng, 3) == pytest.approx(0.95, abs=0.015)
     # The paper's CI itself is no such interval: one run of ours falls outside it far more often than 5%.
     outside_ci = sum(abs(rng.normal(1.0, 0.1) - (paper := rng.normal(1.0, 0.1, 5)).mean())
-                     > intervals.mean_ci(list(paper))[1] for _ in range(3000)) / 3000
+                     > intervals.paper_ci(list(paper)) for _ in range(3000)) / 3000
     assert outside_ci > 0.4
     # A real difference is caught: at three run-to-run standard deviations about half the time with one
     # run of ours against five of the paper's, at six nearly always.

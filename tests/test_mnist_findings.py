@@ -62,6 +62,8 @@ def test_records_of_keep_grid_order_and_the_asked_parameters(grids):
     assert findings.records_of("g1.yaml", target=[0.3, 0.3, 0.3, 0.3]) == [c]  # a layer-wise list of targets
     assert findings.constrained_records(["g1.yaml", "g2.yaml"], "mlp", "model", 0.2, seed=1) == [b]
     assert findings.select([a, b], seed=2) == []
+    grids["g3.yaml"] = [a]  # a run in two grids is one record
+    assert findings.records_of(["g1.yaml", "g3.yaml"], model="mlp") == [a]
 
 
 def test_a_missing_record_is_named_with_the_command_that_makes_it(grids):
