@@ -65,6 +65,10 @@ class L0Layer(nn.Module):
 
     sparsity: str
 
+    #: Whether a structured gate also switches off its group's bias entry (a convolution's output channel),
+    #: or the bias is never gated (a linear layer's input neuron).
+    bias_in_group: bool = False
+
     #: The training forward's gated (weight, bias, channel mask), when :mod:`paperlib.gate_pass` computed
     #: them for every layer at once; None: the layer samples its own gates.
     pass_params: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None] | None = None
@@ -89,7 +93,7 @@ class L0Layer(nn.Module):
     def _broadcast_gates(self, weight_z: torch.Tensor, bias_z: torch.Tensor | None):
         if self.sparsity == "unstructured":
             return weight_z, bias_z
-        bias_z = weight_z if (self.bias is not None and isinstance(self, L0Conv2d)) else None
+        bias_z = weight_z if (self.bias is not None and self.bias_in_group) else None
         return self._group_view(weight_z), bias_z
 
     def gated_weight_and_bias(self, median: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -180,7 +184,7 @@ class L0Layer(nn.Module):
             return total
         total = (self._group_view(prob_w) * self.weight.pow(2)).sum()
         if self.bias is not None:
-            prob_b = prob_w if isinstance(self, L0Conv2d) else torch.ones_like(self.bias)
+            prob_b = prob_w if self.bias_in_group else torch.ones_like(self.bias)
             total = total + (prob_b * self.bias.pow(2)).sum()
         return total
 
@@ -258,6 +262,8 @@ class L0Conv2d(L0Layer):
     Structured: one gate per output feature map, shared by that filter's weights
     and its bias. Unstructured: one gate per weight and per bias entry.
     """
+
+    bias_in_group = True
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1,
                  padding: int = 0, bias: bool = True, sparsity: str = "structured", rho_init: float = 0.5):
