@@ -74,7 +74,7 @@ def purge(model: nn.Module, example_input: torch.Tensor) -> nn.Module:
     >>> small.layer1[0].conv1, small.layer1[0].conv2.in_channels
     (Conv2d(64, 24, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1), bias=False), 24)
     """
-    plain, gated = test_time_model(model)
+    plain, gated = at_test_time(model)
     plain.eval()
     try:
         traced = fx.symbolic_trace(plain)
@@ -104,11 +104,10 @@ def purge(model: nn.Module, example_input: torch.Tensor) -> nn.Module:
     return plain.train(model.training)
 
 
-def test_time_model(model: nn.Module) -> tuple[nn.Module, dict]:
+def at_test_time(model: nn.Module) -> tuple[nn.Module, dict]:
     """A copy of ``model`` whose gated layers are plain layers with their median gates absorbed (step 1).
 
-    Also returns, per structured :class:`~paperlib.sparsify.GatedConv2d`, by name, its channels whose
-    median gate is 0.
+    Also returns, per structured gated convolution, by name, its channels whose median gate is 0.
     """
     plain = copy.deepcopy(model)
     closed, done = {}, set()
@@ -130,9 +129,12 @@ def test_time_model(model: nn.Module) -> tuple[nn.Module, dict]:
                 done.add(id(module.conv))
                 if module.conv.sparsity == "structured":  # ConvBN zeroes the batch norm's closed channels
                     z = module.conv.group_gate_values(median=True).detach()
+                    closed[f"{name}.conv"] = (z == 0).nonzero().flatten().tolist()
                     module.bn = _scaled_batch_norm(module.bn, z.ne(0).to(z.dtype))
                 module.conv = _plain_conv(module.conv, *module.conv.gated_weight_and_bias(median=True))
             elif isinstance(module, (GatedConv2d, L0Conv2d)):
+                if module.sparsity == "structured":
+                    closed[name] = (module.group_gate_values(median=True) == 0).nonzero().flatten().tolist()
                 source = module.conv if isinstance(module, GatedConv2d) else module
                 _set_module(plain, name, _plain_conv(source, *module.gated_weight_and_bias(median=True)))
             elif isinstance(module, (GatedLinear, L0Linear)):

@@ -44,7 +44,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import gates
-from .channels import ChannelGraph, is_depthwise
+from .channels import ChannelGraph
 from .layers import L0Layer, _check_sparsity
 
 Selector = str | Callable[[str, nn.Module], bool]
@@ -202,12 +202,8 @@ def sparsify(model: nn.Module, sparsity: str = "structured", include: Iterable[S
 
     >>> import torchvision
     >>> model = sparsify(torchvision.models.resnet18(num_classes=10), exclude="fc")
-    >>> model.layer1[0].conv1
-    GatedConv2d(
-      sparsity=structured
-      (conv): Conv2d(64, 64, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1), bias=False)
-      (bn): BatchNorm2d(64, eps=1e-05, momentum=0.1, affine=True, track_running_stats=True)
-    )
+    >>> model.layer1[0].conv1.conv, model.layer1[0].bn1
+    (Conv2d(64, 64, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1), bias=False), Identity())
     >>> sum(isinstance(m, GatedConv2d) for m in model.modules())
     8
     """
