@@ -51,22 +51,18 @@ _LINEAR_LIKE = (nn.Linear, L0Linear, GatedLinear)
 def _entries(tensor: torch.Tensor | None, sparse_weights: bool, keep: torch.Tensor | None = None) -> int | float:
     if tensor is None:
         return 0
-    if keep is not None:
+    if keep is not None:  # probabilities (a float count) or whether the median gate is non-zero
         kept = keep * tensor.ne(0) if sparse_weights else keep
-        return float(kept.sum()) if kept.is_floating_point() and not _binary(kept) else int(kept.sum())
+        return float(kept.sum()) if kept.is_floating_point() else int(kept.sum())
     return int(tensor.count_nonzero()) if sparse_weights else tensor.numel()
-
-
-def _binary(tensor: torch.Tensor) -> bool:
-    return bool(((tensor == 0) | (tensor == 1)).all())
 
 
 @torch.no_grad()
 def gate_keeps(model: nn.Module, gates: str) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor]]:
     """What each gated parameter counts for under ``gates``: ``(by parameter, by batch norm)``.
 
-    The first maps ``id(parameter)`` to a tensor of its shape (probabilities
-    or 0/1), the second ``id(batch norm)`` to one value per channel. Empty for
+    The first maps ``id(parameter)`` to a tensor of its shape (probabilities,
+    or booleans: the median gate is not zero), the second ``id(batch norm)`` to one value per channel. Empty for
     ``"dense"``.
     """
     if gates not in GATES:
@@ -80,7 +76,7 @@ def gate_keeps(model: nn.Module, gates: str) -> tuple[dict[int, torch.Tensor], d
         if gates == "expected":
             values = layer.gate_probabilities()
         else:
-            values = tuple(None if z is None else z.ne(0).to(z.dtype) for z in layer.gate_tensors(median=True))
+            values = tuple(None if z is None else z.ne(0) for z in layer.gate_tensors(median=True))
         weight_keep, bias_keep = layer._broadcast_gates(*values)
         by_param[id(layer.weight)] = weight_keep.expand_as(layer.weight)
         if layer.bias is not None and bias_keep is not None:
