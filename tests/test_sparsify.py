@@ -291,3 +291,21 @@ def test_unstructured_purge_keeps_shapes_and_counts_match_the_test_time_model():
 def test_purge_without_example_input_says_what_it_needs():
     with pytest.raises(ValueError, match="needs an example_input"):
         paperlib.purge(sparsify(build("resnet18")))
+
+
+def test_the_gate_pass_of_the_runner_drives_sparsified_layers_as_their_own_sampling_does():
+    from paperlib.gate_pass import ModelGates
+    from paperlib.objective import linear_term
+
+    model = sparsify(build("mobilenet_v2")).train()
+    model.classifier[0].p = 0.0  # dropout would draw from the generator between the gates
+    x = torch.randn(2, *SHAPE)
+    torch.manual_seed(3)
+    own = model(x)
+    torch.manual_seed(3)
+    model_gates = ModelGates(model, "model", weight_decay=1e-4)
+    step = model_gates.sample(linear_term, (torch.ones(1), torch.full((1,), 0.5)))
+    with model_gates.installed(step):
+        passed = model(x)
+    assert torch.allclose(own, passed, atol=1e-6)
+    assert torch.allclose(step.model_density, density(model))
