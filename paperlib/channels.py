@@ -193,6 +193,9 @@ class ChannelGraph:
             return self._pin_all(node, f"module {node.target} takes other inputs")
         if any(True for _ in module.parameters(recurse=False)) and self.calls[node.target] > 1:
             return self._pin_all(node, f"module {node.target} is called {self.calls[node.target]} times")
+        meta = inp.meta.get("tensor_meta")
+        if isinstance(module, nn.Linear) and meta is not None and len(meta.shape) != 2:
+            return self._pin_all(node, f"linear layer {node.target} reads the last of {len(meta.shape)} dimensions")
         if isinstance(module, nn.Conv2d) and module.groups == 1 or isinstance(module, nn.Linear):
             self._sinks.append((node, inp))
             self._new(node)

@@ -99,8 +99,8 @@ def purge(model: nn.Module, example_input: torch.Tensor) -> nn.Module:
     _slice(plain, graph, keep, zero)
     plain.purge_report = _report(gated, graph, keep)
     if plain.purge_report:
-        kept = ", ".join(f"{name} ({len(c)})" for name, c in plain.purge_report.items())
-        warnings.warn(f"purge kept closed channels it could not remove, in {kept}; see purge_report", stacklevel=2)
+        where = ", ".join(f"{name} ({len(c)})" for name, c in plain.purge_report.items())
+        warnings.warn(f"purge kept closed channels it could not remove, in {where}; see purge_report", stacklevel=2)
     return plain.train(model.training)
 
 
