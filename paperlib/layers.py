@@ -261,17 +261,30 @@ class L0Conv2d(L0Layer):
 
     Structured: one gate per output feature map, shared by that filter's weights
     and its bias. Unstructured: one gate per weight and per bias entry.
+    ``kernel_size``, ``stride``, ``padding``, ``dilation``, ``groups`` and
+    ``padding_mode`` are those of ``nn.Conv2d`` (ints or pairs).
+    :func:`paperlib.sparsify.sparsify` gates an existing ``nn.Conv2d`` instead.
+
+    >>> L0Conv2d(4, 6, (3, 5), padding=(1, 2), dilation=(1, 2), groups=2)(torch.randn(1, 4, 8, 8)).shape
+    torch.Size([1, 6, 8, 6])
     """
 
     bias_in_group = True
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1,
-                 padding: int = 0, bias: bool = True, sparsity: str = "structured", rho_init: float = 0.5):
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int], stride=1,
+                 padding=0, bias: bool = True, sparsity: str = "structured", rho_init: float = 0.5,
+                 dilation=1, groups: int = 1, padding_mode: str = "zeros"):
         super().__init__()
         _check_sparsity(sparsity)
+        # nn.Conv2d checks the geometry (divisibility by groups, padding mode) and says what is wrong
+        geometry = nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, False,
+                             padding_mode, device="meta")
+        self._padding_repeated = geometry._reversed_padding_repeated_twice
         self.in_channels, self.out_channels, self.sparsity = in_channels, out_channels, sparsity
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
-        self.weight = nn.Parameter(torch.empty(out_channels, in_channels, kernel_size, kernel_size))
+        self.dilation, self.groups, self.padding_mode = dilation, groups, padding_mode
+        kernel = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
+        self.weight = nn.Parameter(torch.empty(out_channels, in_channels // groups, *kernel))
         self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
         init_weights_(self.weight, self.bias)
         self._init_gates((out_channels,) if sparsity == "structured" else tuple(self.weight.shape), rho_init)
@@ -299,14 +312,22 @@ class L0Conv2d(L0Layer):
         channels are never removed).
         """
         weight, bias, mask = self._forward_params()
-        return F.conv2d(x, weight, bias, self.stride, self.padding), mask
+        return self._convolve(x, weight, bias), mask
+
+    def _convolve(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        if self.padding_mode != "zeros":  # as nn.Conv2d: pad first, then convolve without padding
+            x = F.pad(x, self._padding_repeated, mode=self.padding_mode)
+            return F.conv2d(x, weight, bias, self.stride, 0, self.dilation, self.groups)
+        return F.conv2d(x, weight, bias, self.stride, self.padding, self.dilation, self.groups)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.forward_with_mask(x)[0]
 
     def extra_repr(self) -> str:
+        extra = "".join(f", {name}={getattr(self, name)!r}" for name, default in
+                        (("dilation", 1), ("groups", 1), ("padding_mode", "zeros")) if getattr(self, name) != default)
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
-                f"padding={self.padding}, bias={self.bias is not None}, sparsity={self.sparsity}")
+                f"padding={self.padding}{extra}, bias={self.bias is not None}, sparsity={self.sparsity}")
 
 
 class ConvBN(nn.Module):
