@@ -189,14 +189,24 @@ def density(model: nn.Module) -> torch.Tensor:
 
 
 def train_constrained_(model: nn.Module, steps: int = 20, target: float = 0.5) -> list[float]:
-    """Gradient descent on the Lagrangian in the weights and gates, projected ascent in the multiplier."""
+    """``steps`` steps under the constraint "expected density <= target"; returns the violations.
+
+    With :class:`paperlib.ConstrainedStep` where the package has it; else the same simultaneous gradient
+    descent-ascent written out: descent on the Lagrangian in the weights and gates, projected ascent in the
+    multiplier.
+    """
     generator = torch.Generator().manual_seed(0)
     x, y = torch.randn(4, *SHAPE, generator=generator), torch.randint(0, 10, (4,), generator=generator)
+    model.train()
+    if hasattr(paperlib, "ConstrainedStep"):
+        step = paperlib.ConstrainedStep(model, torch.optim.Adam(paperlib.weight_parameters(model), lr=1e-3),
+                                        target=target, gates_lr=0.1, dual_lr=1.0)
+        return [float(step.roll(lambda: nn.functional.cross_entropy(model(x), y)).violations)
+                for _ in range(steps)]
     gate_params = [p for n, p in model.named_parameters() if "log_alpha" in n]
     weights = [p for n, p in model.named_parameters() if "log_alpha" not in n]
     primal = torch.optim.Adam([{"params": weights, "lr": 1e-3}, {"params": gate_params, "lr": 0.1}])
     multiplier, history = torch.zeros(()), []
-    model.train()
     for _ in range(steps):
         violation = density(model) - target
         loss = nn.functional.cross_entropy(model(x), y) + multiplier * violation
