@@ -54,6 +54,7 @@ _SUMS = {operator.add, operator.iadd, torch.add, operator.sub, operator.isub, to
 _PRODUCTS = {operator.mul, operator.imul, torch.mul}
 #: Uses of a tensor that read only its shape.
 _SHAPE_METHODS = {"size", "dim"}
+_BATCH_NORMS = nn.modules.batchnorm._BatchNorm
 
 
 def is_depthwise(conv: nn.Conv2d) -> bool:
@@ -202,7 +203,7 @@ class ChannelGraph:
             self._sources.append(node)
             if isinstance(module, nn.Conv2d) and self.block[inp] != 1:
                 self._pins.append((inp, f"flattened input of {node.target}"))
-        elif isinstance(module, nn.Conv2d) and is_depthwise(module) or isinstance(module, nn.modules.batchnorm._BatchNorm):
+        elif isinstance(module, nn.Conv2d) and is_depthwise(module) or isinstance(module, _BATCH_NORMS):
             self._union(node, inp)
             self._ops.append(node)
         elif isinstance(module, nn.Flatten) and module.start_dim == 1 and module.end_dim == -1:
@@ -289,7 +290,7 @@ class ChannelGraph:
                     read = weight if not first.any() else weight[:, ~first]
                     silent = ~read.ne(0).flatten(1).any(1)
                 return silent if module.bias is None else silent & module.bias.detach().eq(0)
-            if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            if isinstance(module, _BATCH_NORMS):
                 out = module.eval()(torch.zeros(1, size, *([1] * (len(node.meta["tensor_meta"].shape) - 2))))
                 constant_zero = out.flatten(1).eq(0).all(1) if out.dim() > 2 else out[0].eq(0)
                 scaled_out = (module.weight.detach().eq(0) & module.bias.detach().eq(0)) if module.affine else False

@@ -38,7 +38,7 @@ import torch.nn as nn
 from torch.fx.passes.shape_prop import ShapeProp
 
 from .channels import ChannelGraph, is_depthwise
-from .layers import ConvBN, L0Conv2d, L0Layer, L0Linear
+from .layers import ConvBN, L0Conv2d, L0Linear
 from .sparsify import GatedConv2d, GatedLinear, _set_module
 
 

@@ -266,7 +266,7 @@ class L0Conv2d(L0Layer):
     :func:`paperlib.sparsify.sparsify` gates an existing ``nn.Conv2d`` instead.
 
     >>> L0Conv2d(4, 6, (3, 5), padding=(1, 2), dilation=(1, 2), groups=2)(torch.randn(1, 4, 8, 8)).shape
-    torch.Size([1, 6, 8, 6])
+    torch.Size([1, 6, 8, 4])
     """
 
     bias_in_group = True

@@ -215,7 +215,7 @@ def test_expected_counts_are_the_mean_of_sampled_counts():
             samples.append([count_params(masked, sparse_weights=True), count_macs(masked, shape, "plain", True)])
     samples = torch.tensor(samples, dtype=torch.float64)
     mean, error = samples.mean(0), samples.std(0) / len(samples) ** 0.5
-    expected = torch.tensor([count_params(gated, gates="expected"), count_macs(gated, shape, "plain", gates="expected")],
-                            dtype=torch.float64)
+    expected = torch.tensor([count_params(gated, gates="expected"),
+                             count_macs(gated, shape, "plain", gates="expected")], dtype=torch.float64)
     assert torch.all((mean - expected).abs() < 4 * error), (mean, expected, error)
     assert torch.all(expected < torch.tensor([count_params(model), count_macs(model, shape, "plain")]))

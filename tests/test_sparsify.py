@@ -128,7 +128,8 @@ def test_default_rule_on_mobilenet_v2_gates_the_last_conv_of_each_channel_run():
 
 def test_include_and_exclude_change_the_rule():
     model = build("resnet18")
-    chosen = sparsify(model, include=["layer1.0.conv2"], exclude=lambda name, m: name.startswith("layer4") or name == "fc")
+    chosen = sparsify(model, include=["layer1.0.conv2"],
+                      exclude=lambda name, m: name.startswith("layer4") or name == "fc")
     gated = [name for name, m in chosen.named_modules() if isinstance(m, L0Layer)]
     assert gated == ["layer1.0.conv1", "layer1.0.conv2", "layer1.1.conv1", "layer2.0.conv1", "layer2.1.conv1",
                      "layer3.0.conv1", "layer3.1.conv1"]
@@ -185,7 +186,8 @@ def test_a_closed_channel_outputs_exactly_zero_after_its_batch_norm(train):
 
 def density(model: nn.Module) -> torch.Tensor:
     layers = [m for m in model.modules() if isinstance(m, L0Layer)]
-    return torch.stack([m.expected_active_params() for m in layers]).sum() / sum(m.num_sparsifiable_params for m in layers)
+    active = torch.stack([m.expected_active_params() for m in layers]).sum()
+    return active / sum(m.num_sparsifiable_params for m in layers)
 
 
 def train_constrained_(model: nn.Module, steps: int = 20, target: float = 0.5) -> list[float]:
