@@ -3,13 +3,30 @@ Optimization" (Gallego-Posada et al., NeurIPS 2022).
 
 It provides L0 (hard-concrete) stochastic gates, gated layers, and the
 constrained (Lagrangian) training used by the notebooks in ``book/``.
+On any model: :func:`sparsify` gates its layers, :class:`ConstrainedStep` trains it under a
+density constraint (its docstring has a complete training loop), :func:`purge` returns the smaller
+dense model, and :func:`count_params` / :func:`count_macs` count the gated, test-time or purged model.
 
-A training step under a sparsity constraint, on any model with gated layers, is
-:class:`ConstrainedStep` (its docstring has a complete training loop).
+>>> import torch, torchvision, paperlib
+>>> model = paperlib.sparsify(torchvision.models.resnet18(num_classes=10))
+>>> step = paperlib.ConstrainedStep(model, torch.optim.SGD(paperlib.weight_parameters(model), lr=0.01),
+...                                 target=0.5, gates_lr=0.1, dual_lr=1.0)
+>>> x, y = torch.randn(8, 3, 32, 32), torch.randint(0, 10, (8,))
+>>> record = step.roll(lambda: torch.nn.functional.cross_entropy(model(x), y))
+>>> paperlib.count_macs(model, (3, 32, 32), "plain", gates="expected") < paperlib.count_macs(model, (3, 32, 32), "plain")
+True
+>>> small = paperlib.purge(model.eval(), torch.randn(1, 3, 32, 32))
 """
 
 __version__ = "0.1.0"
 
+# The method, for any model (torch only). ``purge`` and ``sparsify`` are also the names of modules: binding the
+# functions here, after their modules were imported, makes ``paperlib.purge`` and ``paperlib.sparsify`` the functions,
+# while ``from paperlib.purge import keep_first`` still reads the module.
 from .constrained import ConstrainedStep, StepRecord, weight_parameters  # noqa: E402  (after __version__)
+from .counting import count_macs, count_params  # noqa: E402
+from .purge import purge  # noqa: E402
+from .sparsify import sparsify  # noqa: E402
 
-__all__ = ["ConstrainedStep", "StepRecord", "weight_parameters", "__version__"]
+__all__ = ["ConstrainedStep", "StepRecord", "count_macs", "count_params", "purge", "sparsify", "weight_parameters",
+           "__version__"]

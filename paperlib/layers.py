@@ -65,6 +65,10 @@ class L0Layer(nn.Module):
 
     sparsity: str
 
+    #: Whether a structured gate also switches off its group's bias entry (a convolution's output channel),
+    #: or the bias is never gated (a linear layer's input neuron).
+    bias_in_group: bool = False
+
     #: The training forward's gated (weight, bias, channel mask), when :mod:`paperlib.gate_pass` computed
     #: them for every layer at once; None: the layer samples its own gates.
     pass_params: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None] | None = None
@@ -89,7 +93,7 @@ class L0Layer(nn.Module):
     def _broadcast_gates(self, weight_z: torch.Tensor, bias_z: torch.Tensor | None):
         if self.sparsity == "unstructured":
             return weight_z, bias_z
-        bias_z = weight_z if (self.bias is not None and isinstance(self, L0Conv2d)) else None
+        bias_z = weight_z if (self.bias is not None and self.bias_in_group) else None
         return self._group_view(weight_z), bias_z
 
     def gated_weight_and_bias(self, median: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -180,7 +184,7 @@ class L0Layer(nn.Module):
             return total
         total = (self._group_view(prob_w) * self.weight.pow(2)).sum()
         if self.bias is not None:
-            prob_b = prob_w if isinstance(self, L0Conv2d) else torch.ones_like(self.bias)
+            prob_b = prob_w if self.bias_in_group else torch.ones_like(self.bias)
             total = total + (prob_b * self.bias.pow(2)).sum()
         return total
 
@@ -257,15 +261,30 @@ class L0Conv2d(L0Layer):
 
     Structured: one gate per output feature map, shared by that filter's weights
     and its bias. Unstructured: one gate per weight and per bias entry.
+    ``kernel_size``, ``stride``, ``padding``, ``dilation``, ``groups`` and
+    ``padding_mode`` are those of ``nn.Conv2d`` (ints or pairs).
+    :func:`paperlib.sparsify.sparsify` gates an existing ``nn.Conv2d`` instead.
+
+    >>> L0Conv2d(4, 6, (3, 5), padding=(1, 2), dilation=(1, 2), groups=2)(torch.randn(1, 4, 8, 8)).shape
+    torch.Size([1, 6, 8, 4])
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1,
-                 padding: int = 0, bias: bool = True, sparsity: str = "structured", rho_init: float = 0.5):
+    bias_in_group = True
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int], stride=1,
+                 padding=0, bias: bool = True, sparsity: str = "structured", rho_init: float = 0.5,
+                 dilation=1, groups: int = 1, padding_mode: str = "zeros"):
         super().__init__()
         _check_sparsity(sparsity)
+        # nn.Conv2d checks the geometry (divisibility by groups, padding mode) and says what is wrong
+        geometry = nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, False,
+                             padding_mode, device="meta")
+        self._padding_repeated = geometry._reversed_padding_repeated_twice
         self.in_channels, self.out_channels, self.sparsity = in_channels, out_channels, sparsity
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
-        self.weight = nn.Parameter(torch.empty(out_channels, in_channels, kernel_size, kernel_size))
+        self.dilation, self.groups, self.padding_mode = dilation, groups, padding_mode
+        kernel = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
+        self.weight = nn.Parameter(torch.empty(out_channels, in_channels // groups, *kernel))
         self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
         init_weights_(self.weight, self.bias)
         self._init_gates((out_channels,) if sparsity == "structured" else tuple(self.weight.shape), rho_init)
@@ -293,14 +312,22 @@ class L0Conv2d(L0Layer):
         channels are never removed).
         """
         weight, bias, mask = self._forward_params()
-        return F.conv2d(x, weight, bias, self.stride, self.padding), mask
+        return self._convolve(x, weight, bias), mask
+
+    def _convolve(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        if self.padding_mode != "zeros":  # as nn.Conv2d: pad first, then convolve without padding
+            x = F.pad(x, self._padding_repeated, mode=self.padding_mode)
+            return F.conv2d(x, weight, bias, self.stride, 0, self.dilation, self.groups)
+        return F.conv2d(x, weight, bias, self.stride, self.padding, self.dilation, self.groups)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.forward_with_mask(x)[0]
 
     def extra_repr(self) -> str:
+        extra = "".join(f", {name}={getattr(self, name)!r}" for name, default in
+                        (("dilation", 1), ("groups", 1), ("padding_mode", "zeros")) if getattr(self, name) != default)
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
-                f"padding={self.padding}, bias={self.bias is not None}, sparsity={self.sparsity}")
+                f"padding={self.padding}{extra}, bias={self.bias is not None}, sparsity={self.sparsity}")
 
 
 class ConvBN(nn.Module):

@@ -45,8 +45,10 @@ import torch
 import torch.nn as nn
 from torch.nn.utils import skip_init
 
+from . import graph_purge
 from .layers import ConvBN, L0Conv2d, L0Layer, L0Linear
 from .models import BasicBlock, Bottleneck, WideBasicBlock, build_model, gated_layer_names, gated_layers
+from .sparsify import GatedConv2d, GatedLinear
 
 _CONVS = (nn.Conv2d, L0Conv2d)
 _LINEARS = (nn.Linear, L0Linear)
@@ -112,12 +114,28 @@ def median_scales(model: nn.Module) -> dict[str, torch.Tensor]:
             if isinstance(layer, L0Layer) and layer.sparsity == "structured"}
 
 
-def purge(model: nn.Module) -> nn.Module:
-    """The deterministic test-time model of a gated model (App. D; App. L when unstructured).
+def purge(model: nn.Module, example_input: torch.Tensor | None = None) -> nn.Module:
+    """The deterministic test-time model of a gated model, with its closed groups removed (App. D; App. L).
 
     In eval mode the result computes the same function as ``model`` does with
-    its median gates.
+    its median gates. With ``example_input`` (one batch the model accepts),
+    any model gated by :func:`paperlib.sparsify.sparsify`, or any model at all,
+    is purged through its traced graph (:func:`paperlib.graph_purge.purge`): the
+    result is a copy of the model's class with smaller plain layers, and its
+    ``purge_report`` lists the closed channels that could not be removed.
+    Without it, ``model`` is one of :mod:`paperlib.models`, and the result an
+    ``nn.Sequential`` (this module's docstring).
+
+    >>> import torchvision
+    >>> from paperlib.sparsify import sparsify
+    >>> model = sparsify(torchvision.models.mobilenet_v2(num_classes=10)).eval()
+    >>> small = purge(model, torch.randn(1, 3, 32, 32))
     """
+    if example_input is not None:
+        return graph_purge.purge(model, example_input)
+    if any(isinstance(m, (GatedConv2d, GatedLinear)) for m in model.modules()) or not hasattr(model, "input_shape"):
+        raise ValueError(f"purge({type(model).__name__}) needs an example_input: purge(model, example_input) "
+                         "traces models that are not one of paperlib.models")
     if any(layer.sparsity == "unstructured" for layer in gated_layers(model)):
         return _masked_copy(model)
     return purge_groups(model, median_scales(model))

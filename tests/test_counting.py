@@ -7,14 +7,19 @@ linear multiply-accumulates only) is cross-checked against PyTorch's own
 for bias additions, batch norm, activations, pooling or indexing.
 """
 
+import copy
+
 import pytest
 import torch
 import torch.nn as nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from paperlib.counting import count_macs, count_params
+from paperlib import gates
+from paperlib.counting import CONVENTIONS, count_macs, count_params
+from paperlib.layers import L0Layer
 from paperlib.models import build_model
 from paperlib.purge import purge
+from paperlib.sparsify import GatedConv2d, GatedLinear, sparsify
 
 # name, num_classes, input shape, exact parameters, exact MACs ("paper"), as printed in App. J.1
 TABLE = [
@@ -108,3 +113,109 @@ def torch_flops(model: nn.Module, input_shape) -> int:
     with FlopCounterMode(display=False) as counter, torch.no_grad():
         model(torch.zeros(1, *input_shape))
     return counter.get_total_flops()
+
+
+# ----- any model, gated or not (issue 40) ----------------------------------------------------------------------
+
+TORCHVISION = ["resnet18", "mobilenet_v2", "vgg11_bn"]
+SMALL = (3, 32, 32)
+
+
+def torchvision_model(name: str, device: str = "cpu") -> nn.Module:
+    import torchvision
+
+    torch.manual_seed(0)
+    with torch.device(device):
+        return getattr(torchvision.models, name)(weights=None, num_classes=10).eval()
+
+
+@pytest.mark.parametrize("name", TORCHVISION)
+def test_dense_torchvision_counts_match_independent_counters(name):
+    # VGG11-BN's 129M parameters are never initialised: shapes are all the counters need
+    model = torchvision_model(name, device="meta" if name == "vgg11_bn" else "cpu")
+    assert count_params(model) == sum(p.numel() for p in model.parameters())
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(torch.zeros(1, *SMALL, device=next(model.parameters()).device))
+    assert count_macs(model, SMALL, convention="plain") == counter.get_total_flops() // 2
+    if name != "vgg11_bn":
+        ptflops = pytest.importorskip("ptflops")
+        macs, params = ptflops.get_model_complexity_info(
+            copy.deepcopy(model), SMALL, backend="pytorch", backend_specific_config={"count_functional": False},
+            as_strings=False, print_per_layer_stat=False)
+        assert (count_macs(model, SMALL, "paper"), count_params(model)) == (macs, params)
+
+
+def test_gated_layers_count_as_the_layers_they_gate():
+    # A gated model's dense count is its dense twin's, for the paper's models and for sparsified ones.
+    dense = torchvision_model("resnet18")
+    gated = sparsify(copy.deepcopy(dense))
+    assert count_macs(gated, SMALL, "plain", gates="dense") == count_macs(dense, SMALL, "plain") == 37_016_576
+    assert count_params(gated, gates="dense") == count_params(dense)
+    assert count_params(gated) == count_params(dense) + sum(m.weight_log_alpha.numel() for m in gated.modules()
+                                                            if isinstance(m, L0Layer))
+    for name in ("lenet5", "resnet18"):
+        torch.manual_seed(0)
+        zoo_gated, zoo_dense = build_model(name, gated=True), build_model(name, gated=False)
+        for convention in CONVENTIONS:
+            assert count_macs(zoo_gated, convention=convention) == count_macs(zoo_dense, convention=convention)
+        assert count_params(zoo_gated, gates="dense") == count_params(zoo_dense)
+
+
+def _closed_mobilenet() -> tuple[nn.Module, nn.Module]:
+    dense = torchvision_model("mobilenet_v2")
+    gated = sparsify(copy.deepcopy(dense))
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for layer in gated.modules():
+            if isinstance(layer, L0Layer):
+                log_alpha = layer.weight_log_alpha
+                log_alpha.copy_(torch.empty(log_alpha.shape).uniform_(-4.0, 4.0, generator=generator))
+    return dense, gated
+
+
+def test_test_time_counts_equal_a_brute_force_count_of_the_zeroed_dense_model():
+    dense, gated = _closed_mobilenet()
+    masked, closed_bn_channels = copy.deepcopy(dense), 0
+    modules = dict(masked.named_modules())
+    with torch.no_grad():
+        for name, layer in gated.named_modules():
+            if isinstance(layer, GatedConv2d):
+                closed = layer.group_gate_values() == 0
+                modules[name].weight[closed] = 0.0  # the filters of closed channels
+                closed_bn_channels += int(closed.sum()) if layer.bn is not None else 0
+            elif isinstance(layer, GatedLinear):
+                modules[name].weight[:, layer.group_gate_values() == 0] = 0.0  # the columns of closed inputs
+    assert 0 < closed_bn_channels
+    assert count_macs(gated, SMALL, "plain", gates="test") == count_macs(masked, SMALL, "plain", sparse_weights=True)
+    # a closed channel also takes its batch norm's scale and shift (the classifier's bias starts at zero: sparse)
+    assert count_params(gated, sparse_weights=True, gates="test") \
+        == count_params(masked, sparse_weights=True) - 2 * closed_bn_channels
+    assert count_params(gated, gates="test") < count_params(gated, gates="dense")
+
+
+def test_expected_counts_are_the_mean_of_sampled_counts():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, bias=True), nn.ReLU(), nn.Conv2d(8, 6, 3, dilation=2),
+                          nn.ReLU(), nn.Flatten(), nn.Linear(6 * 2 * 2, 5))
+    gated = sparsify(copy.deepcopy(model))
+    layers = [m for m in gated.modules() if isinstance(m, L0Layer)]
+    assert [type(m) for m in layers] == [GatedConv2d, GatedConv2d, GatedLinear]
+    with torch.no_grad():
+        for layer in layers:
+            layer.weight_log_alpha.uniform_(-2.0, 2.0)
+    shape, samples = (3, 8, 8), []
+    with torch.no_grad():
+        for _ in range(400):
+            masked = copy.deepcopy(model)
+            for plain, layer in zip([masked[0], masked[2], masked[5]], layers):
+                z = gates.sample_gates(layer.weight_log_alpha)
+                plain.weight.mul_(layer._group_view(z.ne(0).float()))
+                if plain.bias is not None and layer.bias_in_group:
+                    plain.bias.mul_(z.ne(0).float())
+            samples.append([count_params(masked, sparse_weights=True), count_macs(masked, shape, "plain", True)])
+    samples = torch.tensor(samples, dtype=torch.float64)
+    mean, error = samples.mean(0), samples.std(0) / len(samples) ** 0.5
+    expected = torch.tensor([count_params(gated, gates="expected"),
+                             count_macs(gated, shape, "plain", gates="expected")], dtype=torch.float64)
+    assert torch.all((mean - expected).abs() < 4 * error), (mean, expected, error)
+    assert torch.all(expected < torch.tensor([count_params(model), count_macs(model, shape, "plain")]))

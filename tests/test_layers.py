@@ -384,3 +384,25 @@ def test_clamp_log_alpha_on_layer():
     layer.clamp_log_alpha_()
     assert torch.allclose(layer.weight_log_alpha, torch.tensor(math.log(100.0)))
     assert torch.allclose(layer.bias_log_alpha, torch.tensor(math.log(0.01)))
+
+
+@pytest.mark.parametrize("options", [
+    dict(kernel_size=(3, 5), stride=(2, 1), padding=(1, 2), dilation=(1, 2), groups=2),
+    dict(kernel_size=3, padding="same", groups=4, padding_mode="reflect"),  # depthwise
+    dict(kernel_size=(1, 3), padding=(0, 1), padding_mode="circular", bias=False),
+])
+@pytest.mark.parametrize("sparsity", ["structured", "unstructured"])
+def test_l0conv2d_takes_the_arguments_of_conv2d(options, sparsity):
+    """With its median gates absorbed, an L0Conv2d is the nn.Conv2d of the same arguments."""
+    torch.manual_seed(0)
+    layer = L0Conv2d(4, 4, sparsity=sparsity, **options).eval()
+    plain = nn.Conv2d(4, 4, **options)
+    weight, bias = layer.gated_weight_and_bias(median=True)
+    with torch.no_grad():
+        plain.weight.copy_(weight)
+        if bias is not None:
+            plain.bias.copy_(bias)
+    x = torch.randn(2, 4, 7, 9)
+    assert layer.weight.shape == plain.weight.shape
+    assert torch.allclose(layer(x), plain(x), atol=1e-6)
+    assert layer.group_size == plain.weight[0].numel() + (plain.bias is not None)

@@ -9,6 +9,7 @@ removed channel whose batch-norm shift leaked through would show.
 
 import copy
 import math
+import warnings
 
 import pytest
 import torch
@@ -278,3 +279,31 @@ def test_median_gates_used_by_purge_are_those_of_eq_8(gated_models):
     assert set(scales) == {"fc1", "fc2", "fc3"}
     assert torch.equal(scales["fc2"], median_gates(model.fc2.weight_log_alpha))
     assert {0.0, 1.0} < set(scales["fc2"].tolist())  # and fractional values
+
+
+@pytest.mark.parametrize("name, input_shape", [("mlp", (1, 28, 28)), ("lenet5", (1, 28, 28)),
+                                               ("wrn-16-2", (3, 32, 32)), ("resnet18", (3, 32, 32))])
+def test_purge_through_the_graph_agrees_with_the_zoo_purge(gated_models, name, input_shape):
+    """``purge(model, example_input)`` traces any model; on the paper's it removes what the zoo's purge removes,
+    except the closed channels of a ResNet's second convolutions, which feed the residual sum: it keeps and reports
+    them (the zoo's purge scatters the branch back to full width instead)."""
+    model = gated_models[name] if name in gated_models else build_model(name, gated=True)
+    set_random_batchnorm_(model)
+    set_random_gates_(model)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        by_graph = purge(model, torch.randn(2, *input_shape))
+    assert bool(caught) == (name == "resnet18")
+    zoo = purge(model)
+    assert_same_outputs(model, by_graph, input_shape)
+    assert type(by_graph) is type(model) and not any(isinstance(m, L0Layer) for m in by_graph.modules())
+    if name != "resnet18":
+        assert by_graph.purge_report == {}
+        assert count_params(by_graph) == count_params(zoo)
+        assert count_macs(by_graph, input_shape, "plain") == count_macs(zoo, input_shape, "plain")
+        return
+    conv2s = {f"{stage}.{block}.conv2.conv": getattr(model, stage)[block].conv2.conv
+              for stage in ("layer1", "layer2", "layer3", "layer4") for block in (0, 1)}
+    assert by_graph.purge_report == {name: (layer.group_gate_values() == 0).nonzero().flatten().tolist()
+                                     for name, layer in conv2s.items()}
+    assert count_params(zoo) < count_params(by_graph) < dense_params(model)

@@ -1,0 +1,323 @@
+"""sparsify and purge on anyone's model: torchvision's ResNet18, MobileNetV2 and VGG11-BN (issue 40).
+
+Gates are closed by setting ``log_alpha`` very negative (the median of eq. 9 is
+exactly 0 below -beta ln 11, about -1.6, and a sample of eq. 7 is exactly 0
+below about -10 whatever the noise); batch-norm statistics and affine
+parameters are randomised so that a closed channel whose batch-norm shift
+leaked through would show.
+"""
+
+import operator
+import warnings
+
+import pytest
+import torch
+import torch.fx as fx
+import torch.nn as nn
+import torchvision
+
+import paperlib
+from paperlib.counting import count_macs, count_params
+from paperlib.graph_purge import SelectFeatures
+from paperlib.layers import L0Layer
+from paperlib.sparsify import GatedConv2d, GatedLinear, default_layers, sparsify
+
+CLOSED = -20.0
+SHAPE = (3, 32, 32)
+BUILDERS = {"resnet18": torchvision.models.resnet18, "mobilenet_v2": torchvision.models.mobilenet_v2,
+            "vgg11_bn": torchvision.models.vgg11_bn}
+PLAIN = (nn.Conv2d, nn.Linear, nn.BatchNorm2d, nn.ReLU, nn.ReLU6, nn.MaxPool2d, nn.AdaptiveAvgPool2d, nn.Dropout,
+         nn.Identity, nn.Sequential, SelectFeatures)
+
+
+def build(name: str, seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    if name == "vgg11_bn":  # 129M parameters: skip torch's slow initialisation, draw them directly
+        with torch.device("meta"):
+            model = BUILDERS[name](num_classes=10)
+        model = model.to_empty(device="cpu")
+        for parameter in model.parameters():
+            parameter.data.normal_(0.0, 0.02)
+        for buffer in model.buffers():
+            buffer.data.fill_(1)
+        return model
+    return BUILDERS[name](weights=None, num_classes=10)
+
+
+def randomise_batch_norms_(model: nn.Module, seed: int = 0) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for bn in model.modules():
+            if isinstance(bn, nn.BatchNorm2d):
+                size = bn.num_features
+                bn.running_mean.copy_(0.2 * torch.randn(size, generator=generator))
+                bn.running_var.copy_(torch.empty(size).uniform_(0.5, 2.0, generator=generator))
+                bn.weight.copy_(torch.empty(size).uniform_(0.5, 1.5, generator=generator))
+                bn.bias.copy_(0.2 * torch.randn(size, generator=generator))
+
+
+def close_gates_(model: nn.Module, share: float = 0.4, seed: int = 0) -> None:
+    """Close about ``share`` of every gated layer's gates; the others get medians in (0, 1]."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for layer in model.modules():
+            if isinstance(layer, L0Layer):
+                log_alpha = layer.weight_log_alpha
+                closed = torch.rand(log_alpha.shape, generator=generator) < share
+                open_ = torch.empty(log_alpha.shape).uniform_(-1.0, 3.0, generator=generator)
+                log_alpha.copy_(torch.where(closed, CLOSED, open_))
+
+
+def reaches_a_sum(node: fx.Node, modules: dict) -> bool:
+    """Whether a convolution's output meets a residual sum before another convolution or linear layer reads it."""
+    frontier = list(node.users)
+    while frontier:
+        user = frontier.pop()
+        if user.op == "call_function" and user.target in (operator.add, operator.iadd, torch.add):
+            return True
+        if user.op == "call_module" and isinstance(modules[user.target], (nn.Conv2d, nn.Linear)):
+            continue
+        frontier.extend(user.users)
+    return False
+
+
+def assert_same_outputs(a: nn.Module, b: nn.Module, x: torch.Tensor) -> None:
+    with torch.no_grad():
+        out_a, out_b = a.eval()(x), b.eval()(x)
+    assert out_a.abs().max() > 0
+    assert (out_a - out_b).abs().max() <= 1e-5 * out_a.abs().max()
+
+
+# ----- which layers --------------------------------------------------------------------------------------------
+
+
+def test_default_rule_on_resnet18_gates_every_first_conv_of_a_block_and_the_classifier_inputs():
+    model = build("resnet18")
+    traced = fx.symbolic_trace(model)
+    modules = dict(traced.named_modules())
+    convs = [n for n in traced.graph.nodes if n.op == "call_module" and isinstance(modules[n.target], nn.Conv2d)]
+    expected = [n.target for n in convs if not reaches_a_sum(n, modules)]
+    assert expected == [f"layer{s}.{b}.conv1" for s in range(1, 5) for b in range(2)]
+    assert default_layers(model) == expected + ["fc"]
+    sparsify(model)
+    assert [name for name, m in model.named_modules() if isinstance(m, L0Layer)] == expected + ["fc"]
+    assert isinstance(model.layer1[0].bn1, nn.Identity) and isinstance(model.layer1[0].bn2, nn.BatchNorm2d)
+    assert model.layer1[0].conv1.bn is not None and isinstance(model.fc, GatedLinear)
+
+
+def test_default_rule_on_mobilenet_v2_gates_the_last_conv_of_each_channel_run():
+    model = build("mobilenet_v2")
+    traced = fx.symbolic_trace(model)
+    modules = dict(traced.named_modules())
+    names = default_layers(model)
+    for node in traced.graph.nodes:
+        if node.op != "call_module" or not isinstance(modules[node.target], nn.Conv2d):
+            continue
+        conv = modules[node.target]
+        if reaches_a_sum(node, modules):
+            assert node.target not in names
+        elif conv.groups == 1 and conv.kernel_size == (1, 1) and node.target.endswith("conv.0.0"):
+            # an expansion: its channels run through the depthwise conv, which is gated instead
+            assert node.target not in names
+            assert node.target.replace("conv.0.0", "conv.1.0") in names
+    depthwise = [n for n, m in model.named_modules() if isinstance(m, nn.Conv2d) and m.groups > 1]
+    assert set(depthwise) <= set(names)
+    assert "features.18.0" in names and "classifier.1" in names  # the last conv feeds the classifier
+    assert "features.0.0" not in names  # the stem's channels run into the first depthwise conv
+
+
+def test_include_and_exclude_change_the_rule():
+    model = build("resnet18")
+    chosen = sparsify(model, include=["layer1.0.conv2"],
+                      exclude=lambda name, m: name.startswith("layer4") or name == "fc")
+    gated = [name for name, m in chosen.named_modules() if isinstance(m, L0Layer)]
+    assert gated == ["layer1.0.conv1", "layer1.0.conv2", "layer1.1.conv1", "layer2.0.conv1", "layer2.1.conv1",
+                     "layer3.0.conv1", "layer3.1.conv1"]
+    with pytest.raises(ValueError, match="'layer1.0.bn1' is not a convolution or linear layer"):
+        sparsify(build("resnet18"), include="layer1.0.bn1")
+    with pytest.raises(ValueError, match="already has gated layers"):
+        sparsify(chosen)
+
+
+# ----- the gated layers ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("options", [
+    dict(groups=2, dilation=(2, 1), kernel_size=(3, 5), stride=(2, 1), padding=(1, 2), padding_mode="reflect"),
+    dict(groups=6, kernel_size=3, padding="same", bias=False),  # depthwise
+    dict(kernel_size=1, padding_mode="circular", padding=1),
+])
+@pytest.mark.parametrize("sparsity", ["structured", "unstructured"])
+def test_gated_conv_takes_every_conv2d_argument(options, sparsity):
+    torch.manual_seed(0)
+    conv = nn.Conv2d(6, 6, **options)
+    layer = GatedConv2d(conv, sparsity=sparsity).eval()
+    x = torch.randn(2, 6, 9, 11)
+    with torch.no_grad():
+        for log_alpha in layer.gate_parameters():
+            log_alpha.fill_(5.0)  # median exactly 1
+        assert torch.equal(layer(x), conv(x))
+        for log_alpha in layer.gate_parameters():
+            log_alpha.fill_(0.0)  # median 0.5
+        assert torch.allclose(layer(x), 0.5 * conv(x), atol=1e-6)
+        layer.weight_log_alpha.view(6, -1)[1] = CLOSED
+        assert torch.all(layer(x)[:, 1] == 0) == (sparsity == "structured" or conv.bias is None)
+
+
+@pytest.mark.parametrize("train", [True, False], ids=["training", "eval"])
+def test_a_closed_channel_outputs_exactly_zero_after_its_batch_norm(train):
+    model = sparsify(build("resnet18"))
+    randomise_batch_norms_(model)
+    unit = model.layer2[0].conv1
+    with torch.no_grad():
+        unit.weight_log_alpha[:5] = CLOSED
+        unit.weight_log_alpha[5:] = 10.0  # open in every sample
+    out = unit.train(train)(torch.randn(4, 64, 8, 8))
+    assert torch.all(out[:, :5] == 0)
+    assert torch.all(out[:, 5:].abs().sum((0, 2, 3)) > 0)
+    before = (unit.bn.running_mean.clone(), unit.bn.running_var.clone())
+    if train:  # the batch norm saw the ungated convolution: every channel's statistics moved
+        out = unit(torch.randn(4, 64, 8, 8))
+        assert torch.all(unit.bn.running_mean != before[0])
+
+
+# ----- training, then purging ----------------------------------------------------------------------------------
+
+
+def density(model: nn.Module) -> torch.Tensor:
+    layers = [m for m in model.modules() if isinstance(m, L0Layer)]
+    active = torch.stack([m.expected_active_params() for m in layers]).sum()
+    return active / sum(m.num_sparsifiable_params for m in layers)
+
+
+def train_constrained_(model: nn.Module, steps: int = 20, target: float = 0.5) -> list[float]:
+    """``steps`` steps under the constraint "expected density <= target"; returns the violations.
+
+    With :class:`paperlib.ConstrainedStep` where the package has it; else the same simultaneous gradient
+    descent-ascent written out: descent on the Lagrangian in the weights and gates, projected ascent in the
+    multiplier.
+    """
+    generator = torch.Generator().manual_seed(0)
+    x, y = torch.randn(4, *SHAPE, generator=generator), torch.randint(0, 10, (4,), generator=generator)
+    model.train()
+    if hasattr(paperlib, "ConstrainedStep"):
+        step = paperlib.ConstrainedStep(model, torch.optim.Adam(paperlib.weight_parameters(model), lr=1e-3),
+                                        target=target, gates_lr=0.1, dual_lr=1.0)
+        return [float(step.roll(lambda: nn.functional.cross_entropy(model(x), y)).violations)
+                for _ in range(steps)]
+    gate_params = [p for n, p in model.named_parameters() if "log_alpha" in n]
+    weights = [p for n, p in model.named_parameters() if "log_alpha" not in n]
+    primal = torch.optim.Adam([{"params": weights, "lr": 1e-3}, {"params": gate_params, "lr": 0.1}])
+    multiplier, history = torch.zeros(()), []
+    for _ in range(steps):
+        violation = density(model) - target
+        loss = nn.functional.cross_entropy(model(x), y) + multiplier * violation
+        primal.zero_grad()
+        loss.backward()
+        primal.step()
+        multiplier = torch.clamp(multiplier + 1.0 * violation.detach(), min=0.0)
+        history.append(float(violation.detach()))
+    return history
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2"])
+def test_twenty_constrained_steps_then_purge_gives_the_test_time_outputs(name):
+    model = sparsify(build(name))
+    violations = train_constrained_(model)
+    assert violations[-1] < violations[0]  # the multiplier pulls the density towards the target
+    randomise_batch_norms_(model)
+    close_gates_(model)
+    x = torch.randn(3, *SHAPE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every closed channel of the default rule goes: no warning
+        purged = paperlib.purge(model.eval(), x)
+    assert purged.purge_report == {}
+    assert_same_outputs(model, purged, x)
+    assert type(purged) is type(model)
+    assert all(isinstance(m, PLAIN) or type(m).__module__.startswith("torchvision") for m in purged.modules())
+    assert not any("log_alpha" in n for n, _ in purged.named_parameters())
+    # each gated convolution keeps its open channels; MobileNetV2's last one only those whose classifier input
+    # (one feature per channel after pooling) is open too
+    modules = dict(purged.named_modules())
+    for layer_name, layer in model.named_modules():
+        if isinstance(layer, GatedConv2d):
+            kept = layer.group_gate_values() != 0
+            if layer_name == "features.18.0":
+                kept &= model.classifier[1].group_gate_values() != 0
+            assert modules[layer_name].out_channels == int(kept.sum()) > 0
+    assert count_params(purged) < count_params(model, gates="test") < count_params(model, gates="dense")
+    assert count_macs(purged, SHAPE, "plain") < count_macs(model, SHAPE, "plain", gates="test") \
+        < count_macs(model, SHAPE, "plain")
+
+
+def test_vgg11_bn_sparsified_purged_and_counted():
+    model = build("vgg11_bn")
+    convs = [name for name, m in model.named_modules() if isinstance(m, nn.Conv2d)]
+    sparsify(model)
+    gated = [name for name, m in model.named_modules() if isinstance(m, L0Layer)]
+    assert gated == convs + ["classifier.0", "classifier.3", "classifier.6"]  # no residual sum: every layer
+    randomise_batch_norms_(model)
+    close_gates_(model)
+    x = torch.randn(2, *SHAPE)
+    purged = paperlib.purge(model.eval(), x)
+    assert purged.purge_report == {}
+    assert_same_outputs(model, purged, x)
+    # the first classifier layer reads 512 x 7 x 7 features: those of closed channels go with them, and
+    # a closed feature gate of a kept channel is dropped by a selection in front of it
+    open_channels = model.features[25].group_gate_values() != 0
+    open_features = model.classifier[0].group_gate_values() != 0
+    first = purged.classifier[0]
+    assert isinstance(first, nn.Sequential) and isinstance(first[0], SelectFeatures)
+    assert first[1].in_features == int((open_features & open_channels.repeat_interleave(49)).sum())
+    assert first[1].in_features < int(open_channels.sum()) * 49
+    assert count_params(purged) < count_params(model, gates="test")
+
+
+def test_a_closed_channel_that_feeds_a_residual_sum_stays_and_is_reported():
+    model = sparsify(build("resnet18"), include="layer1.0.conv2")
+    randomise_batch_norms_(model)
+    with torch.no_grad():
+        model.layer1[0].conv2.weight_log_alpha[:3] = CLOSED
+        model.layer1[0].conv1.weight_log_alpha[:7] = CLOSED
+    x = torch.randn(2, *SHAPE)
+    with pytest.warns(UserWarning, match="layer1.0.conv2"):
+        purged = paperlib.purge(model.eval(), x)
+    assert purged.purge_report == {"layer1.0.conv2": [0, 1, 2]}
+    assert purged.layer1[0].conv2.out_channels == 64 and purged.layer1[0].conv1.out_channels == 57
+    assert_same_outputs(model, purged, x)
+
+
+def test_unstructured_purge_keeps_shapes_and_counts_match_the_test_time_model():
+    model = sparsify(build("resnet18"), sparsity="unstructured")
+    assert all(m.bn is None for m in model.modules() if isinstance(m, GatedConv2d))
+    randomise_batch_norms_(model)
+    close_gates_(model)
+    x = torch.randn(2, *SHAPE)
+    purged = paperlib.purge(model.eval(), x)
+    assert_same_outputs(model, purged, x)
+    assert count_params(purged) == count_params(model, gates="dense")
+    assert count_params(purged, sparse_weights=True) == count_params(model, gates="test")
+    assert count_macs(purged, SHAPE, "plain", sparse_weights=True) == count_macs(model, SHAPE, "plain", gates="test")
+
+
+def test_purge_without_example_input_says_what_it_needs():
+    with pytest.raises(ValueError, match="needs an example_input"):
+        paperlib.purge(sparsify(build("resnet18")))
+
+
+def test_the_gate_pass_of_the_runner_drives_sparsified_layers_as_their_own_sampling_does():
+    from paperlib.gate_pass import ModelGates
+    from paperlib.objective import linear_term
+
+    model = sparsify(build("mobilenet_v2")).train()
+    model.classifier[0].p = 0.0  # dropout would draw from the generator between the gates
+    x = torch.randn(2, *SHAPE)
+    torch.manual_seed(3)
+    own = model(x)
+    torch.manual_seed(3)
+    model_gates = ModelGates(model, "model", weight_decay=1e-4)
+    step = model_gates.sample(linear_term, (torch.ones(1), torch.full((1,), 0.5)))
+    with model_gates.installed(step):
+        passed = model(x)
+    assert torch.allclose(own, passed, atol=1e-6)
+    assert torch.allclose(step.model_density, density(model))
