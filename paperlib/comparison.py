@@ -36,6 +36,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import presets, records, rules
+from .rules import constrained_densities
 from .intervals import difference_interval, mean_ci
 from .paper_numbers import ref
 from .paper_results import paper_results, paper_runs
@@ -52,22 +53,6 @@ PAPER_MODEL_NAMES = {ours: paper for paper, family in MODEL_FAMILIES.items() for
 
 #: Columns of the paper's table that tell its rows apart (besides the metric).
 ROW_KEYS = ("model", "method", "grouping", "target", "lmbda", "gates_lr", "finetune_epochs")
-
-
-def constrained_densities(record: dict, row: dict) -> list[tuple[float, float]]:
-    """(expected density, target) of every constraint of a history row of a constrained record.
-
-    Model-wise: the model's L0-density against the one target. Layer-wise: each
-    gated layer's expected density against its own target (one target for all
-    layers when a single value is given).
-    """
-    metrics = record["metrics"]
-    target = metrics["target"]
-    if metrics["grouping"] == "model":
-        return [(float(row["l0_density"]), target)]
-    layers = list(metrics["l0_density_per_layer"])
-    targets = target if isinstance(target, list) else [target] * len(layers)
-    return [(float(row[f"density[{layer}]"]), t) for layer, t in zip(layers, targets)]
 
 
 def largest_gap(record: dict) -> float:

@@ -266,17 +266,29 @@ def same_protocol(record: dict, other: dict) -> bool:
     return same_model and bool(a) and bool(b) and all(a[key] == b[key] for key in shared)
 
 
+def constrained_densities(record: dict, row: dict) -> list[tuple[float, float]]:
+    """(expected density, target) of every constraint of a history row of a constrained record.
+
+    Model-wise: the model's L0-density against the one target. Layer-wise: each
+    gated layer's expected density against its own target (one target for all
+    layers when a single value is given).
+    """
+    metrics = record["metrics"]
+    target = metrics["target"]
+    if metrics["grouping"] == "model":
+        return [(float(row["l0_density"]), target)]
+    layers = list(metrics["l0_density_per_layer"])
+    targets = target if isinstance(target, list) else [target] * len(layers)
+    return [(float(row[f"density[{layer}]"]), t) for layer, t in zip(layers, targets)]
+
+
 def final_gaps(record: dict) -> list[float]:
     """Each constraint's final expected density minus its target, in points (positive: above the target)."""
-    from .comparison import constrained_densities
-
     return [100 * (density - target) for density, target in constrained_densities(record, record["history"][-1])]
 
 
 def _constraint_densities(record: dict) -> dict[str, float]:
     """A record's final expected density of each constraint, by name (``model``, or the gated layer's)."""
-    from .comparison import constrained_densities
-
     names = ["model"] if record["metrics"]["grouping"] == "model" else list(record["metrics"]["l0_density_per_layer"])
     return {name: density for name, (density, _) in zip(names, constrained_densities(record, record["history"][-1]))}
 
