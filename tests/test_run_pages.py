@@ -5,7 +5,6 @@ import json
 from pathlib import Path
 
 import matplotlib
-import pytest
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
