@@ -9,8 +9,8 @@ Each record's notebook is executed again with the parameters papermill recorded 
 is complete, so the notebook only loads it, and the new notebook replaces the old one only
 once it has run (then its header is written from the record, :mod:`paperlib.run_pages`).
 
-Resumable: a notebook whose code cells are already its template's (after the parameters) is
-skipped, so a stopped regeneration picks up where it was. A notebook whose parameters no longer
+Resumable: a notebook whose cells are already its template's (after its header and parameters)
+is skipped, so a stopped regeneration picks up where it was. A notebook whose parameters no longer
 resolve to its own record (a preset changed since it ran; ``conftest.py`` reports these as
 stale) cannot be re-executed without training: it is listed, and only its first cell is replaced by
 the run's header and papermill's cell metadata dropped.
@@ -30,11 +30,11 @@ from paperlib import records, run_pages, sweeps, training
 STALE = "stale: made with other parameters than its own now resolve to; only its header is rewritten"
 
 
-def _code_sources(cells: list[dict]) -> list[str]:
-    """The code cells after the parameters (papermill's injected cell excluded)."""
-    code = [c for c in cells if c["cell_type"] == "code"
-            and not {"parameters", "injected-parameters"} & set(c.get("metadata", {}).get("tags", []))]
-    return ["".join(c["source"]) for c in code]
+def _template_sources(cells: list[dict]) -> list[str]:
+    """The sources of the cells a run notebook takes unchanged from its template: all but the first (its
+    header, :func:`paperlib.run_pages.write_header`), the parameters and papermill's injected cell."""
+    kept = [c for c in cells[1:] if not {"parameters", "injected-parameters"} & set(c.get("metadata", {}).get("tags", []))]
+    return ["".join(c["source"]) for c in kept]
 
 
 def plan(run_dir: Path, force: bool = False) -> tuple[str, dict | None]:
@@ -48,7 +48,7 @@ def plan(run_dir: Path, force: bool = False) -> tuple[str, dict | None]:
         return f"no template ({papermill.get('input_path')})", None
     if records.record_status(run_dir) != "complete":
         return "record not complete", None
-    if not force and _code_sources(content["cells"]) == _code_sources(json.loads(template.read_text())["cells"]):
+    if not force and _template_sources(content["cells"]) == _template_sources(json.loads(template.read_text())["cells"]):
         return "up to date", None
     params = dict(papermill.get("parameters", {}))
     params.pop("threads", None)

@@ -35,13 +35,17 @@ def _targets(record: dict) -> list[float]:
 
 #: Width of a run page's figures in inches: at the inline backend's 100 dpi, 720 px, which the book's text
 #: column shows at about its own size, so that 9-point text stays 9 points on the page.
-PAGE_WIDTH = 6.0
+PAGE_WIDTH = 5.4
 
 
-def _percent_axis(ax) -> None:
-    """A log-scaled y axis of percentages with plain tick labels (0.5, 1, 2, 5, 10 ...)."""
+def _log_axis(ax) -> None:
+    """Log-scale the y axis of the data already drawn, with plain tick labels: at 1, 2 and 5 of each decade
+    when the data spans at most two decades (0.5, 1, 2, 5: a 0.9% error is read off the axis), else at each
+    decade (1e-08 ... 1)."""
+    low, high = ax.dataLim.intervaly
     ax.set_yscale("log")
-    ax.yaxis.set_major_locator(plt.LogLocator(subs=(1, 2, 5)))
+    narrow = low > 0 and high / low <= 10 ** 2.5
+    ax.yaxis.set_major_locator(plt.LogLocator(subs=(1, 2, 5) if narrow else (1.0,)))
     ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda value, _: f"{value:g}"))
     ax.yaxis.set_minor_formatter(plt.NullFormatter())
 
@@ -61,7 +65,7 @@ def plot_dynamics(record: dict, title: str | None = None) -> plt.Figure:
     history, steps = history_frame(record), steps_frame(record)
     layer_wise = record["params"].get("grouping") == "layer"
     with plt.rc_context({"font.size": 9, "legend.fontsize": 9, "axes.titlesize": 9}):
-        fig, axes = plt.subplots(2, 2, figsize=(PAGE_WIDTH, 3.9), sharex=True)
+        fig, axes = plt.subplots(2, 2, figsize=(PAGE_WIDTH, 3.6), sharex=True)
         ax = axes[0, 0]
         if "l0_density" in history:
             if layer_wise:
@@ -72,28 +76,28 @@ def plot_dynamics(record: dict, title: str | None = None) -> plt.Figure:
             ax.plot(source["epoch"], 100 * source["l0_density"], color="C0", lw=2, label="model")
             for i, target in enumerate(sorted(set(_targets(record)))):
                 ax.axhline(100 * target, ls="--", color="k", lw=1, label="target" if i == 0 else None)
-            ax.set_ylabel("L0-density (%)")
-            ax.legend(loc="upper right", frameon=False)
+            ax.set_title("L0-density (%)")
+            ax.legend(loc="best", framealpha=0.85)
         else:
             ax.plot(history["epoch"], history["params_pct"], color="C0")
-            ax.set_ylabel("params (% of dense)")
+            ax.set_title("params (% of dense)")
         ax = axes[0, 1]
         lambda_columns = _layer_columns(steps, "lambda_")
         if lambda_columns:
             for column in lambda_columns:
                 ax.plot(steps["epoch"], steps[column], lw=1)
-            ax.set_ylabel("multiplier λ" + (" (one per layer)" if len(lambda_columns) > 1 else ""))
+            ax.set_title("multiplier λ" + (" (one per layer)" if len(lambda_columns) > 1 else ""))
         else:
             ax.plot(history["epoch"], history["macs_pct"], color="C1")
-            ax.set_ylabel("MACs (% of dense)")
+            ax.set_title("MACs (% of dense)")
         ax = axes[1, 0]
         ax.plot(history["epoch"], history["train_loss"], color="C2")
-        ax.set_yscale("log")
-        ax.set_ylabel("training loss")
+        _log_axis(ax)
+        ax.set_title("training loss")
         ax = axes[1, 1]
         ax.plot(history["epoch"], history["val_error"], color="C3")
-        _percent_axis(ax)
-        ax.set_ylabel("val. error (%), test-time model")
+        _log_axis(ax)
+        ax.set_title("val. error (%) of the test-time model")
         for ax in axes.ravel():
             ax.grid(alpha=0.3)
         for ax in axes[1]:
@@ -155,7 +159,7 @@ def _gate_histograms(medians: dict, model: str, layer: str, epochs: list[str], w
         else:
             ax.hist(values, bins=20, range=(0, 1), weights=np.full(len(values), 1 / len(values)))
             inactive = 100 * np.mean(np.asarray(values) == 0)
-            ax.set_title(f"epoch {epoch}: {inactive:.0f}% at 0", fontsize=9)
+            ax.set_title(f"epoch {epoch}" + ("\n" if width else ": ") + f"{inactive:.0f}% at 0", fontsize=9)
         ax.set_xlabel("gate median")
     np.atleast_1d(axes)[0].set_ylabel(f"fraction of gates\n{model} {layer}")
     fig.tight_layout()

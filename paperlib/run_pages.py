@@ -34,7 +34,7 @@ DUAL_OPTIMIZER_LABELS = {"gradient_ascent": "gradient ascent", "nupi": "nuPI",
 DEVICE_LABELS = {"cpu": "CPU", "cuda": "GPU"}
 #: Short column names of a run page's table (:func:`run_table`); every value is a percentage.
 SHORT_COLUMNS = {"l0_density": "density", "params_pct": "params", "macs_pct": "MACs",
-                 "val_error_best": "best error", "val_error_final": "final error"}
+                 "val_error_best": "best err.", "val_error_final": "final err."}
 
 
 def model_label(model: str) -> str:
@@ -146,8 +146,9 @@ def run_line(params: dict, metrics: dict) -> str:
 
 
 @cache
-def _citations() -> dict[Path, tuple[str, ...]]:
-    """Record folder -> the studies whose grids ask for it (and whose ``where`` it meets)."""
+def _citations(runs: Path) -> dict[Path, tuple[str, ...]]:
+    """Record folder -> the studies whose grids ask for it (and whose ``where`` it meets), for the records
+    under ``runs`` (:func:`paperlib.records.runs_dir`, the key of the cache)."""
     from . import report  # report imports plots and sweeps; imported here, when citations are asked for
 
     cited: dict[Path, list[str]] = {}
@@ -164,10 +165,10 @@ def citing_pages(run_dir: Path) -> dict[str, list[str]]:
     (``{"results_mnist": ["Table 10"]}``; an empty list for a study of the book's own). A bisection search's
     trainings are cited through their search."""
     run_dir = Path(run_dir).resolve()
-    names = list(_citations().get(run_dir, ()))
+    names = list(_citations(records.runs_dir()).get(run_dir, ()))
     for search in run_dir.parent.glob("search-*/metrics.json"):
         if any(e["run"] == run_dir.name for e in json.loads(search.read_text()).get("evaluations", [])):
-            names += _citations().get(search.parent.resolve(), ())
+            names += _citations(records.runs_dir()).get(search.parent.resolve(), ())
     pages: dict[str, list[str]] = {}
     for name in dict.fromkeys(names):
         refs = pages.setdefault(studies.study(name).page, [])
@@ -231,8 +232,9 @@ def write_header(run_dir: Path) -> bool:
 
 
 def run_table(record: dict, paper_rows: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The run's numbers in one row (percentages, 2 decimals), with the paper's rows for its setting under
-    it (``paper_rows``, as :func:`paperlib.comparison.paper_rows_for` gives them), short columns.
+    """The run's numbers in one row (all in %, 2 decimals), with the paper's rows for its setting under it
+    (``paper_rows``, as :func:`paperlib.comparison.paper_rows_for` gives them), under short column names
+    (:data:`SHORT_COLUMNS`) so that the table fits the page's text column.
 
     The hyper-parameter column is ``target`` (%) or ``λ_pen``; our best error is
     :func:`paperlib.comparison.our_value`'s (for a constrained run, over the epochs that met the constraints).
@@ -242,7 +244,7 @@ def run_table(record: dict, paper_rows: pd.DataFrame | None = None) -> pd.DataFr
     params = record["params"]
     hyper = {}
     if params["method"] in ("constrained", "magnitude_pruning"):
-        hyper["target"] = percent(params["target"])
+        hyper["target"] = percent(params["target"])[:-1]
     elif params["method"] == "penalized":
         hyper["λ_pen"] = short_number(params["lmbda"])
     ours = {**hyper}
@@ -255,9 +257,7 @@ def run_table(record: dict, paper_rows: pd.DataFrame | None = None) -> pd.DataFr
         for _, row in renamed.iloc[1:].iterrows():
             rows.append({**hyper, **{c: row.get(c) if pd.notna(row.get(c)) else "–" for c in SHORT_COLUMNS.values()}})
             labels.append(row[""])
-    table = pd.DataFrame(rows, index=labels)
-    table.columns = [f"{c} (%)" if c not in ("λ_pen",) else c for c in table.columns]
-    return table
+    return pd.DataFrame(rows, index=labels)
 
 
 def show(fig, colors: int = 32) -> None:

@@ -89,8 +89,8 @@ def test_run_table_is_short_and_in_percent(tmp_path):
     history = [{"epoch": "1", "phase": "train", "l0_density": "0.2012", "val_error": "1.87"}]
     table = run_pages.run_table({"params": config.to_dict(), "metrics": metrics, "history": history})
     assert list(table.index) == ["ours"]
-    assert table.loc["ours", "target (%)"] == "20%" and table.loc["ours", "density (%)"] == "20.12"
-    assert max(len(c) for c in table.columns) <= 15
+    assert table.loc["ours", "target"] == "20" and table.loc["ours", "density"] == "20.12"
+    assert max(len(c) for c in table.columns) <= 10
     assert not any(value in (True, False) for value in table.to_numpy().ravel())
 
 
@@ -115,3 +115,27 @@ def test_error_axis_is_logarithmic_so_small_errors_show():
     assert error_axis.get_yscale() == "log" and error_axis.get_ylim()[0] < 0.9
     assert fig.get_size_inches()[0] == plots.PAGE_WIDTH
     plt.close(fig)
+
+
+def test_header_goes_only_into_a_first_cell_that_is_a_heading(tmp_path):
+    notebook = {"cells": [{"cell_type": "code", "metadata": {}, "source": ["x = 1"], "outputs": []}],
+                "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (tmp_path / "notebook.ipynb").write_text(json.dumps(notebook))
+    try:
+        run_pages.write_header(tmp_path)
+    except ValueError as error:
+        assert "markdown heading" in str(error)
+    else:
+        raise AssertionError("a notebook without a heading got a header")
+
+
+def test_execution_metadata_is_dropped_and_nothing_else(tmp_path):
+    cells = [{"cell_type": "code", "metadata": {"papermill": {"duration": 1.0}, "execution": {"a": 1}, "tags": []},
+              "source": ["x = 1"], "outputs": [{"output_type": "stream", "name": "stdout", "text": "1\n"}]},
+             {"cell_type": "code", "metadata": {"tags": ["parameters"]}, "source": ["y = 2"], "outputs": []}]
+    (tmp_path / "notebook.ipynb").write_text(json.dumps({"cells": cells, "metadata": {"papermill": {"parameters": {}}}}))
+    assert records.drop_execution_metadata(tmp_path) == 1
+    after = json.loads((tmp_path / "notebook.ipynb").read_text())
+    assert after["cells"][0]["metadata"] == {} and after["cells"][1]["metadata"] == {"tags": ["parameters"]}
+    assert after["cells"][0]["outputs"] == cells[0]["outputs"] and "papermill" in after["metadata"]
+    assert records.drop_execution_metadata(tmp_path) == 0
