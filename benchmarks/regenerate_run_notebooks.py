@@ -9,7 +9,7 @@ Each record's notebook is executed again with the parameters papermill recorded 
 is complete, so the notebook only loads it, and the new notebook replaces the old one only
 once it has run (then its header is written from the record, :mod:`paperlib.run_pages`).
 
-Resumable: a notebook whose cells are already its template's (after its header and parameters)
+Resumable: a notebook whose cells are already its template's (after its header)
 is skipped, so a stopped regeneration picks up where it was. A notebook whose parameters no longer
 resolve to its own record (a preset changed since it ran; ``conftest.py`` reports these as
 stale) cannot be re-executed without training: it is listed, and only its first cell is replaced by
@@ -30,11 +30,11 @@ from paperlib import records, run_pages, sweeps, training
 STALE = "stale: made with other parameters than its own now resolve to; only its header is rewritten"
 
 
-def _template_sources(cells: list[dict]) -> list[str]:
-    """The sources of the cells a run notebook takes unchanged from its template: all but the first (its
-    header, :func:`paperlib.run_pages.write_header`), the parameters and papermill's injected cell."""
-    kept = [c for c in cells[1:] if not {"parameters", "injected-parameters"} & set(c.get("metadata", {}).get("tags", []))]
-    return ["".join(c["source"]) for c in kept]
+def _template_sources(cells: list[dict]) -> list[tuple[str, list[str]]]:
+    """The sources and tags of the cells a run notebook takes unchanged from its template: all but the
+    first (its header, :func:`paperlib.run_pages.write_header`) and papermill's injected cell."""
+    tags = [c.get("metadata", {}).get("tags", []) for c in cells]
+    return [("".join(c["source"]), t) for c, t in zip(cells[1:], tags[1:]) if "injected-parameters" not in t]
 
 
 def plan(run_dir: Path, force: bool = False) -> tuple[str, dict | None]:
