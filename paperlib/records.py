@@ -262,7 +262,7 @@ def compress_notebook_figures(run_dir: Path) -> int:
                 data["image/png"] = base64.b64encode(smaller).decode() + "\n"
                 changed += 1
     if changed:
-        _write_notebook(notebook, content)
+        write_notebook(notebook, content)
     return changed
 
 
@@ -285,7 +285,7 @@ def cite_paper_by_number(run_dir: Path) -> int:
             cell["source"] = numbered.splitlines(keepends=True)
             changed += 1
     if changed:
-        _write_notebook(notebook, content)
+        write_notebook(notebook, content)
     return changed
 
 
@@ -295,7 +295,7 @@ def _read_notebook(run_dir: Path) -> tuple[Path, dict]:
     return notebook, json.loads(notebook.read_text()) if notebook.exists() else {}
 
 
-def _write_notebook(path: Path, content: dict) -> None:
+def write_notebook(path: Path, content: dict) -> None:
     """Write an executed notebook's JSON as nbformat writes it (so that a rewrite changes only what changed)."""
     _write_atomic(path, json.dumps(content, indent=1, ensure_ascii=False, sort_keys=True))
 
@@ -331,7 +331,28 @@ def drop_progress_bars(run_dir: Path) -> int:
         if "outputs" in cell:
             cell["outputs"] = kept
     if changed:
-        _write_notebook(notebook, content)
+        write_notebook(notebook, content)
+    return changed
+
+
+#: Cell metadata that papermill writes on execution (timings, status): nothing a page or nbval reads.
+EXECUTION_METADATA = ("papermill", "execution")
+
+
+def drop_execution_metadata(run_dir: Path) -> int:
+    """Remove papermill's per-cell timings and status (:data:`EXECUTION_METADATA`) and empty tag lists from a
+    record's executed notebook; the number of cells changed. About 400 bytes a cell; the notebook's own
+    metadata (its parameters, which ``conftest.py`` reads) is kept."""
+    notebook, content = _read_notebook(run_dir)
+    changed = 0
+    for cell in content.get("cells", []):
+        metadata = cell.get("metadata", {})
+        drop = [key for key in EXECUTION_METADATA if key in metadata] + (["tags"] if metadata.get("tags") == [] else [])
+        for key in drop:
+            del metadata[key]
+        changed += bool(drop)
+    if changed:
+        write_notebook(notebook, content)
     return changed
 
 
@@ -447,4 +468,4 @@ def make_portable(run_dir: Path) -> None:
         portable["input_path"] = Path(os.path.relpath(source, root)).as_posix()
     if any(papermill.get(key) != value for key, value in portable.items()):
         papermill.update(portable)
-        _write_notebook(notebook, content)
+        write_notebook(notebook, content)

@@ -421,19 +421,29 @@ def _is_run_page(docname: str) -> bool:
 
 
 def _title_run_page(app, doctree) -> None:
-    """Name a run notebook's page after its run, in the navigation and at its top.
+    """Name a run notebook's page after its run, in the navigation, and say what a reader should know.
 
-    Every run notebook opens with its template's heading, the same for all the
-    runs of a grid; the navigation lists it as ``<experiment>/<run name>``, and
-    a line under the heading says which run and record the page is.
+    A notebook executed by the sweeps opens with its run's title
+    (:func:`paperlib.run_pages.write_header`), which the navigation takes; a notebook
+    executed before that opens with its template's heading, the same for all the runs
+    of a grid, so the navigation is given :func:`paperlib.run_pages.run_title` of its
+    record in both cases. A line under the heading says the page is shown as it ran,
+    and whether the run was resumed or its parameters are an earlier preset's.
     """
     from docutils import nodes
+
+    from . import run_pages
 
     docname = app.env.docname
     if not _is_run_page(docname):
         return
     _, experiment, run, _ = docname.split("/")
+    run_dir = records.runs_dir() / experiment / run
     name = f"{experiment}/{run}"
+    if records.record_status(run_dir) == "complete":
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+        name = run_pages.run_title(metrics if metrics.get("kind") == "bisection search"
+                                   else records.load_record(run_dir)["params"])
     app.env.titles[docname] = nodes.title("", name)
     toc = app.env.tocs.get(docname)  # the navigation shows a page by its toc's first entry
     first = next(iter(toc.findall(nodes.reference)), None) if toc is not None else None
@@ -442,10 +452,8 @@ def _title_run_page(app, doctree) -> None:
     section = next(iter(doctree.findall(nodes.section)), None)
     if section is not None:
         note = nodes.paragraph()
-        note += nodes.emphasis("", "The executed notebook of run ")
-        note += nodes.literal("", f"{experiment}/{run}")
-        note += nodes.emphasis("", f", shown as it ran (the book does not re-execute it); its record is in "
-                                   f"runs/{experiment}/{run}/.{run_page_remarks(records.runs_dir() / experiment / run)}")
+        note += nodes.emphasis("", "The executed notebook of this run, shown as it ran (the book does not "
+                                   f"re-execute it).{run_page_remarks(run_dir)}")
         section.insert(1, note)
     for cell in doctree.findall(nodes.container):  # the training log scrolls in a box instead of filling screens
         if "cell" in cell["classes"] and any("run_experiment(" in block.astext()

@@ -63,7 +63,7 @@ import yaml
 import zmq
 from traitlets.config import Config
 
-from . import bisection, records, studies
+from . import bisection, records, run_pages, studies
 from .presets import ExperimentConfig, resolve_config
 from .vocabulary import PRESETS
 
@@ -191,15 +191,18 @@ def _commit(folders: list[Path]) -> None:
     print(f"could not commit {folders[0]}", flush=True)
 
 
-def execute(notebook: str, dataset: str, params: dict, threads: int, commit: bool) -> str:
+def execute(notebook: str, dataset: str, params: dict, threads: int, commit: bool, renew: bool = False) -> str:
     """Run one parameter set unless its record is complete; return a one-line status.
 
     A complete record without its executed notebook (one trained by
     ``python -m paperlib.run``, see :func:`run_commands`) gets it: the notebook
-    finds the record complete and only shows it, in seconds.
+    finds the record complete and only shows it, in seconds. ``renew`` does the
+    same for a complete record that has a notebook, replacing it once the new one
+    has run (``benchmarks/regenerate_run_notebooks.py``, after a template changed);
+    an incomplete record is trained as without it.
     """
     run_dir = record_folder(notebook, params, dataset, notebook_defaults(notebook))
-    if records.record_status(run_dir) == "complete" and (run_dir / "notebook.ipynb").exists():
+    if records.record_status(run_dir) == "complete" and (run_dir / "notebook.ipynb").exists() and not renew:
         return f"skip (complete)  {run_dir}"
     scratch = records.checkpoints_dir() / "notebooks" / run_dir.relative_to(records.runs_dir())
     scratch.mkdir(parents=True, exist_ok=True)
@@ -294,6 +297,8 @@ def _execute(notebook: str, params: dict, threads: int, commit: bool, run_dir: P
         records.drop_progress_bars(folder)
         records.compact_record(folder)  # its figures; the data files of a record made by an earlier paperlib
         records.cite_paper_by_number(folder)  # a run resumed from a notebook of an earlier book
+    records.drop_execution_metadata(run_dir)
+    run_pages.write_header(run_dir)  # the page's title, its line and its links, from the record
     if commit:
         _commit(folders)
     return f"done in {minutes:.1f} min  {run_dir}"

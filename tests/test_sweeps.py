@@ -14,7 +14,7 @@ import pytest
 import yaml
 from fake_data import make_mnist
 
-from paperlib import records, sweeps
+from paperlib import records, run_pages, sweeps
 
 
 def test_sweep_grid_expansion_and_record_folders(workspace):
@@ -162,7 +162,11 @@ def test_a_complete_record_without_its_notebook_gets_it_without_training_again(w
     assert (run_dir / "metrics.json").read_text() == before
     executed = json.loads((run_dir / "notebook.ipynb").read_text())
     assert "complete record found" in json.dumps(executed["cells"])
+    assert "".join(executed["cells"][0]["source"]).startswith(f"# {run_pages.run_title(record['params'])}\n")
+    assert not any({"papermill", "execution"} & set(cell["metadata"]) for cell in executed["cells"])
     assert sweeps.execute(notebook, "mnist", params, threads=1, commit=False).startswith("skip (complete)")
+    assert sweeps.execute(notebook, "mnist", params, threads=1, commit=False, renew=True).startswith("done")
+    assert (run_dir / "metrics.json").read_text() == before
 
 
 def _descendants(pid: int) -> list[int]:
