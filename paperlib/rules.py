@@ -242,7 +242,7 @@ def claim_verdict(passed: int, judged: int, complete: bool = True) -> Verdict:
 #: Run parameters that do not change the protocol a free-gates run stands for: what the run was asked
 #: (target, method, penalty), its dual optimiser (idle at a target of 100%), its seed, where it ran and how
 #: it is named.
-NOT_PROTOCOL = frozenset({"experiment", "run_name", "method", "target", "lmbda", "seed", "device", "threads",
+NOT_PROTOCOL = frozenset({"experiment", "run_name", "preset", "method", "target", "lmbda", "seed", "device", "threads",
                           "dual_lr", "dual_restarts", "dual_optimizer", "nupi_kp", "nupi_ema", "histogram_epochs",
                           "smoke", "compile_gates"})
 
@@ -255,12 +255,13 @@ def is_free_gates(record: dict) -> bool:
 
 
 def same_protocol(record: dict, other: dict) -> bool:
-    """Whether two records share a model and protocol: the same model, grouping and preset, and every run
-    parameter outside :data:`NOT_PROTOCOL` that both name (not None: records written before a parameter existed)
-    equal, so a model-wise run is matched with a model-wise free run, and a run at a gates' learning rate with the
-    free run at that rate."""
+    """Whether two records share a model and protocol: the same model and grouping, and every run parameter
+    outside :data:`NOT_PROTOCOL` that both name (not None: records written before a parameter existed) equal, so
+    a model-wise run is matched with a model-wise free run, and a run at a gates' learning rate with the free run
+    at that rate. The preset's name is not compared, its values are: a ``cpu`` run at gates lr 1 is the
+    ``cpu2`` protocol's run."""
     same_model = all(record["metrics"].get(key) is not None and record["metrics"].get(key) == other["metrics"].get(key)
-                     for key in ("model", "grouping", "preset"))
+                     for key in ("model", "grouping"))
     a, b = record.get("params") or {}, other.get("params") or {}
     shared = [key for key in a.keys() & b.keys() - NOT_PROTOCOL if a[key] is not None and b[key] is not None]
     return same_model and bool(a) and bool(b) and all(a[key] == b[key] for key in shared)
@@ -368,7 +369,8 @@ def judge_record(record: dict, free_records: list[dict]) -> RunJudgement:
 
 
 #: The studies whose grids hold free-gates runs (a target of 100%), by model and protocol.
-FREE_GATES_STUDIES = ("cifar10_free_gates", "cifar10_cpu_protocol", "tab:cifar10", "mnist_free_gates")
+FREE_GATES_STUDIES = ("cifar10_free_gates", "cifar10_cpu_protocol", "cifar10_gpu_protocol", "tab:cifar10",
+                      "mnist_free_gates")
 
 
 def free_gates_records() -> list[dict]:

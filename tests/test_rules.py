@@ -97,16 +97,16 @@ def test_a_gates_worth_is_counted_from_the_model():
     assert (lenet["conv1"], lenet["conv2"]) == (5.0, 2.0)
 
 
-def record(grouping, target, densities, gates_lr=6.0, model="wrn-16-1", seed=0):
+def record(grouping, target, densities, gates_lr=6.0, model="wrn-16-1", seed=0, preset="cpu", epochs=20):
     """A constrained record of WideResNet-16-1 (two gated blocks named) with its final densities."""
     layers = ["stage1.0.conv1.conv", "stage3.0.conv1.conv"]
     model_density = sum(densities) / len(densities)
     params = {"model": model, "method": "constrained", "grouping": grouping, "target": target, "seed": seed,
-              "preset": "cpu", "gates_lr": gates_lr, "dual_lr": 0.007 if target != 1.0 else 0.001, "epochs": 20}
+              "preset": preset, "gates_lr": gates_lr, "dual_lr": 0.007 if target != 1.0 else 0.001, "epochs": epochs}
     history = [{"epoch": "20", "phase": "train", "l0_density": str(model_density),
                 **{f"density[{layer}]": str(d) for layer, d in zip(layers, densities)}}]
     metrics = {"run_name": f"{grouping}-{target}-{gates_lr}", "method": "constrained", "grouping": grouping,
-               "target": target, "seed": seed, "model": model, "preset": "cpu", "l0_density": model_density,
+               "target": target, "seed": seed, "model": model, "preset": preset, "l0_density": model_density,
                "l0_density_per_layer": dict(zip(layers, densities))}
     return {"path": "/nowhere", "params": params, "metrics": metrics, "history": history}
 
@@ -139,3 +139,11 @@ def test_free_densities_average_the_seeds_of_the_matching_free_runs():
     assert rules.free_densities(record("model", 0.5, (0.5, 0.5)), free) == pytest.approx([0.76])
     assert rules.free_densities(record("model", 0.5, (0.5, 0.5), model="wrn-28-10"), free) == [None]
     assert rules.is_free_gates(free[0]) and not rules.is_free_gates(record("model", 0.5, (0.5, 0.5)))
+
+
+def test_a_free_gates_run_stands_for_every_preset_whose_values_it_shares_and_for_no_other():
+    free = [record("model", 1.0, (0.9, 0.9), gates_lr=1.0)]  # made under "cpu" with the gates lr overridden
+    same_values = record("model", 0.8, (0.7, 0.7), gates_lr=1.0, preset="cpu2")
+    assert rules.free_densities(same_values, free) == [pytest.approx(0.9)]
+    other_values = record("model", 0.8, (0.7, 0.7), gates_lr=1.0, preset="cpu2", epochs=40)
+    assert rules.free_densities(other_values, free) == [None]
