@@ -1,0 +1,98 @@
+"""results_cifar10's opening: the claim "a constraint sets the density" judged at each CIFAR-10 protocol
+(the CPU stand-ins, the GPU protocol, the paper), by the book's one rule (:mod:`paperlib.rules`)."""
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from paperlib import control, presets, report, rules, studies
+from paperlib.paper_results import paper_results
+
+
+@dataclass(frozen=True)
+class Protocol:
+    label: str
+    preset: str
+    model: str
+    grids: tuple[str, ...]          # the control table's grids at this protocol
+    gates_lr: float
+    needs_gpu: bool = False         # trained only on a lent GPU: "not tested here" until a trip brings records
+
+
+PROTOCOLS = (
+    Protocol("CPU stand-in, gates lr 6", "cpu", "wrn-16-1", studies.grids("tab:cifar10_control", preset="cpu"), 6.0),
+    Protocol("GPU protocol", "gpu", "wrn-16-4", ("grids/cifar10_gpu_control.yaml",), 6.0, needs_gpu=True),
+)
+PAPER_MODEL = "wrn-28-10"
+
+
+def gates_per_block(model: str) -> str:
+    """The gated blocks' numbers of gates, smallest to largest (``16/32/64``)."""
+    sizes = sorted({round(100 / points) for points in rules.gate_points(model)[1].values()})
+    return "/".join(str(size) for size in sizes)
+
+
+def free_density(model: str, gates_lr: float, free: list[dict]) -> float | None:
+    """The model-wise free-gates density (%) of ``model`` at ``gates_lr``, mean over seeds; None without a run."""
+    found = [run["metrics"]["l0_density"] for run in free
+             if run["metrics"]["model"] == model and run["metrics"]["grouping"] == "model"
+             and run["params"]["gates_lr"] == gates_lr]
+    return 100 * sum(found) / len(found) if found else None
+
+
+def _planned(grids) -> int:
+    return sum(1 for grid in grids for config, _ in report.grid_runs(grid) if config.method == "constrained")
+
+
+def _row(label, model, epochs, free, outcomes, planned, needs_gpu=False) -> dict:
+    counts = rules.tally(outcomes)
+    passed, judged = rules.passed_and_judged(outcomes)
+    verdict = rules.claim_verdict(passed, judged, complete=len(outcomes) == planned)
+    if needs_gpu and not outcomes:
+        verdict = rules.Verdict.NOT_TESTED
+    return {"protocol": label, "model": model.replace("wrn", "WRN"), "epochs": epochs,
+            "gates per block": gates_per_block(model), "free density (%)": "–" if free is None else f"{free:.1f}",
+            "runs": f"{len(outcomes)} of {planned}",
+            **{outcome.value: counts[outcome] for outcome in rules.Outcome},
+            "verdict": verdict.value}
+
+
+def paper_outcomes() -> list[rules.Outcome]:
+    """The paper's constrained rows of its CIFAR-10 control table judged by the same rule: its printed density
+    against the target, every target binding (its free density, 91.63%, is above them all)."""
+    points = control.paper_points("tab:cifar10_control")
+    constrained = points[points["method"] == "constrained"]
+    model, layers = rules.gate_points(PAPER_MODEL)
+    outcomes = []
+    for _, row in constrained.iterrows():
+        gate = model if row["grouping"] == "model" else max(layers.values())
+        gap = row["L0-density (%)"] - 100 * row["target"]
+        outcomes.append(rules.judge_run([gap], [rules.Binding.BINDS], [gate]))
+    return outcomes
+
+
+def paper_free_density() -> float:
+    """Table 12's layer-wise 100% row at the gates lr of 6: the density the loss alone leaves."""
+    cells = paper_results()
+    cell = cells[(cells["table"] == "tab:cifar10") & (cells["method"] == "constrained") & (cells["target"] == "1")
+                 & (cells["gates_lr"] == "6") & (cells["metric"] == "l0_density")]
+    return float(cell["value"].iloc[0])
+
+
+def protocol_answers() -> pd.DataFrame:
+    """One row per protocol: its model, epochs, gates per block and free density, how many of its constrained
+    runs are in, each :class:`~paperlib.rules.Outcome`'s count, and the claim's verdict by
+    :func:`~paperlib.rules.claim_verdict`."""
+    free = rules.free_gates_records()
+    rows = []
+    for protocol in PROTOCOLS:
+        runs = [run for grid in protocol.grids for run in report.complete_records(grid)
+                if run["metrics"]["method"] == "constrained"]
+        outcomes = [rules.judge_record(run, free).outcome for run in runs]
+        epochs = presets.resolve_config(dataset="cifar10", preset=protocol.preset, model=protocol.model,
+                                        target=0.5).epochs
+        rows.append(_row(protocol.label, protocol.model, epochs, free_density(protocol.model, protocol.gates_lr, free),
+                         outcomes, _planned(protocol.grids), protocol.needs_gpu))
+    outcomes = paper_outcomes()
+    rows.append(_row("the paper", PAPER_MODEL, 200, paper_free_density(), outcomes, len(outcomes)))
+    return pd.DataFrame(rows).set_index("protocol")

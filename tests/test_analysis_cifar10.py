@@ -1,0 +1,42 @@
+import sys
+from pathlib import Path
+
+import pytest
+
+from paperlib import rules
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "book"))
+from analysis import cifar10  # noqa: E402
+
+
+def test_gates_per_block_are_the_blocks_gate_counts():
+    assert cifar10.gates_per_block("wrn-16-1") == "16/32/64"
+    assert cifar10.gates_per_block("wrn-16-4") == "64/128/256"
+    assert cifar10.gates_per_block("wrn-28-10") == "160/320/640"
+
+
+def _free(model, grouping, gates_lr, density):
+    return {"metrics": {"model": model, "grouping": grouping, "l0_density": density}, "params": {"gates_lr": gates_lr}}
+
+
+def test_the_free_density_is_the_model_wise_free_run_at_the_protocols_gates_lr():
+    free = [_free("wrn-16-1", "model", 6.0, 0.75), _free("wrn-16-1", "model", 1.0, 0.90),
+            _free("wrn-16-1", "model", 1.0, 0.92), _free("wrn-16-1", "layer", 1.0, 0.5)]
+    assert cifar10.free_density("wrn-16-1", 1.0, free) == pytest.approx(91.0)
+    assert cifar10.free_density("wrn-16-1", 6.0, free) == pytest.approx(75.0)
+    assert cifar10.free_density("wrn-16-4", 6.0, free) is None
+
+
+def test_the_papers_rows_are_judged_by_the_same_rule():
+    outcomes = cifar10.paper_outcomes()
+    assert len(outcomes) == 10  # five targets, model-wise and layer-wise
+    assert set(outcomes) == {rules.Outcome.ON_TARGET}  # the paper prints every density within 0.1 of its target
+    assert cifar10.paper_free_density() == pytest.approx(91.63)
+
+
+def test_a_gpu_protocol_without_records_is_not_tested_here_and_one_with_some_is_in_progress():
+    assert cifar10._row("GPU", "wrn-16-4", 20, None, [], 30, needs_gpu=True)["verdict"] == "not tested here"
+    some = [rules.Outcome.ON_TARGET, rules.Outcome.UNDER]
+    assert cifar10._row("GPU", "wrn-16-4", 20, 90.0, some, 30, needs_gpu=True)["verdict"] == "in progress"
+    row = cifar10._row("CPU", "wrn-16-1", 20, 75.0, some + [rules.Outcome.DOES_NOT_BIND], 3)
+    assert (row["on target"], row["under"], row["does not bind"], row["runs"]) == (1, 1, 1, "3 of 3")
