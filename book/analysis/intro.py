@@ -78,3 +78,50 @@ def plot_central_claim(points: pd.DataFrame) -> plt.Figure:
     handles, labels = left.get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncol=3, fontsize=10, frameon=False)
     return fig
+
+
+def compute_spent(runs_dir) -> pd.DataFrame:
+    """The compute behind the book's records: runs and hours (``wall_time_s``) per device kind."""
+    import json
+    from pathlib import Path
+
+    rows = {}
+    for path in sorted(Path(runs_dir).glob("*/*/metrics.json")):
+        metrics = json.loads(path.read_text())
+        if "wall_time_s" not in metrics:  # a bisection search's record: its trainings are counted themselves
+            continue
+        kind = {"cpu": "CPU core (one thread)", "cuda": "GPU (one H100, shared by runs)"}.get(metrics.get("device"),
+                                                                                            metrics.get("device"))
+        runs, hours = rows.get(kind, (0, 0.0))
+        rows[kind] = (runs + 1, hours + metrics["wall_time_s"] / 3600)
+    return pd.DataFrame([{"device": kind, "runs": runs, "hours of training": round(hours, 1)}
+                         for kind, (runs, hours) in rows.items()]).set_index("device")
+
+
+def summary(claims) -> pd.DataFrame:
+    """The reproducibility summary's table: one row per claim, in the order reproduced, partly, not
+    reproduced, in progress, not tested; the claim linked to its page, and what was run for it."""
+    order = ["reproduced", "partly", "not reproduced", "in progress", "not tested here"]
+    rows = [{"verdict": c.verdict, "claim": f'<a href="{c.page}.html">{c.claim}</a>', "what was run": str(c.ran)}
+            for c in sorted(claims, key=lambda c: order.index(c.verdict))]
+    return pd.DataFrame(rows)
+
+
+def central_claim_numbers(points: pd.DataFrame) -> dict[str, str]:
+    """The numbers the intro's sentences on :func:`plot_central_claim` quote, computed from the same points:
+    per dataset, how many constrained rows (ours, mean over seeds) end within a point of their target and the
+    largest gap either way; and the widest spread of one λ_pen's densities across the three models."""
+    numbers = {}
+    constrained = points[(points["kind"] == "target") & points["ours"].notna()]
+    for name, rows in (("mnist", constrained[constrained["models"].str.startswith("MNIST")]),
+                       ("cifar", constrained[constrained["models"].str.startswith("CIFAR")])):
+        gaps = rows["ours"] - rows["setting"]
+        numbers[f"{name}_within"] = str(int((gaps.abs() <= 1).sum()))
+        numbers[f"{name}_rows"] = str(len(gaps))
+        numbers[f"{name}_lowest"] = f"{gaps.min():+.1f}"
+        numbers[f"{name}_highest"] = f"{gaps.max():+.1f}"
+    penalized = points[(points["kind"] == "lmbda") & points["ours"].notna()]
+    spread = penalized.groupby("setting")["ours"].agg(lambda d: d.max() - d.min())
+    numbers["penalty_spread"] = f"{spread.max():.0f}"
+    numbers["penalty_spread_at"] = f"{spread.idxmax():g}"
+    return numbers
