@@ -30,9 +30,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import comparison, counting, gates, intervals, models, plots, purge, records, report, rules, studies
+from . import comparison, counting, gates, intervals, models, plots, records, report, rules, studies
 from .comparison import PAPER_MODEL_NAMES, target_label
 from .paper_numbers import ref
+from .purge import keep_first  # not `from . import purge`: paperlib.purge is the function (paperlib/__init__.py)
 from .paper_results import paper_cell, paper_results, paper_runs
 from .vocabulary import METRIC_LABELS
 
@@ -435,12 +436,12 @@ def _dense_counts(model: str) -> np.ndarray:
 
 @cache
 def _percentages(model: str, kept: tuple[int, ...]) -> tuple[float, float]:
-    return tuple(100 * _counts(purge.keep_first(model, list(kept))) / _dense_counts(model))
+    return tuple(100 * _counts(keep_first(model, list(kept))) / _dense_counts(model))
 
 
 def model_percentages(model: str, kept) -> np.ndarray:
     """Parameters and MACs (%, the paper's convention) of an MNIST ``model`` pruned to ``kept`` groups per
-    gated layer (:func:`purge.keep_first`); counted once per architecture."""
+    gated layer (:func:`paperlib.purge.keep_first`); counted once per architecture."""
     return np.array(_percentages(model, tuple(int(k) for k in kept)))
 
 

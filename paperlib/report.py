@@ -14,7 +14,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import yaml
 
-from . import plots, presets, records, sweeps
+from . import plots, presets, records
+from .grids import _found_records, find_record, grid_records, grid_runs  # noqa: F401 (read as report's)
 
 
 def _fmt(value) -> str:
@@ -54,62 +55,6 @@ def sweep_command(grids) -> str:
 def no_record_line(what: str, grids) -> str:
     """A page's line where ``what`` has no record yet, with the command that makes it."""
     return f"No record yet of {what}: `{sweep_command(grids)}`."
-
-
-def grid_runs(grid_file: str | Path) -> list[tuple[object, Path]]:
-    """(resolved configuration, record folder) of every run a grid file asks for, in grid order.
-
-    The folder is the one the run writes to; a record there may have been made with other parameters (an
-    earlier preset under today's name): :func:`grid_records` finds records by their parameters.
-    """
-    root = records.project_root()
-    spec = yaml.safe_load((root / grid_file).read_text())
-    defaults = sweeps.notebook_defaults(str(root / spec["notebook"]))
-    runs = []
-    for params in sweeps.expand_grid(spec):
-        config = sweeps.run_config(params, spec["dataset"], defaults)
-        runs.append((config, sweeps.record_folder(spec["notebook"], params, spec["dataset"], defaults)))
-    return runs
-
-
-def find_record(config, index: list[tuple[Path, dict]]) -> Path | None:
-    """The folder of the complete record in ``index`` (:func:`paperlib.records.record_index`) made with
-    ``config``'s parameters, or None.
-
-    The run's own folder when its record was made with these parameters (those that change what a run
-    computes: :data:`~paperlib.presets.NOT_COMPARED` aside, as a record found by
-    :func:`~paperlib.training.run_experiment` is checked); else a record of exactly these parameters
-    under another name (a run given its own ``run_name`` because an older record held the default one).
-    A record whose parameters differ, whatever its name, is not this run's.
-    """
-    own = records.run_folder(config)
-    for folder, params in index:
-        if folder == own and not presets.differing_parameters(params, config, presets.NOT_COMPARED):
-            return folder
-    return next((folder for folder, params in index
-                 if not presets.differing_parameters(params, config, ("run_name", "device", "threads"))), None)
-
-
-def grid_records(grid_file: str | Path) -> list[tuple[object, Path | None]]:
-    """(resolved configuration, folder of its complete record or None) of every run of a grid, in grid order.
-
-    Records are found by the parameters they were made with (:func:`find_record`), so a record made under
-    an earlier preset is never taken for today's run. A bisection search's record is its search folder,
-    complete or not (its trainings are records of their own).
-    """
-    return _found_records(grid_runs(grid_file))
-
-
-def _found_records(runs: list[tuple[object, Path]]) -> list[tuple[object, Path | None]]:
-    found, indexes = [], {}
-    for config, folder in runs:
-        if folder != records.run_folder(config):  # a bisection search's record (sweeps.record_folder)
-            found.append((config, folder if records.record_status(folder) == "complete" else None))
-            continue
-        if folder.parent not in indexes:
-            indexes[folder.parent] = records.record_index(folder.parent)
-        found.append((config, find_record(config, indexes[folder.parent])))
-    return found
 
 
 #: Parameters that grid tables always show (or that only name the run's place).
@@ -408,59 +353,6 @@ def run_index(experiments: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-# --------------------------------------------------------------------------- #
-# Sphinx extension (``_config.yml``, ``sphinx: extra_extensions``)
-# --------------------------------------------------------------------------- #
-
-RUN_PAGE_PARTS = 4  # runs/<experiment>/<run name>/notebook
-
-
-def _is_run_page(docname: str) -> bool:
-    parts = docname.split("/")
-    return len(parts) == RUN_PAGE_PARTS and parts[0] == "runs" and parts[-1] == "notebook"
-
-
-def _title_run_page(app, doctree) -> None:
-    """Name a run notebook's page after its run, in the navigation, and say what a reader should know.
-
-    A notebook executed by the sweeps opens with its run's title
-    (:func:`paperlib.run_pages.write_header`), which the navigation takes; a notebook
-    executed before that opens with its template's heading, the same for all the runs
-    of a grid, so the navigation is given :func:`paperlib.run_pages.run_title` of its
-    record in both cases. A line under the heading says the page is shown as it ran,
-    and whether the run was resumed or its parameters are an earlier preset's.
-    """
-    from docutils import nodes
-
-    from . import run_pages
-
-    docname = app.env.docname
-    if not _is_run_page(docname):
-        return
-    _, experiment, run, _ = docname.split("/")
-    run_dir = records.runs_dir() / experiment / run
-    name = f"{experiment}/{run}"
-    if records.record_status(run_dir) == "complete":
-        metrics = json.loads((run_dir / "metrics.json").read_text())
-        name = run_pages.run_title(metrics if metrics.get("kind") == "bisection search"
-                                   else records.load_record(run_dir)["params"])
-    app.env.titles[docname] = nodes.title("", name)
-    toc = app.env.tocs.get(docname)  # the navigation shows a page by its toc's first entry
-    first = next(iter(toc.findall(nodes.reference)), None) if toc is not None else None
-    if first is not None:
-        first.children = [nodes.Text(name)]
-    section = next(iter(doctree.findall(nodes.section)), None)
-    if section is not None:
-        note = nodes.paragraph()
-        note += nodes.emphasis("", "The executed notebook of this run, shown as it ran (the book does not "
-                                   f"re-execute it).{run_page_remarks(run_dir)}")
-        section.insert(1, note)
-    for cell in doctree.findall(nodes.container):  # the training log scrolls in a box instead of filling screens
-        if "cell" in cell["classes"] and any("run_experiment(" in block.astext()
-                                             for block in cell.findall(nodes.literal_block)):
-            cell["classes"].append("tag_scroll-output")
-
-
 def fractional_medians(record: dict) -> tuple[str, float]:
     """The first gated layer of a record and the share of its gate medians (eq. 9) strictly between 0 and 1
     at the last saved epoch: the gates that scale their weights at test time instead of keeping or
@@ -484,9 +376,3 @@ def run_page_remarks(run_dir: Path) -> str:
         remarks.append(" Its parameters are an earlier preset's: today the same name stands for another"
                        " configuration.")
     return "".join(remarks)
-
-
-def setup(app):
-    """Sphinx extension: titles for the pages of run notebooks (see :func:`_title_run_page`)."""
-    app.connect("doctree-read", _title_run_page, priority=600)
-    return {"parallel_read_safe": True, "parallel_write_safe": True}

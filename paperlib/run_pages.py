@@ -149,12 +149,12 @@ def run_line(params: dict, metrics: dict) -> str:
 def _citations(runs: Path) -> dict[Path, tuple[str, ...]]:
     """Record folder -> the studies whose grids ask for it (and whose ``where`` it meets), for the records
     under ``runs`` (:func:`paperlib.records.runs_dir`, the key of the cache)."""
-    from . import report  # report imports plots and sweeps; imported here, when citations are asked for
+    from . import grids  # the grid files' runs, read when citations are asked for
 
     cited: dict[Path, list[str]] = {}
     for name, item in studies.STUDIES.items():
         for grid in item.grids:
-            for config, folder in report.grid_runs(grid):
+            for config, folder in grids.grid_runs(grid):
                 if all(getattr(config, key, None) == value for key, value in (item.where or {}).items()):
                     cited.setdefault(Path(folder).resolve(), []).append(name)
     return {folder: tuple(dict.fromkeys(names)) for folder, names in cited.items()}

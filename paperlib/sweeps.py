@@ -42,9 +42,6 @@ sweep here (:func:`execute`).
 """
 
 import argparse
-import ast
-import dataclasses
-import itertools
 import json
 import logging
 import os
@@ -63,65 +60,11 @@ import yaml
 import zmq
 from traitlets.config import Config
 
-from . import bisection, records, run_pages, studies
-from .presets import ExperimentConfig, resolve_config
+from . import records, run_pages, studies
+from .grids import (config_parameters, expand_grid, notebook_defaults, record_folder,  # noqa: F401 (read as sweeps')
+                    run_config, run_folder)
+from .presets import resolve_config
 from .vocabulary import PRESETS
-
-
-def expand_grid(spec: dict) -> list[dict]:
-    """All parameter sets of a grid file: base x product(grid) plus base x runs, in order, without duplicates."""
-    base = dict(spec.get("base") or {})
-    grid = spec.get("grid") or {}
-    sets = []
-    if grid:
-        keys = list(grid)
-        for values in itertools.product(*(grid[k] for k in keys)):
-            sets.append({**base, **dict(zip(keys, values))})
-    sets += [{**base, **extra} for extra in spec.get("runs") or []]
-    if not sets:
-        sets = [base]
-    unique = []
-    for params in sets:
-        if params not in unique:
-            unique.append(params)
-    return unique
-
-
-def notebook_defaults(notebook: str) -> dict:
-    """The default values of a notebook's parameters cell."""
-    return {name: ast.literal_eval(info["default"]) for name, info in papermill.inspect_notebook(notebook).items()}
-
-
-def config_parameters(params: dict, dataset: str, defaults: dict | None = None) -> dict:
-    """The configuration fields among a notebook run's parameters over its ``defaults`` (what a training
-    notebook passes to :func:`~paperlib.training.run_experiment`)."""
-    fields = {f.name for f in dataclasses.fields(ExperimentConfig)}
-    merged = {**(defaults or {}), "dataset": dataset, **params}  # the grid's dataset over the notebook's default
-    return {k: v for k, v in merged.items() if k in fields}
-
-
-def run_config(params: dict, dataset: str, defaults: dict | None = None) -> ExperimentConfig:
-    """The resolved configuration of a notebook run with these parameters over its ``defaults``."""
-    return resolve_config(**config_parameters(params, dataset, defaults))
-
-
-def run_folder(params: dict, dataset: str, defaults: dict | None = None) -> Path:
-    """The record folder a notebook run with these parameters (over its ``defaults``) writes to."""
-    return records.run_folder(run_config(params, dataset, defaults))
-
-
-def record_folder(notebook: str, params: dict, dataset: str, defaults: dict | None = None) -> Path:
-    """Where a notebook run's record goes, the record whose status says whether the run is done.
-
-    A training notebook's is its run's (:func:`run_folder`); the bisection
-    notebook's is its search's (:class:`paperlib.bisection.Search`), which
-    lists the trainings it made. Like a training's, it does not depend on
-    ``$PAPERLIB_SMOKE``: the grid's record is the one asked for.
-    """
-    if Path(notebook).stem == "bisection":
-        search = bisection.Search.from_parameters({**(defaults or {}), **params})
-        return search.record_folder(smoke=bool(params.get("smoke", False)))
-    return run_folder(params, dataset, defaults)
 
 
 def check_parameters(grid: str, notebook: str, sets: list[dict], defaults: dict) -> None:

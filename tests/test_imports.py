@@ -35,3 +35,13 @@ def test_no_module_of_paperlib_imports_itself_through_others():
     for module in sorted(graph):
         visit(module, [module])
     assert not circles, f"import circles: {circles}"
+
+
+def test_no_module_imports_a_module_that_the_package_shadows_with_a_function():
+    # paperlib/__init__.py binds paperlib.purge and paperlib.sparsify to functions; `from . import purge` in a
+    # module of the package would then get the function, not the module
+    shadowed = {"purge", "sparsify"}
+    for path in PACKAGE.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module is None:
+                assert not shadowed & {alias.name for alias in node.names}, f"{path.name}: from . import {shadowed}"
