@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 import yaml
+
+from paperlib.vocabulary import PRESETS
 from fake_data import make_mnist
 
 from paperlib import records, run_pages, sweeps
@@ -87,7 +89,8 @@ def test_every_grid_gives_its_notebook_only_parameters_it_declares_and_names_its
         spec = yaml.safe_load(grid.read_text())
         sets = sweeps.expand_grid(spec)
         sweeps.check_parameters(grid.name, spec["notebook"], sets, sweeps.notebook_defaults(spec["notebook"]))
-        assert all(params.get("preset") in ("cpu", "paper") for params in sets), f"{grid.name} leaves the preset to auto"
+        assert all(params.get("preset") in PRESETS and params["preset"] != "auto" for params in sets), \
+            f"{grid.name} leaves the preset to auto"
 
 
 def test_submitit_local_executor_runs_each_missing_run_once_and_skips_complete_ones(tmp_path, monkeypatch):
