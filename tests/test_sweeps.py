@@ -12,11 +12,10 @@ from pathlib import Path
 import pytest
 
 import yaml
-
-from paperlib.vocabulary import PRESETS
 from fake_data import make_mnist
 
 from paperlib import records, run_pages, sweeps
+from paperlib.vocabulary import PRESETS
 
 
 def test_sweep_grid_expansion_and_record_folders(workspace):
