@@ -46,6 +46,7 @@ import torch.nn as nn
 from torch.nn.utils import skip_init
 
 from . import graph_purge
+from .graph_purge import SelectFeatures
 from .layers import ConvBN, L0Conv2d, L0Layer, L0Linear
 from .models import BasicBlock, Bottleneck, WideBasicBlock, build_model, gated_layer_names, gated_layers
 from .sparsify import GatedConv2d, GatedLinear
@@ -59,20 +60,6 @@ _RESNET_BLOCKS = {
     BasicBlock: (("conv1", "relu1", "conv2"), "relu2"),
     Bottleneck: (("conv1", "relu1", "conv2", "relu2", "conv3"), "relu3"),
 }
-
-
-class SelectFeatures(nn.Module):
-    """Keep the features ``index`` (along dim 1) of a batch of flat inputs."""
-
-    def __init__(self, index: torch.Tensor):
-        super().__init__()
-        self.register_buffer("index", index)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.index_select(1, self.index)
-
-    def extra_repr(self) -> str:
-        return f"{len(self.index)} features"
 
 
 class ScatterChannels(nn.Module):

@@ -14,6 +14,7 @@ import warnings
 import pytest
 import torch
 import torch.nn as nn
+from fake_models import randomise_batch_norms_
 
 from paperlib.counting import count_macs, count_params
 from paperlib.gates import BETA, median_gates
@@ -54,18 +55,6 @@ def set_random_gates_(model: nn.Module, off_layers=(), seed: int = 0) -> None:
                 log_alpha.copy_(torch.full_like(values, OFF) if name in off_layers else values)
 
 
-def set_random_batchnorm_(model: nn.Module, seed: int = 0) -> None:
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for bn in model.modules():
-            if isinstance(bn, nn.BatchNorm2d):
-                size = bn.num_features
-                bn.running_mean.copy_(0.2 * torch.randn(size, generator=generator))
-                bn.running_var.copy_(torch.empty(size).uniform_(0.5, 2.0, generator=generator))
-                bn.weight.copy_(torch.empty(size).uniform_(0.5, 1.5, generator=generator))
-                bn.bias.copy_(0.2 * torch.randn(size, generator=generator))
-
-
 def assert_same_outputs(model_a: nn.Module, model_b: nn.Module, input_shape, batch: int = 3) -> torch.Tensor:
     x = torch.randn(batch, *input_shape, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
@@ -86,7 +75,7 @@ def gated_models():
     torch.manual_seed(0)
     models = {name: build_model(name, gated=True) for name in dict.fromkeys(a[0] for a in ARCHITECTURES)}
     for model in models.values():
-        set_random_batchnorm_(model)
+        randomise_batch_norms_(model)
     return models
 
 
@@ -253,7 +242,7 @@ def test_unstructured_purge_masks_weights(name, input_shape):
     torch.manual_seed(0)
     model = build_model(name, gated=True, sparsity="unstructured")
     set_random_gates_(model)
-    set_random_batchnorm_(model)
+    randomise_batch_norms_(model)
     purged = purge(model)
 
     assert not any(isinstance(m, L0Layer) for m in purged.modules())
@@ -288,7 +277,7 @@ def test_purge_through_the_graph_agrees_with_the_zoo_purge(gated_models, name, i
     except the closed channels of a ResNet's second convolutions, which feed the residual sum: it keeps and reports
     them (the zoo's purge scatters the branch back to full width instead)."""
     model = gated_models[name] if name in gated_models else build_model(name, gated=True)
-    set_random_batchnorm_(model)
+    randomise_batch_norms_(model)
     set_random_gates_(model)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

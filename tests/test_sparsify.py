@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.fx as fx
 import torch.nn as nn
+from fake_models import randomise_batch_norms_
 import torchvision
 
 import paperlib
@@ -42,18 +43,6 @@ def build(name: str, seed: int = 0) -> nn.Module:
             buffer.data.fill_(1)
         return model
     return BUILDERS[name](weights=None, num_classes=10)
-
-
-def randomise_batch_norms_(model: nn.Module, seed: int = 0) -> None:
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for bn in model.modules():
-            if isinstance(bn, nn.BatchNorm2d):
-                size = bn.num_features
-                bn.running_mean.copy_(0.2 * torch.randn(size, generator=generator))
-                bn.running_var.copy_(torch.empty(size).uniform_(0.5, 2.0, generator=generator))
-                bn.weight.copy_(torch.empty(size).uniform_(0.5, 1.5, generator=generator))
-                bn.bias.copy_(0.2 * torch.randn(size, generator=generator))
 
 
 def close_gates_(model: nn.Module, share: float = 0.4, seed: int = 0) -> None:
