@@ -95,7 +95,7 @@ def compute_spent(runs_dir) -> pd.DataFrame:
         runs, hours = rows.get(kind, (0, 0.0))
         rows[kind] = (runs + 1, hours + metrics["wall_time_s"] / 3600)
     return pd.DataFrame([{"device": kind, "runs": runs, "hours of training": round(hours, 1)}
-                         for kind, (runs, hours) in rows.items()]).set_index("device")
+                         for kind, (runs, hours) in rows.items()])
 
 
 def summary(claims) -> pd.DataFrame:
