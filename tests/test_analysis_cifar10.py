@@ -40,3 +40,14 @@ def test_a_gpu_protocol_without_records_is_not_tested_here_and_one_with_some_is_
     assert cifar10._row("GPU", "wrn-16-4", 20, 90.0, some, 30, needs_gpu=True)["verdict"] == "in progress"
     row = cifar10._row("CPU", "wrn-16-1", 20, 75.0, some + [rules.Outcome.DOES_NOT_BIND], 3)
     assert (row["on target"], row["under"], row["does not bind"], row["runs"]) == (1, 1, 1, "3 of 3")
+
+
+def test_the_gates_lr_candidates_are_every_rate_tried_largest_first_with_the_rules_threshold():
+    table = cifar10.gates_lr_candidates()
+    rates = [float(rate) for rate in table["gates lr"]]
+    assert rates == sorted(rates, reverse=True) and 6.0 in rates
+    for _, row in table.iterrows():
+        if row["free density (%)"] != "–":
+            assert (row["≥ 85%"] == "✓") == (float(row["free density (%)"]) >= cifar10.FREE_DENSITY_NEEDED)
+        else:
+            assert row["≥ 85%"] == "not in yet"

@@ -96,3 +96,25 @@ def protocol_answers() -> pd.DataFrame:
     outcomes = paper_outcomes()
     rows.append(_row("the paper", PAPER_MODEL, 200, paper_free_density(), outcomes, len(outcomes)))
     return pd.DataFrame(rows).set_index("protocol")
+
+
+#: The free-gates runs that choose the CPU protocol's gates learning rate, and the rule's threshold (%).
+CPU_FREE_GATES_GRIDS = ("grids/cifar10_free_gates.yaml", "grids/cifar10_cpu_free_gates.yaml")
+FREE_DENSITY_NEEDED = 85.0
+
+
+def gates_lr_candidates() -> pd.DataFrame:
+    """Each gates learning rate tried for the CPU protocol: the model-wise free density (%) and final error (%)
+    of its free-gates run, whether the density reaches :data:`FREE_DENSITY_NEEDED`, or that it is not in yet."""
+    rows = {}
+    for grid in CPU_FREE_GATES_GRIDS:
+        done = {run["metrics"]["run_name"]: run for run in report.complete_records(grid)}
+        for config, _ in report.grid_runs(grid):
+            run = done.get(config.run_name)
+            rows[config.gates_lr] = {"gates lr": f"{config.gates_lr:g}",
+                                     "free density (%)": f"{100 * run['metrics']['l0_density']:.2f}" if run else "–",
+                                     "final error (%)": f"{run['metrics']['val_error_final']:.2f}" if run else "–",
+                                     f"≥ {FREE_DENSITY_NEEDED:g}%": ("✓" if 100 * run["metrics"]["l0_density"]
+                                                                    >= FREE_DENSITY_NEEDED else "✗") if run
+                                     else "not in yet"}
+    return pd.DataFrame([rows[lr] for lr in sorted(rows, reverse=True)])
