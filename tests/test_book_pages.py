@@ -16,6 +16,7 @@ CODE_CELL = re.compile(r"```\{code-cell\}[^\n]*\n(?::[^\n]*\n)*(.*?)```", re.DOT
 def test_page_runs(page, monkeypatch):
     matplotlib.use("Agg")
     monkeypatch.chdir(ROOT / "book")  # where jupyter-book executes the page
+    monkeypatch.syspath_prepend(str(ROOT / "book"))  # its kernel imports from there: book/analysis
     monkeypatch.delenv("PAPERLIB_RUNS", raising=False)
     cells = CODE_CELL.findall(page.read_text())
     assert cells, f"{page.name} has no code cells"
