@@ -414,7 +414,7 @@ def write_record(run_dir: Path, params: dict, metrics: dict, history: list[dict]
 def record_index(folder: Path) -> list[tuple[Path, dict]]:
     """(run folder, ``params.json``) of every complete training record directly under ``folder``
     (``runs/<experiment>``), in folder order: where a run's record is found by the parameters it was made
-    with, not by the name it sits under (:func:`paperlib.report.grid_records`).
+    with, not by the name it sits under (:func:`paperlib.grids.grid_records`).
 
     Each file is parsed once per version of it (modification time and size); every call returns new dicts.
     """

@@ -15,7 +15,7 @@ import pandas as pd
 import yaml
 
 from . import plots, presets, records
-from .grids import _found_records, find_record, grid_records, grid_runs  # noqa: F401 (read as report's)
+from .grids import _found_records, grid_records, grid_runs  # noqa: F401 (grid_records, grid_runs: read as report's)
 
 
 def _fmt(value) -> str:

@@ -1,7 +1,9 @@
 """The intro's summary figure: the paper's central claim (a target sets the density; a penalty does not)
 beside ours, constrained and penalized, on MNIST and CIFAR-10."""
 
+import json
 import re
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -82,9 +84,6 @@ def plot_central_claim(points: pd.DataFrame) -> plt.Figure:
 
 def compute_spent(runs_dir) -> pd.DataFrame:
     """The compute behind the book's records: runs and hours (``wall_time_s``) per device kind."""
-    import json
-    from pathlib import Path
-
     rows = {}
     for path in sorted(Path(runs_dir).glob("*/*/metrics.json")):
         metrics = json.loads(path.read_text())
