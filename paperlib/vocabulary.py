@@ -7,8 +7,9 @@ Every module that accepts one of these names imports its tuple from here;
 import re
 
 #: ``auto`` resolves to ``paper`` on CUDA and to the dataset's CPU protocol otherwise
-#: (:func:`paperlib.presets.concrete_preset`); ``gpu`` is CIFAR-10's compressed GPU protocol.
-PRESETS = ("auto", "paper", "cpu", "gpu")
+#: (:func:`paperlib.presets.concrete_preset`); ``cpu2`` is CIFAR-10's CPU protocol whose targets bind, ``gpu``
+#: its compressed GPU protocol.
+PRESETS = ("auto", "paper", "cpu", "cpu2", "gpu")
 DATASETS = ("mnist", "cifar10", "cifar100", "tinyimagenet", "imagenet")
 #: The paper's models (App. J); any ``wrn-DEPTH-WIDTH`` is a model too (:func:`is_model_name`).
 MODEL_NAMES = ("mlp", "lenet5", "wrn-28-10", "resnet18", "resnet50")
