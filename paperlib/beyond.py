@@ -22,7 +22,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from . import counting, records, report, studies
-from .comparison import best_feasible_error, best_finetuned_error, mean_of
+from .comparison import mean_of
+from .paper_rows import best_feasible_error, best_finetuned_error
 from .models import build_model
 from .paper_numbers import ref
 from .paper_results import paper_cell, paper_results

@@ -28,7 +28,7 @@ from matplotlib.lines import Line2D
 import pandas as pd
 
 from . import rules, studies
-from .comparison import constrained_densities, largest_gap, target_label
+from .paper_rows import constrained_densities, largest_gap, target_label
 from .paper_results import paper_results
 from .plots import plot_gate_histograms
 from .report import (complete_records, count_of, in_words, no_record_line, notebook_link, plot_density_traces,

@@ -35,7 +35,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from . import rules, studies
-from .comparison import PAPER_MODEL_NAMES, constrained_densities, largest_gap, target_label
+from .paper_rows import PAPER_MODEL_NAMES, constrained_densities, largest_gap, target_label
 from .control import run_link
 from .mnist_findings import records_of, select
 from .paper_numbers import ref

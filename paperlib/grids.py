@@ -127,3 +127,9 @@ def _found_records(runs: list[tuple[object, Path]]) -> list[tuple[object, Path |
             indexes[folder.parent] = records.record_index(folder.parent)
         found.append((config, find_record(config, indexes[folder.parent])))
     return found
+
+
+def complete_records(grid_file: str | Path) -> list[dict]:
+    """The complete records of a grid's runs, made with the parameters the grid gives today, in grid order
+    (:func:`grid_records`)."""
+    return [records.load_record(run_dir) for _, run_dir in grid_records(grid_file) if run_dir is not None]

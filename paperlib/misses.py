@@ -24,7 +24,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from . import rules, studies
-from .comparison import constrained_densities
+from .paper_rows import constrained_densities
 from .control import (ABLATION_GRID, CONTROL_GRIDS, constraint_names, dense_run, dual_lr_rows,
                       final_gaps, run_label, run_link, run_rows, short_layer_name, step_log)
 from .models import gate_counts

@@ -30,8 +30,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import comparison, counting, gates, intervals, models, plots, records, report, rules, studies
-from .comparison import PAPER_MODEL_NAMES, target_label
+from . import comparison, counting, gates, intervals, models, paper_rows, plots, records, report, rules, studies
+from .paper_rows import PAPER_MODEL_NAMES, target_label
 from .paper_numbers import ref
 from .purge import keep_first  # not `from . import purge`: paperlib.purge is the function (paperlib/__init__.py)
 from .paper_results import paper_cell, paper_results, paper_runs
@@ -162,7 +162,7 @@ def our_twins(theirs: dict) -> dict[str, dict | None]:
 
 def authors_best_errors(runs: list[dict]) -> pd.DataFrame:
     """Table 1's "error best" taken the authors' way (the lowest error of any epoch of any seed,
-    :func:`comparison.authors_best_error`), one row per constrained row with records, beside the paper's."""
+    :func:`paper_rows.authors_best_error`), one row per constrained row with records, beside the paper's."""
     by_row = {}
     for run in runs:
         by_row.setdefault((run["metrics"]["model"], run["metrics"]["grouping"]), []).append(run)
@@ -172,7 +172,7 @@ def authors_best_errors(runs: list[dict]) -> pd.DataFrame:
                            metric="val_error_best").value
         rows.append({"model": PAPER_MODEL_NAMES[model], "row": f"constrained, {grouping}-wise", "seeds": len(cell_runs),
                      "val. error best (%) paper": paper,
-                     "val. error best (%) ours, authors' way": comparison.authors_best_error(cell_runs)})
+                     "val. error best (%) ours, authors' way": paper_rows.authors_best_error(cell_runs)})
     return pd.DataFrame(rows)
 
 
@@ -214,7 +214,7 @@ def paper_gap_table() -> pd.DataFrame:
 
 def paper_gap(model: str, grouping: str, target: str) -> float:
     """The paper's final model L0-density minus the target (points) in the cell labelled ``target``
-    (:func:`comparison.target_label`); for Table 1's rows, which print no density, the authors' aggregated
+    (:func:`paper_rows.target_label`); for Table 1's rows, which print no density, the authors' aggregated
     density (:data:`AUTHORS_TABLE1_DENSITY`) minus the first layer's target."""
     printed = paper_constrained_densities()
     cell = printed[(printed["model"] == PAPER_MODEL_NAMES[model]) & (printed["grouping"] == grouping)
@@ -282,7 +282,7 @@ def lowest_worst_layer(record: dict) -> tuple[float, int]:
 
 def gap_history(record: dict) -> list[float]:
     """Per training epoch, the largest gap (points) between an expected density and its target."""
-    return [max(100 * (density - target) for density, target in comparison.constrained_densities(record, row))
+    return [max(100 * (density - target) for density, target in paper_rows.constrained_densities(record, row))
             for row in record["history"] if row["phase"] == "train"]
 
 
@@ -301,7 +301,7 @@ def dual_lr_table(runs: list[dict]) -> pd.DataFrame:
         rows.append({"grouping": m["grouping"], "dual lr": f"{run['params']['dual_lr']:g}",
                      "final largest gap (points)": gaps[-1],
                      "within 1 point from epoch": None if settled is None else str(settled),
-                     "val. error best (%)": comparison.best_feasible_error(run), "val. error final (%)": m["val_error_final"],
+                     "val. error best (%)": paper_rows.best_feasible_error(run), "val. error final (%)": m["val_error_final"],
                      "run": report.notebook_link(run["path"], m["run_name"])})
     return naming_pending(pd.DataFrame(rows), [DUAL_LR_GRID])
 
@@ -392,7 +392,7 @@ def authors_mlp_table(theirs: list[dict], twins: list[dict]) -> pd.DataFrame:
         cell = f"{run['grouping']}-wise {100 * run['target']:g}%"
         rows += [{"cell": cell, **_authors_row(run)},
                  *({"cell": cell, **_our_row(label, record)} for label, record in ours.items() if record),
-                 {"cell": cell, "run": "paper", "L0-density (%)": comparison.printed_cell(paper), "groups kept": None,
+                 {"cell": cell, "run": "paper", "L0-density (%)": paper_rows.printed_cell(paper), "groups kept": None,
                   "val. error final (%)": paper_cell("tab:mlp_control", metric="val_error_final", **keys).value,
                   "record": None}]
     return pd.DataFrame(rows, columns=["cell", "run", "L0-density (%)", "groups kept", "val. error final (%)", "record"])

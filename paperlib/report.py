@@ -15,7 +15,7 @@ import pandas as pd
 import yaml
 
 from . import plots, presets, records
-from .grids import _found_records, grid_records, grid_runs  # noqa: F401 (grid_records, grid_runs: read as report's)
+from .grids import _found_records, complete_records, grid_records, grid_runs  # noqa: F401 (read as report's)
 
 
 def _fmt(value) -> str:
@@ -115,12 +115,6 @@ def grid_table(grid_file: str | Path) -> pd.DataFrame:
     if (table["status"] != "complete").any():
         table.attrs["command"] = f"python -m paperlib.sweeps {grid_file}"
     return table
-
-
-def complete_records(grid_file: str | Path) -> list[dict]:
-    """The complete records of a grid's runs, made with the parameters the grid gives today, in grid order
-    (:func:`grid_records`)."""
-    return [records.load_record(run_dir) for _, run_dir in grid_records(grid_file) if run_dir is not None]
 
 
 def counterpart(record: dict, candidates: list[dict], differing: tuple[str, ...]) -> dict | None:
@@ -360,19 +354,3 @@ def fractional_medians(record: dict) -> tuple[str, float]:
     last = record["gate_medians"][max(record["gate_medians"], key=int)]
     layer = next(iter(last))
     return layer, sum(0.0 < m < 1.0 for m in last[layer]) / len(last[layer])
-
-
-def run_page_remarks(run_dir: Path) -> str:
-    """What a reader of a run's page should know before its log: that the run was resumed (its log starts
-    where it resumed), and that its parameters are an earlier preset's (:func:`~paperlib.presets.current_run_name`)."""
-    if records.record_status(run_dir) is None or not (Path(run_dir) / "params.json").exists():
-        return ""  # no record, or a bisection search's (its trainings have their own pages)
-    record = records.load_record(run_dir)
-    remarks = []
-    if record["metrics"].get("git_commits_resumed_at"):
-        remarks.append(" It was stopped and resumed from a checkpoint: its log starts at the epoch it resumed from,"
-                       " and every epoch is in its history.")
-    if presets.current_run_name(record["params"]) != Path(run_dir).name:
-        remarks.append(" Its parameters are an earlier preset's: today the same name stands for another"
-                       " configuration.")
-    return "".join(remarks)

@@ -375,7 +375,7 @@ FREE_GATES_STUDIES = ("cifar10_free_gates", "cifar10_cpu_protocol", "cifar10_gpu
 
 def free_gates_records() -> list[dict]:
     """The complete free-gates records (:func:`is_free_gates`) of :data:`FREE_GATES_STUDIES`' grids."""
-    from .report import complete_records
+    from .grids import complete_records
     from .studies import grids
 
     return [run for grid in grids(*FREE_GATES_STUDIES) for run in complete_records(grid) if is_free_gates(run)]

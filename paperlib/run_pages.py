@@ -233,13 +233,13 @@ def write_header(run_dir: Path) -> bool:
 
 def run_table(record: dict, paper_rows: pd.DataFrame | None = None) -> pd.DataFrame:
     """The run's numbers in one row (all in %, 2 decimals), with the paper's rows for its setting under it
-    (``paper_rows``, as :func:`paperlib.comparison.paper_rows_for` gives them), under short column names
+    (``paper_rows``, as :func:`paperlib.paper_rows.paper_rows_for` gives them), under short column names
     (:data:`SHORT_COLUMNS`) so that the table fits the page's text column.
 
     The hyper-parameter column is ``target`` (%) or ``λ_pen``; our best error is
-    :func:`paperlib.comparison.our_value`'s (for a constrained run, over the epochs that met the constraints).
+    :func:`paperlib.paper_rows.our_value`'s (for a constrained run, over the epochs that met the constraints).
     """
-    from .comparison import our_value
+    from .paper_rows import our_value
 
     params = record["params"]
     hyper = {}
@@ -278,3 +278,19 @@ def show(fig, colors: int = 32) -> None:
     out = io.BytesIO()
     palette.save(out, "PNG", optimize=True)
     display(Image(data=out.getvalue(), format="png"))
+
+
+def run_page_remarks(run_dir: Path) -> str:
+    """What a reader of a run's page should know before its log: that the run was resumed (its log starts
+    where it resumed), and that its parameters are an earlier preset's (:func:`~paperlib.presets.current_run_name`)."""
+    if records.record_status(run_dir) is None or not (Path(run_dir) / "params.json").exists():
+        return ""  # no record, or a bisection search's (its trainings have their own pages)
+    record = records.load_record(run_dir)
+    remarks = []
+    if record["metrics"].get("git_commits_resumed_at"):
+        remarks.append(" It was stopped and resumed from a checkpoint: its log starts at the epoch it resumed from,"
+                       " and every epoch is in its history.")
+    if presets.current_run_name(record["params"]) != Path(run_dir).name:
+        remarks.append(" Its parameters are an earlier preset's: today the same name stands for another"
+                       " configuration.")
+    return "".join(remarks)

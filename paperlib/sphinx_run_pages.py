@@ -4,7 +4,7 @@ titled by their run (:func:`paperlib.run_pages.run_title`) and say that they are
 import json
 
 from . import records, run_pages
-from .report import run_page_remarks
+from .run_pages import run_page_remarks
 
 RUN_PAGE_PARTS = 4  # runs/<experiment>/<run name>/notebook
 

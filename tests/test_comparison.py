@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from paperlib import comparison, intervals, records, studies
+from paperlib import comparison, intervals, paper_rows, records, studies
 from paperlib.paper_results import paper_cell
 from paperlib.report import grid_runs
 
@@ -42,20 +42,20 @@ def test_best_error_is_taken_only_where_every_constraint_holds():
                           "val_error_best": 0.5, "l0_density_per_layer": {"fc1": 0, "fc2": 0, "fc3": 0}},
               "history": _history([90.0, 0.5, 1.2, 0.9, 1.0], [0.9, 0.8, 0.305, 0.311, 0.309])}
     # 0.311 is more than 1 point above 0.3, so epoch 3 does not count; epochs 2 and 4 do.
-    assert comparison.best_feasible_error(record) == 1.0
+    assert paper_rows.best_feasible_error(record) == 1.0
     record["metrics"]["grouping"] = "layer"
     record["metrics"]["target"] = [0.3, 0.3, 0.2]  # fc3 never gets within a point of 20%
-    assert comparison.best_feasible_error(record) is None
+    assert paper_rows.best_feasible_error(record) is None
     record["metrics"].update(method="penalized")  # no constraint: the best error over training
-    assert comparison.best_feasible_error(record) == 0.5
+    assert paper_rows.best_feasible_error(record) == 0.5
 
 
 def test_the_authors_best_error_is_the_lowest_of_any_epoch_of_any_seed():
     """comparison_tables.py: per seed the minimum over epochs, then the minimum over seeds, feasible or not."""
     dense_early = {"history": _history([90.0, 0.5, 1.2], [0.9, 0.8, 0.3])}  # 0.5 while far too dense
     other_seed = {"history": _history([80.0, 0.7, 0.6], [0.9, 0.4, 0.3])}
-    assert comparison.authors_best_error([dense_early, other_seed]) == 0.5
-    assert comparison.authors_best_error([other_seed]) == 0.6
+    assert paper_rows.authors_best_error([dense_early, other_seed]) == 0.5
+    assert paper_rows.authors_best_error([other_seed]) == 0.6
 
 
 def test_a_missing_dense_row_is_named_by_model_and_method_alone(runs):
@@ -158,13 +158,13 @@ def test_magnitude_pruning_is_read_at_the_papers_fine_tuning_checkpoints():
                + [{"phase": "pruned", "val_error": 30.0}]
                + [{"phase": "finetune", "val_error": e} for e in finetuned])
     record = {"metrics": {"method": "magnitude_pruning", "target": 0.1}, "history": history}
-    assert comparison.our_value(record, "val_error_best", 0) == 30.0  # the pruned model, dense epochs excluded
-    assert comparison.our_value(record, "val_error_best", 1) == 29.0
-    assert comparison.our_value(record, "val_error_best", 4) == 26.0  # best so far, not the checkpoint's 28
-    assert comparison.our_value(record, "val_error_final", 4) == 28.0
-    assert comparison.our_value(record, "val_error_best", 5) == 25.0
-    assert comparison.our_value(record, "val_error_best", 6) is None  # not fine-tuned that long
-    assert comparison.our_value(record, "l0_density", 3) == 10.0
+    assert paper_rows.our_value(record, "val_error_best", 0) == 30.0  # the pruned model, dense epochs excluded
+    assert paper_rows.our_value(record, "val_error_best", 1) == 29.0
+    assert paper_rows.our_value(record, "val_error_best", 4) == 26.0  # best so far, not the checkpoint's 28
+    assert paper_rows.our_value(record, "val_error_final", 4) == 28.0
+    assert paper_rows.our_value(record, "val_error_best", 5) == 25.0
+    assert paper_rows.our_value(record, "val_error_best", 6) is None  # not fine-tuned that long
+    assert paper_rows.our_value(record, "l0_density", 3) == 10.0
 
 
 def test_compact_puts_each_difference_next_to_our_value():
@@ -279,7 +279,7 @@ def test_a_run_sits_above_the_papers_rows_for_its_setting_and_nowhere_else():
                {"epoch": "2", "phase": "train", "l0_density": "0.505", "val_error": "1.40"}]  # within 1 point
     metrics = {"model": "mlp", "method": "constrained", "grouping": "model", "target": 0.5, "l0_density": 0.505,
                "params_pct": 60.0, "macs_pct": 59.0, "val_error_best": 1.20, "val_error_final": 1.40}
-    rows = comparison.paper_rows_for({"params": config.to_dict(), "metrics": metrics, "history": history})
+    rows = paper_rows.paper_rows_for({"params": config.to_dict(), "metrics": metrics, "history": history})
     assert rows[""].tolist() == ["ours, mlp", "Table 10, MLP"]
     paper = paper_cell("tab:mlp_control", method="constrained", grouping="model", target=0.5, metric="l0_density")
     assert rows.loc[1, "L0-density (%)"] == f"{paper.value} ± {paper.ci}"
@@ -287,7 +287,7 @@ def test_a_run_sits_above_the_papers_rows_for_its_setting_and_nowhere_else():
     assert rows.loc[0, "val. error best (%)"] == "1.40"  # the best error of the epochs that met the constraint
     other = resolve_config(dataset="mnist", model="mlp", method="constrained", grouping="model", target=0.42,
                            preset="paper")
-    assert comparison.paper_rows_for({"params": other.to_dict(), "metrics": metrics, "history": history}).empty
+    assert paper_rows.paper_rows_for({"params": other.to_dict(), "metrics": metrics, "history": history}).empty
 
 
 def test_a_tables_number_of_runs_is_the_papers_own():

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from paperlib import records, report, training
+from paperlib import records, report, run_pages, training
 
 
 def test_grid_table_shows_complete_runs_and_names_missing_ones(workspace):
@@ -224,16 +224,16 @@ def test_a_run_page_says_when_its_run_resumed_or_is_of_an_earlier_preset(workspa
     common = {"experiment": "remarks", "model": "mlp", "preset": "cpu", "epochs": 1, "batch_size": 16}
     done = training.run_experiment(progress=False, dataset="mnist", target=0.4, **common)
     folder = records.runs_dir() / "remarks" / done["metrics"]["run_name"]
-    assert report.run_page_remarks(folder) == "" and report.run_page_remarks(workspace / "nothing") == ""
+    assert run_pages.run_page_remarks(folder) == "" and run_pages.run_page_remarks(workspace / "nothing") == ""
     search = workspace / "search"  # a bisection search's record: metrics.json only
     records.write_json(search / "metrics.json", {"status": "complete", "kind": "bisection search"})
-    assert report.run_page_remarks(search) == ""
+    assert run_pages.run_page_remarks(search) == ""
     metrics = json.loads((folder / "metrics.json").read_text())
     records.write_json(folder / "metrics.json", {**metrics, "git_commits_resumed_at": ["abc"]})
-    assert "resumed from a checkpoint" in report.run_page_remarks(folder)
+    assert "resumed from a checkpoint" in run_pages.run_page_remarks(folder)
     params = json.loads((folder / "params.json").read_text())
     records.write_json(folder / "params.json", {**params, "epochs": 7})
-    assert "earlier preset" in report.run_page_remarks(folder)
+    assert "earlier preset" in run_pages.run_page_remarks(folder)
 
 
 def test_show_keeps_a_mean_and_its_ci_on_one_line():
