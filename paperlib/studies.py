@@ -32,7 +32,7 @@ from . import records
 class Study:
     """The grid files whose runs make a study (a ``paper``-preset grid first where there is one), the result
     page that shows it (``results_mnist``), and ``where``: the run parameters that pick its records out of
-    grids shared with another study (see :func:`paperlib.comparison.compare`)."""
+    grids shared with another study (see :func:`analysis.comparison.compare`)."""
 
     grids: tuple[str, ...]
     page: str
@@ -52,7 +52,7 @@ _UNSTRUCTURED_MNIST = ("grids/unstructured_mnist_paper.yaml", "grids/magnitude_p
                        "grids/unstructured_mnist.yaml", "grids/magnitude_pruning_mnist.yaml")
 _TINY = ("grids/tinyimagenet_paper.yaml", "grids/tinyimagenet.yaml")
 
-#: The paper's result tables that our grids reproduce, compared cell by cell (:mod:`paperlib.comparison`).
+#: The paper's result tables that our grids reproduce, compared cell by cell (:mod:`analysis.comparison`).
 TABLES = {
     "tab:mnist": Study(("grids/table1_mnist_paper.yaml", "grids/table1_mnist.yaml"), "results_mnist"),
     "tab:mlp_control": Study(("grids/mlp_control_paper.yaml", "grids/mlp_control_seeds_paper.yaml",

@@ -1,11 +1,12 @@
-"""paperlib.beyond: App. L's pruned copies and records, Table 4's counts and App. E's searches, on records made here."""
+"""analysis.beyond: App. L's pruned copies and records, Table 4's counts and App. E's searches, on records made here."""
 
 import json
 from types import SimpleNamespace
 
 import pytest
 
-from paperlib import beyond, records, report
+from paperlib import records
+from analysis import beyond, report
 
 LAYERS = ["fc1", "fc2", "fc3"]
 

@@ -1,11 +1,12 @@
-"""paperlib.collapse: the LeNet5 collapse's runs, findings and numbers, on records made here."""
+"""analysis.collapse: the LeNet5 collapse's runs, findings and numbers, on records made here."""
 
 import matplotlib
 import numpy as np
 import pytest
 import torch
 
-from paperlib import collapse, gates, records
+from paperlib import gates, records
+from analysis import collapse
 
 matplotlib.use("Agg")
 

@@ -7,9 +7,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from paperlib import comparison, intervals, paper_rows, records, studies
+from paperlib import paper_rows, records, studies
+from analysis import comparison, intervals
 from paperlib.paper_results import paper_cell
-from paperlib.report import grid_runs
+from analysis.report import grid_runs
 
 
 @pytest.fixture

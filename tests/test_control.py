@@ -1,4 +1,4 @@
-"""paperlib.control: the control table's rows, layer densities, paper points and verdict, on records made here."""
+"""analysis.control: the control table's rows, layer densities, paper points and verdict, on records made here."""
 
 import math
 
@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from fake_records import LAYERS, record
-from paperlib import control, misses
+from analysis import control, misses
 
 
 def test_largest_gap_is_the_worst_layer_of_a_layer_wise_run_and_the_model_of_a_model_wise_one():

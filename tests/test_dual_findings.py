@@ -1,4 +1,4 @@
-"""paperlib.dual_findings: nuPI's gain, each cell's records, the summary, the findings and the figure, on records
+"""analysis.dual_findings: nuPI's gain, each cell's records, the summary, the findings and the figure, on records
 made here."""
 
 import statistics
@@ -6,7 +6,7 @@ import statistics
 import pandas as pd
 import pytest
 
-from paperlib import dual_findings as findings
+from analysis import dual_findings as findings
 
 LAYERS = ["fc1", "fc2", "fc3"]
 

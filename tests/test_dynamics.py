@@ -1,6 +1,6 @@
-"""paperlib.dynamics: the dual-restarts figure's runs in words, on records made here."""
+"""analysis.dynamics: the dual-restarts figure's runs in words, on records made here."""
 
-from paperlib import dynamics
+from analysis import dynamics
 
 
 def run(target, restarts, densities, error=1.5):

@@ -1,11 +1,11 @@
-"""paperlib.misses: why CIFAR-10 runs miss their targets (whole-gate steps, the drift under a target with the
+"""analysis.misses: why CIFAR-10 runs miss their targets (whole-gate steps, the drift under a target with the
 constraint holding, and the tests of each cause), on records made here."""
 
 import pandas as pd
 import pytest
 
 from fake_records import LAYERS, record
-from paperlib import control, misses
+from analysis import control, misses
 
 
 def test_gate_rows_count_a_saturated_layer_in_whole_gates():

@@ -1,4 +1,4 @@
-"""paperlib.mnist_findings: the MNIST pages' findings, on records made here and on the paper's printed numbers."""
+"""analysis.mnist_findings: the MNIST pages' findings, on records made here and on the paper's printed numbers."""
 
 import json
 import math
@@ -6,7 +6,8 @@ import math
 import pandas as pd
 import pytest
 
-from paperlib import comparison, gates, mnist_findings as findings, presets, report
+from paperlib import gates, presets
+from analysis import comparison, mnist_findings as findings, report
 
 MLP_LAYERS = ["fc1", "fc2", "fc3"]
 LENET_LAYERS = ["conv1", "conv2", "fc1", "fc2"]

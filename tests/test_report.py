@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from paperlib import records, report, run_pages, training
+from paperlib import records, run_pages, training
+from analysis import report
 
 
 def test_grid_table_shows_complete_runs_and_names_missing_ones(workspace):

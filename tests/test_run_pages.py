@@ -72,7 +72,7 @@ def test_line_names_the_device_the_record_ran_on():
 def test_cited_by_links_the_pages_of_the_studies_whose_grids_ask_for_the_record():
     study = studies.study("tab:mlp_control")
     grid = study.grids_at("paper")[0]
-    from paperlib import report
+    from analysis import report
     folder = next(folder for _, folder in report.grid_runs(grid) if (folder / "metrics.json").exists())
     pages = run_pages.citing_pages(folder)
     assert "Table 10" in pages[study.page]

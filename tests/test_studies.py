@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from paperlib import paper_results, report, studies
+from paperlib import paper_results, studies
+from analysis import report
 from paperlib.vocabulary import PRESETS
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,10 +1,11 @@
-"""paperlib.verdict: every claim's verdict is paperlib.rules' of its runs, MNIST and CIFAR-10 alike; a claim without
+"""analysis.verdict: every claim's verdict is paperlib.rules' of its runs, MNIST and CIFAR-10 alike; a claim without
 records is never called reproduced; what was run is read from the records."""
 
 import pandas as pd
 import pytest
 
-from paperlib import rules, verdict
+from paperlib import rules
+from analysis import verdict
 
 
 def test_a_claims_verdict_must_be_one_of_the_rules_verdicts():
@@ -61,8 +62,8 @@ def test_mnist_and_cifar10_verdicts_come_from_the_same_rule(monkeypatch, no_free
     monkeypatch.setattr(verdict.control, "control_runs", lambda: runs)
     monkeypatch.setattr(verdict.report, "complete_records", lambda grid: runs if grid != "cause" else [])
     monkeypatch.setattr(verdict.report, "grid_runs", lambda grid: runs)
-    import paperlib.misses
-    monkeypatch.setattr(paperlib.misses, "UNDER_CAUSE_GRID", "cause")
+    import analysis.misses
+    monkeypatch.setattr(analysis.misses, "UNDER_CAUSE_GRID", "cause")
     mnist, cifar = verdict.one_shot_mnist(), verdict.cifar10_control()
     assert mnist.verdict == cifar.verdict == "partly"  # 2 of 3
     assert mnist.evidence.split(";")[0] == cifar.evidence.split(";")[0]

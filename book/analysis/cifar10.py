@@ -5,7 +5,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from paperlib import control, presets, report, rules, studies
+from paperlib import presets, rules, studies
+from analysis import control, report
 from paperlib.paper_results import paper_results
 
 

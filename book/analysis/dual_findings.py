@@ -34,13 +34,13 @@ from dataclasses import dataclass, field
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from . import rules, studies
-from .paper_rows import PAPER_MODEL_NAMES, constrained_densities, largest_gap, target_label
+from paperlib import rules, studies
+from paperlib.paper_rows import PAPER_MODEL_NAMES, constrained_densities, largest_gap, target_label
 from .control import run_link
 from .mnist_findings import records_of, select
-from .paper_numbers import ref
+from paperlib.paper_numbers import ref
 from .report import count_of, grid_runs, in_words, no_record_line, show
-from .vocabulary import short_number
+from paperlib.vocabulary import short_number
 
 #: Table 1's MLP rows at the paper's protocol (five seeds), and the MLP control table's.
 TABLE1_GRID = studies.grids("tab:mnist", preset="paper")[0]

@@ -1,6 +1,6 @@
 """Why some CIFAR-10 runs miss their targets (book/results_cifar10_misses.md).
 
-The control table's constrained runs (:mod:`paperlib.control`) miss in two ways,
+The control table's constrained runs (:mod:`analysis.control`) miss in two ways,
 and each has a test of its cause:
 
 * **Over, in whole gates.** A block of WideResNet-16-1 has 16 to 64 gates, and at
@@ -23,12 +23,12 @@ import math
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from . import rules, studies
-from .paper_rows import constrained_densities
+from paperlib import rules, studies
+from paperlib.paper_rows import constrained_densities
 from .control import (ABLATION_GRID, CONTROL_GRIDS, constraint_names, dense_run, dual_lr_rows,
                       final_gaps, run_label, run_link, run_rows, short_layer_name, step_log)
-from .models import gate_counts
-from .paper_results import paper_cell
+from paperlib.models import gate_counts
+from paperlib.paper_results import paper_cell
 from .report import complete_records, count_of, in_words, no_record_line, show
 
 #: The cause test of layer-wise 20%: the gates' learning rate decayed with the weights'.

@@ -30,12 +30,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import comparison, counting, gates, intervals, models, paper_rows, plots, records, report, rules, studies
-from .paper_rows import PAPER_MODEL_NAMES, target_label
-from .paper_numbers import ref
-from .purge import keep_first  # not `from . import purge`: paperlib.purge is the function (paperlib/__init__.py)
-from .paper_results import paper_cell, paper_results, paper_runs
-from .vocabulary import METRIC_LABELS
+from paperlib import counting, gates, models, paper_rows, plots, records, rules, studies
+from . import comparison, intervals, report
+from paperlib.paper_rows import PAPER_MODEL_NAMES, target_label
+from paperlib.paper_numbers import ref
+from paperlib.purge import keep_first  # not `from . import purge`: paperlib.purge is the function (paperlib/__init__.py)
+from paperlib.paper_results import paper_cell, paper_results, paper_runs
+from paperlib.vocabulary import METRIC_LABELS
 
 #: The paper's MNIST tables: Table 1, Table 10 (MLP) and Table 11 (LeNet5).
 TABLES = ("tab:mnist", "tab:mlp_control", "tab:lenet_control")

@@ -14,8 +14,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import yaml
 
-from . import plots, presets, records
-from .grids import _found_records, complete_records, grid_records, grid_runs  # noqa: F401 (read as report's)
+from paperlib import plots, presets, records
+from paperlib.grids import _found_records, complete_records, grid_records, grid_runs  # noqa: F401 (read as report's)
 
 
 def _fmt(value) -> str:

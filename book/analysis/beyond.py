@@ -21,12 +21,13 @@ import re
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from . import counting, records, report, studies
+from paperlib import counting, records, studies
+from . import report
 from .comparison import mean_of
-from .paper_rows import best_feasible_error, best_finetuned_error
-from .models import build_model
-from .paper_numbers import ref
-from .paper_results import paper_cell, paper_results
+from paperlib.paper_rows import best_feasible_error, best_finetuned_error
+from paperlib.models import build_model
+from paperlib.paper_numbers import ref
+from paperlib.paper_results import paper_cell, paper_results
 
 #: App. L's target densities, in the order of its tables.
 DENSITIES = (0.2, 0.1, 0.05, 0.01)
@@ -174,7 +175,7 @@ def magnitude_pruning_runs(model: str) -> list[dict]:
 
 def mlp_pruning_against_paper(table: pd.DataFrame) -> dict[str, str]:
     """Our magnitude-pruned MLP against the paper's, from the comparison of Table 20
-    (:func:`paperlib.comparison.compare_table`), over its rows with our records: the seeds behind each mean
+    (:func:`analysis.comparison.compare_table`), over its rows with our records: the seeds behind each mean
     (``mlp_pruned_seeds``); our mean best error before fine-tuning at 20, 10 and 5% (``mlp_just_pruned_mean``);
     and the range of ours minus the paper's after 50 or more epochs of fine-tuning, at those densities
     (``mlp_finetuned_deltas``) and at 1% (``mlp1_finetuned_deltas``)."""

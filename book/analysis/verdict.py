@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from . import comparison, control, report, rules, studies
-from .paper_numbers import ref
+from paperlib import rules, studies
+from . import comparison, control, report
+from paperlib.paper_numbers import ref
 
 VERDICTS = tuple(verdict.value for verdict in rules.Verdict)
 
@@ -58,7 +59,7 @@ def _span(numbers) -> str:
 
 def ran(runs: list[dict]) -> Ran:
     """:class:`Ran` of ``runs`` (their ``metrics``): models, epochs and preset, the seeds of each cell (the same
-    run but for its seed), and where they trained (:func:`paperlib.control.ran_on`). A run of the CPU protocol
+    run but for its seed), and where they trained (:func:`analysis.control.ran_on`). A run of the CPU protocol
     that trained on a GPU is counted as such.
 
     Example: ``Ran("MLP, LeNet5", "200 epochs, the paper's protocol", "seeds 0–4 per cell", "CPU, 3 on GPU")``.
@@ -245,7 +246,7 @@ def dual_restarts() -> Claim:
 
 
 def stable_dynamics() -> Claim:
-    """Figure 3's claim on our CIFAR-10 control runs (:func:`~paperlib.control.stability_rows`): a run passes when
+    """Figure 3's claim on our CIFAR-10 control runs (:func:`~analysis.control.stability_rows`): a run passes when
     it settles feasible (:func:`paperlib.rules.feasible` at every logged step to the end); in progress until
     seed 0's constrained runs are complete. Figure 3's ResNet18 on TinyImageNet is not run."""
     runs = control.control_runs()
@@ -327,7 +328,7 @@ def gate_medians() -> Claim:
 
 def gates_ablation() -> Claim:
     """App. H at the CPU protocol: in progress until every run of the ablation grid is complete; then each of
-    :func:`~paperlib.control.ablation_checks` (the gates' learning rate and the stop-gradient) is one pass or
+    :func:`~analysis.control.ablation_checks` (the gates' learning rate and the stop-gradient) is one pass or
     fail."""
     ablation = report.complete_records(control.ABLATION_GRID)
     planned = len(report.grid_runs(control.ABLATION_GRID))
@@ -379,13 +380,13 @@ def table(found: list[Claim]) -> pd.DataFrame:
 
 
 #: The verdicts the book printed before :mod:`paperlib.rules` (one rule for every claim), one per claim.
-BEFORE = "paperlib/verdicts_before_rules.csv"
+BEFORE = "book/analysis/verdicts_before_rules.csv"
 
 
 def before_and_after(found: list[Claim]) -> pd.DataFrame:
     """Each claim's verdict as the book printed it before :mod:`paperlib.rules` (:data:`BEFORE`) beside its
     verdict now, and whether it moved."""
-    from .records import project_root
+    from paperlib.records import project_root
 
     before = pd.read_csv(project_root() / BEFORE, comment="#").set_index("claim")["verdict"]
     rows = [{"claim": c.claim, "before": before.get(c.claim, "—"), "now": c.verdict} for c in found]

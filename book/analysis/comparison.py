@@ -11,7 +11,7 @@ which records were used: the ``paper`` preset's where any exist, otherwise the
 come from ``paper_results.csv``, ours from ``metrics.json`` and ``history.csv``.
 
 Our CI is Student's t with n − 1 degrees of freedom
-(:func:`paperlib.intervals.mean_ci`); the paper's is shown as printed, the
+(:func:`analysis.intervals.mean_ci`); the paper's is shown as printed, the
 authors' 1.96 · std / sqrt(n), narrower at the same n. With one seed there is no
 CI. Whether a difference exceeds what the runs' spread explains
 is :func:`agreement`'s question.
@@ -34,14 +34,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import records, rules
+from paperlib import records, rules
 from .intervals import difference_interval, mean_ci
-from .paper_numbers import ref
-from .paper_results import paper_results, paper_runs
+from paperlib.paper_numbers import ref
+from paperlib.paper_results import paper_results, paper_runs
 from .report import grid_runs, notebook_link, show
-from .studies import TABLES
-from .vocabulary import METRIC_LABELS
-from .paper_rows import (MODEL_FAMILIES, ROW_KEYS, describe_key, largest_gap, matches, our_value, paper_key, printed_cell,
+from paperlib.studies import TABLES
+from paperlib.vocabulary import METRIC_LABELS
+from paperlib.paper_rows import (MODEL_FAMILIES, ROW_KEYS, describe_key, largest_gap, matches, our_value, paper_key, printed_cell,
                          target_label)
 
 
@@ -87,7 +87,7 @@ def _protocol(preset: str, chosen: list[tuple[object, Path]], metrics: list[dict
 
 def _same_parameters(config, metrics: dict) -> bool:
     """Whether a record was made with the parameters the preset gives today (see check_record_matches)."""
-    from .training import check_record_matches
+    from paperlib.training import check_record_matches
 
     try:
         check_record_matches(records.load_record(records.run_folder(config))["params"], config)
@@ -248,7 +248,7 @@ def agreement(table: str, metric: str = "val_error_final", level: float = 0.95) 
     For every row with records at the paper's protocol and a printed CI: ours
     minus the paper's mean, and the half-width of the interval that difference
     falls in with probability ``level`` if our runs and the paper's came from
-    one distribution (:func:`paperlib.intervals.difference_interval`, with the
+    one distribution (:func:`analysis.intervals.difference_interval`, with the
     number of runs the table's caption states). The paper's CI alone is not
     that interval: one run of ours falls outside a 5-run CI about half the time
     by chance.
@@ -369,7 +369,7 @@ def compact(table: pd.DataFrame) -> pd.DataFrame:
 
 def beside(table: str, metrics: list[str] | None = None, commands: bool = True) -> list:
     """A page's section for one of the paper's tables (:func:`compare_table`, :func:`compact`, shown by
-    :func:`~paperlib.report.display_all`): the table, then, unless ``commands`` is False (the same rows follow
+    :func:`~analysis.report.display_all`): the table, then, unless ``commands`` is False (the same rows follow
     in another table), the commands of the rows without a record."""
     compared = compare_table(table, metrics)
     return [show(compact(compared)), missing_commands(compared) if commands and compared.attrs["missing"] else None]

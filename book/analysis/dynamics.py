@@ -8,12 +8,13 @@ multiplier keeps what it accumulated and the density goes on falling below it
 (Figure 2 and Figure 6). And the gates' medians (Eq. 9), which decide what the
 test-time model keeps, end at 0 or 1 for most gates (Figure 9).
 Each figure is drawn from one grid, the most faithful protocol that has records
-(:func:`~paperlib.report.grid_to_show`).
+(:func:`~analysis.report.grid_to_show`).
 """
 
 import pandas as pd
 
-from . import plots, report, studies
+from paperlib import plots, studies
+from . import report
 
 #: The dual-restarts figure's grids and the gate-histogram figure's, the paper's protocol first.
 RESTARTS_GRIDS = list(studies.grids("fig:dual_restarts"))

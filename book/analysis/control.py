@@ -12,7 +12,7 @@ records into the page's answer (book/results_cifar10.md): one row per run
 whether a target or a lambda_pen means the same density on the paper's model
 and ours (:func:`transfer_in_words`), and whether the constraint dynamics settle
 (§5.4, Figure 3; :func:`stability_rows`). Why some runs miss is
-:mod:`paperlib.misses`.
+:mod:`analysis.misses`.
 
 Errors of a smaller model trained for fewer epochs are not the paper's, so the
 comparable quantity is each run's error *cost*: its final error minus the final
@@ -27,13 +27,13 @@ import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
 import pandas as pd
 
-from . import rules, studies
-from .paper_rows import constrained_densities, largest_gap, target_label
-from .paper_results import paper_results
-from .plots import plot_gate_histograms
+from paperlib import rules, studies
+from paperlib.paper_rows import constrained_densities, largest_gap, target_label
+from paperlib.paper_results import paper_results
+from paperlib.plots import plot_gate_histograms
 from .report import (complete_records, count_of, in_words, no_record_line, notebook_link, plot_density_traces,
                      show)
-from .vocabulary import METRIC_LABELS
+from paperlib.vocabulary import METRIC_LABELS
 
 def short_layer_name(layer: str) -> str:
     """``stage2.1.conv1.conv`` -> ``s2.1``: a gated WideResNet block's column heading; other names unchanged."""
@@ -509,7 +509,7 @@ PROTOCOL_FIELDS = ("model", "epochs", "batch_size", "optimizer", "lr", "lr_miles
 def protocol_table(dataset: str) -> pd.DataFrame:
     """The ``paper`` and ``cpu`` presets of a dataset side by side (from :mod:`paperlib.presets`, never typed),
     with a mark on the rows where they differ."""
-    from .presets import resolve_config
+    from paperlib.presets import resolve_config
 
     paper, cpu = (resolve_config(dataset=dataset, preset=preset, target=0.5) for preset in ("paper", "cpu"))
     rows = [{"parameter": name, "paper": str(getattr(paper, name)), "CPU protocol": str(getattr(cpu, name)),

@@ -23,8 +23,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import gates, plots, presets, records, report, studies
-from .paper_results import paper_cell
+from paperlib import gates, plots, presets, records, studies
+from . import report
+from paperlib.paper_results import paper_cell
 
 LAYERS = ("conv1", "conv2", "fc1", "fc2")
 #: The layer-wise targets of Table 1's LeNet5 cell, for :data:`LAYERS`.
@@ -165,7 +166,7 @@ def by_epoch(run: dict) -> pd.DataFrame:
 
 def layers(run: dict) -> pd.DataFrame:
     """Per layer, indexed by its name: the final expected density and the test-time share of groups kept
-    (:func:`~paperlib.report.layer_densities`)."""
+    (:func:`~analysis.report.layer_densities`)."""
     return report.layer_densities(run).set_index("layer")
 
 
@@ -341,7 +342,7 @@ def variant_row(name: str, run: dict | None) -> dict:
 
 def variant_table(runs: dict[str, dict | None], names: tuple[str, ...]) -> pd.DataFrame:
     """One :func:`variant_row` per run; ``attrs["command"]`` makes the rows without a record
-    (:func:`~paperlib.report.show` puts it in the caption)."""
+    (:func:`~analysis.report.show` puts it in the caption)."""
     table = pd.DataFrame([variant_row(name, runs[name]) for name in names])
     missing = [command(VARIANTS[name]) for name in names if runs[name] is None]
     if missing:
