@@ -15,7 +15,7 @@ mkdir -p .git/info; grep -qsx '/.devcarry/' .git/info/exclude || echo /.devcarry
 mkdir -p .devcarry
 data=${PAPERLIB_DATA:-../shared/data}
 [ -s .devcarry/cifar10-jpeg.tar.xz ] || tar -cJf .devcarry/cifar10-jpeg.tar.xz -C "$data" cifar10-jpeg
-PAPERLIB_DATA=$data python -m paperlib.sweeps "${grids[@]}" --commands | sed 's/^python /python3 /' \
+PAPERLIB_DATA=$data python -m paperlib.harness.sweeps "${grids[@]}" --commands | sed 's/^python /python3 /' \
   > .devcarry/commands.txt
 tracked=$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
 carried=$(du -cb .devcarry | tail -1 | cut -f1)

@@ -49,10 +49,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from authors_training import validation_error  # noqa: E402
 
-from paperlib import paper_rows, pruning, records, training  # noqa: E402
-from paperlib.layers import init_weights_  # noqa: E402
-from paperlib.models import gated_layer_names  # noqa: E402
-from paperlib.presets import resolve_config  # noqa: E402
+from paperlib.harness import paper_rows, records, training
+from paperlib.paper import pruning  # noqa: E402
+from paperlib.method.layers import init_weights_  # noqa: E402
+from paperlib.paper.models import gated_layer_names  # noqa: E402
+from paperlib.harness.presets import resolve_config  # noqa: E402
 
 DENSITIES = (0.2, 0.1, 0.05, 0.01)
 #: The record whose dense model this script retrains (its pruned error at 20% is checked).

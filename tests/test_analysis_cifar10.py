@@ -1,6 +1,6 @@
 import pytest
 
-from paperlib import rules
+from paperlib.harness import rules
 
 from analysis import cifar10
 

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from paperlib import records
+from paperlib.harness import records
 from analysis import beyond, report
 
 LAYERS = ["fc1", "fc2", "fc3"]
@@ -167,7 +167,7 @@ def test_lenet5s_finetuning_says_where_a_record_is_missing():
     assert numbers["lenet5_1_ft"] == beyond.NO_RECORD and numbers["lenet5_1_paper"] == "88.76, 88.76, 88.76 and 88.76"
     assert beyond.missing_pruning_records([at_20], "LeNet5") == (
         "No record yet of the magnitude-pruned LeNet5 at 10%, 5% and 1% at the paper's protocol: "
-        "`python -m paperlib.sweeps grids/magnitude_pruning_mnist_paper.yaml`.")
+        "`python -m paperlib.harness.sweeps grids/magnitude_pruning_mnist_paper.yaml`.")
     done = [pruning_record("lenet5", d, [1.0]) for d in beyond.DENSITIES]
     assert beyond.missing_pruning_records(done, "LeNet5") == ""
 
@@ -232,7 +232,7 @@ def test_bisection_rows_give_the_closest_training_and_the_command_for_a_missing_
     assert rows["grouping"].tolist() == ["model", "layer"] and rows["trainings paper"].tolist() == [">= 6", ">= 6"]
     model = rows.iloc[0]
     assert model["trainings ours"] == 8 and model["λ_pen found"] == "1" and model["L0-density (%)"] == 50.5
-    assert rows.iloc[1]["run"] == "not run" and rows.attrs["command"] == "python -m paperlib.sweeps grids/searches.yaml"
+    assert rows.iloc[1]["run"] == "not run" and rows.attrs["command"] == "python -m paperlib.harness.sweeps grids/searches.yaml"
     done.append(search("layer", 6))
     assert "command" not in beyond.bisection_rows("grids/searches.yaml").attrs
 
@@ -246,6 +246,6 @@ def test_the_bisection_sentence_or_what_it_lacks():
         "at least 6. The constrained MLP asked for 50% ends at 50.26% (model-wise, final error 1.80%) and 50.03% "
         "(layer-wise, final error 1.86%) in one run each, at its own protocol of 200 epochs (Table 10).")
     assert beyond.bisection_against_constraint([], constrained) == (
-        "No record yet of a bisection search: `python -m paperlib.sweeps grids/bisection_paper.yaml`.")
+        "No record yet of a bisection search: `python -m paperlib.harness.sweeps grids/bisection_paper.yaml`.")
     assert beyond.bisection_against_constraint(searches, {}) == (
-        "No record yet of the constrained MLP at 50%: `python -m paperlib.sweeps grids/mlp_control_paper.yaml`.")
+        "No record yet of the constrained MLP at 50%: `python -m paperlib.harness.sweeps grids/mlp_control_paper.yaml`.")

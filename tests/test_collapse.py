@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from paperlib import gates, records
+from paperlib.harness import records
+from paperlib.method import gates
 from analysis import collapse
 
 matplotlib.use("Agg")
@@ -162,7 +163,7 @@ def test_a_variants_row_gives_its_errors_densities_and_multipliers(no_records):
     assert row["final λ"] == "0.0172, 0.2, 0.00129, 0.589"
     table = collapse.variant_table({"fast": run, "slow": None}, ("fast", "slow"))
     assert table["variant"].tolist()[1] == "dual lr 1e-4, unclamped (today's cpu preset): not run"
-    assert table.attrs["command"] == "python -m paperlib.sweeps grids/lenet5_collapse.yaml"
+    assert table.attrs["command"] == "python -m paperlib.harness.sweeps grids/lenet5_collapse.yaml"
 
 
 def test_the_runs_are_found_from_their_grids_and_a_hand_made_one_by_its_parameters(no_records):
@@ -174,7 +175,7 @@ def test_the_runs_are_found_from_their_grids_and_a_hand_made_one_by_its_paramete
         no_records / "lenet_control" / "lenet5-constrained-layer-t0.2-s0-paper")
     every = collapse.VARIANTS["every"]
     made_here = no_records / "lenet5_collapse" / f"{CELL}-epochs14-dual_lr0.003-clamp_log_alphaTrue-s0-cpu"
-    assert collapse.folder(every) == made_here  # where python -m paperlib.run would write it
+    assert collapse.folder(every) == made_here  # where python -m paperlib.harness.run would write it
     named_by_hand = no_records / "lenet5_collapse" / "medians-every-epoch"
     records.write_json(named_by_hand / "params.json", {**every.params, "run_name": "medians-every-epoch"})
     records.write_json(named_by_hand / "metrics.json", {"status": "complete"})
@@ -190,9 +191,9 @@ def test_the_runs_are_found_from_their_grids_and_a_hand_made_one_by_its_paramete
 def test_a_run_without_a_record_is_named_with_the_command_that_makes_it(no_records):
     lines = collapse.no_record_lines({"every": None, "slow": record([90, 5])}, ("every", "slow"))
     assert len(lines) == 1 and lines[0].startswith("No record yet of *dual lr 3e-3, every epoch*: `python -m "
-                                                   "paperlib.run experiment=lenet5_collapse dataset=mnist")
+                                                   "paperlib.harness.run experiment=lenet5_collapse dataset=mnist")
     assert "target=[0.5,0.3,0.7,0.1] dual_lr=0.003 clamp_log_alpha=true epochs=14" in lines[0]
-    with pytest.raises(FileNotFoundError, match="`python -m paperlib.sweeps grids/table1_mnist.yaml`"):
+    with pytest.raises(FileNotFoundError, match="`python -m paperlib.harness.sweeps grids/table1_mnist.yaml`"):
         collapse.intro_numbers({"old": None, "control_old": record([90, 5])})
 
 
@@ -235,7 +236,7 @@ def test_the_control_numbers_as_the_page_prints_them():
     assert [numbers[f"control_slow_{part}"] for part in ("peak", "final", "best", "lambdas", "above")] == [
         "2.05", "1.81", "1.05", "0.73 to 0.91", "6 to 17"]
     assert numbers["control_paper_outcome"] == (
-        "has no record yet (`python -m paperlib.sweeps grids/lenet_control_paper.yaml`)")
+        "has no record yet (`python -m paperlib.harness.sweeps grids/lenet_control_paper.yaml`)")
     on_target = {layer: [0.8, 0.2093 if layer == "conv1" else 0.2] for layer in LAYERS}
     runs["control_paper"] = record([90, 1.19], densities=on_target, target=0.2)
     assert collapse.control_numbers(runs)["control_paper_outcome"].startswith(

@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from paperlib import paper_rows, records, studies
+from paperlib.harness import paper_rows, records, studies
 from analysis import comparison, intervals
-from paperlib.paper_results import paper_cell
+from paperlib.paper.paper_results import paper_cell
 from analysis.report import grid_runs
 
 
@@ -95,7 +95,7 @@ def test_compare_prefers_paper_protocol_records_and_names_missing_rows(runs):
     # LeNet5 model-wise is in the grid but not run; the layer-wise rows are in no grid.
     assert table.loc[("LeNet5", "constrained", "model"), "protocol"] == "not run"
     missing = table.attrs["missing"]
-    assert missing["LeNet5 constrained model 10%"] == f"python -m paperlib.sweeps {grid}"
+    assert missing["LeNet5 constrained model 10%"] == f"python -m paperlib.harness.sweeps {grid}"
     assert missing["LeNet5 constrained layer [50, 30, 70, 10]%"].startswith(
         f"papermill {records.project_root() / 'book' / 'mnist.ipynb'} out.ipynb -p experiment cmp -p model lenet5 "
         "-p method constrained -p grouping layer -p preset paper -p target '[0.5, 0.3, 0.7, 0.1]'")
@@ -186,12 +186,12 @@ def test_compact_puts_each_difference_next_to_our_value():
 
 def test_missing_commands_name_each_command_once_with_the_rows_it_produces():
     table = pd.DataFrame({"row": [1, 2, 3]})
-    table.attrs["missing"] = {"MLP constrained model 20%": "python -m paperlib.sweeps grids/a.yaml",
-                              "MLP constrained model 35%": "python -m paperlib.sweeps grids/a.yaml",
+    table.attrs["missing"] = {"MLP constrained model 20%": "python -m paperlib.harness.sweeps grids/a.yaml",
+                              "MLP constrained model 35%": "python -m paperlib.harness.sweeps grids/a.yaml",
                               "MLP dense": "papermill book/unstructured.ipynb out.ipynb -p method dense"}
     text = comparison.missing_commands(table)
     assert text.count("grids/a.yaml") == 1 and text.count("method dense") == 1
-    assert "`python -m paperlib.sweeps grids/a.yaml`: 2 rows (MLP constrained model 20%; MLP constrained model 35%)" \
+    assert "`python -m paperlib.harness.sweeps grids/a.yaml`: 2 rows (MLP constrained model 20%; MLP constrained model 35%)" \
         in text
     assert "`papermill book/unstructured.ipynb out.ipynb -p method dense`: 1 row (MLP dense)" in text
     table.attrs["missing"] = {}
@@ -201,7 +201,7 @@ def test_missing_commands_name_each_command_once_with_the_rows_it_produces():
 def test_every_compared_table_is_a_result_table_of_the_paper_shown_on_its_page():
     """studies.TABLES is the one home of which grids fill which table: each label is one of the paper's
     tables, each grid file exists, and the page it names shows that table."""
-    from paperlib.paper_results import paper_results
+    from paperlib.paper.paper_results import paper_results
 
     tables = set(paper_results().query("source_kind == 'table'")["table"])
     for label, source in studies.TABLES.items():
@@ -272,7 +272,7 @@ def test_agreement_tests_each_difference_against_the_spread_behind_the_papers_ci
 
 
 def test_a_run_sits_above_the_papers_rows_for_its_setting_and_nowhere_else():
-    from paperlib.presets import resolve_config
+    from paperlib.harness.presets import resolve_config
 
     config = resolve_config(dataset="mnist", model="mlp", method="constrained", grouping="model", target=0.5,
                             preset="paper")
@@ -292,7 +292,7 @@ def test_a_run_sits_above_the_papers_rows_for_its_setting_and_nowhere_else():
 
 
 def test_a_tables_number_of_runs_is_the_papers_own():
-    from paperlib.paper_results import paper_runs
+    from paperlib.paper.paper_results import paper_runs
 
     assert paper_runs("tab:mnist") == 5 and paper_runs("app:all_comparisons:tiny_imagenet") == 3
     assert paper_runs("tab:tiny_unstructured_comparison") is None  # its caption does not say
@@ -304,23 +304,23 @@ def test_beside_gives_the_compacted_table_and_the_commands_of_its_missing_rows_u
     table = pd.DataFrame({"model": ["mlp"], "method": ["constrained"], "grouping": ["model"],
                           "target / λ_pen": ["20%"], "L0-density (%) paper": ["20.10"],
                           "L0-density (%) ours": [None], "L0-density (%) Δ": [None]})
-    table.attrs["missing"] = {"constrained, model-wise 20%": "python -m paperlib.sweeps grids/x.yaml"}
+    table.attrs["missing"] = {"constrained, model-wise 20%": "python -m paperlib.harness.sweeps grids/x.yaml"}
     monkeypatch.setattr(comparison, "compare_table", lambda label, metrics=None: table)
     shown, commands = comparison.beside("tab:mlp_control")
     assert shown.data["row"].tolist() == ["constrained, model-wise 20%"]
-    assert "`python -m paperlib.sweeps grids/x.yaml`: 1 row" in commands
+    assert "`python -m paperlib.harness.sweeps grids/x.yaml`: 1 row" in commands
     assert comparison.beside("tab:mlp_control", commands=False)[1] is None
 
 
 def test_missing_commands_give_each_alternative_with_the_protocol_its_grid_runs():
     table = pd.DataFrame({"row": [1]})
     table.attrs["missing"] = {
-        "WideResNet-28-10 penalized model λ_pen 1": "python -m paperlib.sweeps grids/cifar10_control.yaml ; "
-                                                    "python -m paperlib.sweeps grids/cifar10_control_paper.yaml",
-        "MLP dense": "python -m paperlib.sweeps grids/unstructured_mnist.yaml ; at the paper's protocol: "
+        "WideResNet-28-10 penalized model λ_pen 1": "python -m paperlib.harness.sweeps grids/cifar10_control.yaml ; "
+                                                    "python -m paperlib.harness.sweeps grids/cifar10_control_paper.yaml",
+        "MLP dense": "python -m paperlib.harness.sweeps grids/unstructured_mnist.yaml ; at the paper's protocol: "
                      "papermill book/unstructured.ipynb out.ipynb -p method dense"}
     lines = comparison.missing_commands(table).splitlines()[2:]
-    assert lines[0] == ("- 1 row (WideResNet-28-10 penalized model λ_pen 1): `python -m paperlib.sweeps "
-                        "grids/cifar10_control.yaml` (at the CPU protocol) or `python -m paperlib.sweeps "
+    assert lines[0] == ("- 1 row (WideResNet-28-10 penalized model λ_pen 1): `python -m paperlib.harness.sweeps "
+                        "grids/cifar10_control.yaml` (at the CPU protocol) or `python -m paperlib.harness.sweeps "
                         "grids/cifar10_control_paper.yaml` (at the paper's protocol)")
     assert lines[1].endswith("or `papermill book/unstructured.ipynb out.ipynb -p method dense` (at the paper's protocol)")

@@ -147,7 +147,7 @@ def test_the_pages_selections_of_the_control_records(monkeypatch):
     assert control.preset_run(found) is scaled and control.dense_run([scaled, dense]) is dense
     assert control.epoch_sentence([scaled, dense]) == (
         "2 runs: 1.0 minutes per epoch (median; 1.0 to 1.0), 20 minutes per run.")
-    assert control.epoch_sentence([]).startswith("No record yet of the control table: `python -m paperlib.sweeps")
+    assert control.epoch_sentence([]).startswith("No record yet of the control table: `python -m paperlib.harness.sweeps")
     undetached = run(grouping="model", detach_gates=False)
     assert control.detach_pairs([undetached, run(grouping="model")], [model20, scaled]) == [undetached, model20]
     tested = run(schedule_gates=True)

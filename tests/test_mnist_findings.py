@@ -6,7 +6,8 @@ import math
 import pandas as pd
 import pytest
 
-from paperlib import gates, presets
+from paperlib.harness import presets
+from paperlib.method import gates
 from analysis import comparison, mnist_findings as findings, report
 
 MLP_LAYERS = ["fc1", "fc2", "fc3"]
@@ -70,7 +71,7 @@ def test_records_of_keep_grid_order_and_the_asked_parameters(grids):
 def test_a_missing_record_is_named_with_the_command_that_makes_it(grids):
     grids["done.yaml"], grids["half.yaml"] = [record()], [record()]
     grids.sizes["half.yaml"] = 2
-    assert findings.pending_command(["done.yaml", "half.yaml"]) == "python -m paperlib.sweeps half.yaml"
+    assert findings.pending_command(["done.yaml", "half.yaml"]) == "python -m paperlib.harness.sweeps half.yaml"
     assert findings.pending_command(["done.yaml"]) is None
 
 
@@ -169,7 +170,7 @@ def test_gap_history_and_the_epoch_a_run_settles_within_a_point(grids):
     assert table["within 1 point from epoch"].tolist() == ["4", "1"]
     assert table["dual lr"].tolist() == ["0.0001", "0.001"]
     assert table["val. error best (%)"].tolist() == pytest.approx([1.8, 1.9])  # feasible epochs only
-    assert table.attrs["command"] == f"python -m paperlib.sweeps {findings.DUAL_LR_GRID}"
+    assert table.attrs["command"] == f"python -m paperlib.harness.sweeps {findings.DUAL_LR_GRID}"
     fig = findings.plot_gap_histories([slow, fast])
     assert fig.axes[0].lines[1].get_ydata().tolist() == pytest.approx([-0.5, 0.0])
 
@@ -328,7 +329,7 @@ def test_clamp_comparison_takes_each_cells_seed_0_and_names_the_missing_runs(gri
     assert table["run"].tolist() == ["paper", "ours", "ours, clamped, dual lr 1e-4"]
     assert table["cell"].iloc[0] == "LeNet5 layer-wise 50% (Table 11)"
     assert closer["cell"].tolist() == table["cell"].iloc[:1].tolist()
-    assert table.attrs["command"] == f"python -m paperlib.sweeps {findings.CLAMP_GRID}"
+    assert table.attrs["command"] == f"python -m paperlib.harness.sweeps {findings.CLAMP_GRID}"
 
 
 # --- where ours and the paper's differ by more than 2 points --------------------------------------
@@ -457,7 +458,7 @@ def test_seeds_table_reads_each_seeds_grid_and_names_the_missing_runs(grids, mon
     grids[findings.MLP_CONTROL_GRID] = [record(method="penalized", grouping="layer", target=None, lmbda=1.0, error=3.0)]
     table = findings.seeds_table()
     assert table[["cell", "seed 0"]].values.tolist() == [["MLP penalized layer λ_pen 1", 3.0]]
-    assert table.attrs["command"] == "python -m paperlib.sweeps seeds.yaml"
+    assert table.attrs["command"] == "python -m paperlib.harness.sweeps seeds.yaml"
 
 
 def test_retested_cells_say_whether_more_seeds_confirm_seed_0():

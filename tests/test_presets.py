@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from paperlib import gates
-from paperlib.models import build_model, model_density
-from paperlib.presets import CPU, PAPER, config_differences, resolve_config
+from paperlib.method import gates
+from paperlib.paper.models import build_model, model_density
+from paperlib.harness.presets import CPU, PAPER, config_differences, resolve_config
 
 
 @pytest.mark.parametrize("preset", ["paper", "cpu"])

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from tqdm import tqdm
 
-from paperlib import records
-from paperlib.presets import resolve_config
+from paperlib.harness import records
+from paperlib.harness.presets import resolve_config
 
 CONFIG = dict(experiment="unit", dataset="mnist", model="mlp", target=0.5, preset="cpu")
 

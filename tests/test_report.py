@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from paperlib import records, run_pages, training
+from paperlib.harness import records, run_pages, training
 from analysis import report
 
 
@@ -26,9 +26,9 @@ def test_grid_table_shows_complete_runs_and_names_missing_ones(workspace):
     assert table.loc[0, "L0-density (%)"] == pytest.approx(100 * done["metrics"]["l0_density"])
     assert table.loc[0, "val. error best (%)"] == done["metrics"]["val_error_best"]
     assert table.loc[1:, "L0-density (%)"].isna().all()
-    assert table.attrs["command"] == f"python -m paperlib.sweeps {grid}"
+    assert table.attrs["command"] == f"python -m paperlib.harness.sweeps {grid}"
     assert [r["metrics"]["run_name"] for r in report.complete_records(grid)] == [done["metrics"]["run_name"]]
-    assert "python -m paperlib.sweeps" in report.show(table).to_html()
+    assert "python -m paperlib.harness.sweeps" in report.show(table).to_html()
 
 
 def test_layer_densities_compare_expected_and_test_time_density():
@@ -195,11 +195,11 @@ def test_show_keeps_constant_columns_and_the_command_in_a_given_caption():
     """A caption given to show() must not hide what show() moves there: a constant column's value and the
     command that completes the table."""
     table = pd.DataFrame({"model": ["mlp", "mlp"], "target": ["20%", "35%"], "gap": [1.5, 1.2]})
-    table.attrs["command"] = "python -m paperlib.sweeps grids/x.yaml"
+    table.attrs["command"] = "python -m paperlib.harness.sweeps grids/x.yaml"
     html = report.show(table, caption="Misses by cell").to_html()
     caption = html[html.index("<caption>"):html.index("</caption>")]
     assert caption.startswith("<caption>Misses by cell; model: mlp; ")
-    assert "python -m paperlib.sweeps grids/x.yaml" in caption
+    assert "python -m paperlib.harness.sweeps grids/x.yaml" in caption
     assert ">model<" not in html  # the column itself moved to the caption
 
 
@@ -257,7 +257,7 @@ def test_density_traces_name_every_run_with_steps_under_the_panels():
 
 def test_a_missing_finding_names_what_is_missing_and_the_sweep_that_makes_it():
     assert report.no_record_line("the fan-out runs", ["grids/a.yaml", "grids/b.yaml"]) == \
-        "No record yet of the fan-out runs: `python -m paperlib.sweeps grids/a.yaml grids/b.yaml`."
+        "No record yet of the fan-out runs: `python -m paperlib.harness.sweeps grids/a.yaml grids/b.yaml`."
 
 
 def _synthetic_record(folder, params: dict, error: float) -> None:

@@ -1,10 +1,10 @@
-"""analysis.verdict: every claim's verdict is paperlib.rules' of its runs, MNIST and CIFAR-10 alike; a claim without
+"""analysis.verdict: every claim's verdict is paperlib.harness.rules' of its runs, MNIST and CIFAR-10 alike; a claim without
 records is never called reproduced; what was run is read from the records."""
 
 import pandas as pd
 import pytest
 
-from paperlib import rules
+from paperlib.harness import rules
 from analysis import verdict
 
 

@@ -21,13 +21,14 @@ import re
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from paperlib import counting, records, studies
+from paperlib.harness import records, studies
+from paperlib.method import counting
 from . import report
 from .comparison import mean_of
-from paperlib.paper_rows import best_feasible_error, best_finetuned_error
-from paperlib.models import build_model
-from paperlib.paper_numbers import ref
-from paperlib.paper_results import paper_cell, paper_results
+from paperlib.harness.paper_rows import best_feasible_error, best_finetuned_error
+from paperlib.paper.models import build_model
+from paperlib.paper.paper_numbers import ref
+from paperlib.paper.paper_results import paper_cell, paper_results
 
 #: App. L's target densities, in the order of its tables.
 DENSITIES = (0.2, 0.1, 0.05, 0.01)
@@ -207,7 +208,7 @@ def mlp_one_percent_by_seed(runs: list[dict]) -> dict[str, str]:
     at_one = sorted((run for run in runs if run["metrics"]["target"] == 0.01), key=lambda run: run["params"]["seed"])
     if not at_one:
         raise ValueError(f"no magnitude-pruning record at 1% among the {len(runs)} given: "
-                         f"python -m paperlib.sweeps {PRUNING_GRID}")
+                         f"python -m paperlib.harness.sweeps {PRUNING_GRID}")
     paper = [paper_pruned_error("mlp", 0.01, epochs) for epochs in FINETUNING_EPOCHS]
     last = [finetuned_errors(run)[-1] for run in at_one]
     return {"mlp1_ft_seeds": "; ".join(f"seed {run['params']['seed']}: {_in_words(finetuned_errors(run))}"
@@ -292,7 +293,7 @@ MODEL_STATS = {"MLP": ("mlp", 10, (1, 28, 28)), "LeNet5": ("lenet5", 10, (1, 28,
 
 def model_statistics(models: dict[str, tuple[str, int, tuple[int, ...]]] = MODEL_STATS) -> pd.DataFrame:
     """Table 4 beside our counts: each dense model's parameters and MACs as the paper prints them and as
-    :mod:`paperlib.counting` counts them (the paper's convention), with its input and the classes of its
+    :mod:`paperlib.method.counting` counts them (the paper's convention), with its input and the classes of its
     head (``classes``)."""
     printed = paper_results()
     printed = printed[printed["table"] == "tab:model_stats"].set_index(["model", "metric"])["value"]
@@ -334,7 +335,7 @@ def plot_bisections(searches: list[dict]) -> plt.Figure:
     by the iteration that asked for it (the two endpoints are 0), and the target ± tolerance as a band; one
     panel per search."""
     if not searches:
-        raise ValueError(f"no search to plot: python -m paperlib.sweeps {BISECTION_GRID}")
+        raise ValueError(f"no search to plot: python -m paperlib.harness.sweeps {BISECTION_GRID}")
     fig, axes = plt.subplots(1, len(searches), figsize=(4.5 * len(searches), 3.3), squeeze=False)
     for ax, search in zip(axes[0], searches):
         points = search["evaluations"]
@@ -370,7 +371,7 @@ def bisection_rows(grid_file: str = BISECTION_GRID) -> pd.DataFrame:
         rows.append(row)
     table = pd.DataFrame(rows)
     if len(searches) < len(rows):
-        table.attrs["command"] = f"python -m paperlib.sweeps {grid_file}"
+        table.attrs["command"] = f"python -m paperlib.harness.sweeps {grid_file}"
     return table
 
 

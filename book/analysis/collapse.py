@@ -23,9 +23,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from paperlib import gates, plots, presets, records, studies
+from paperlib.harness import plots, presets, records, studies
+from paperlib.method import gates
 from . import report
-from paperlib.paper_results import paper_cell
+from paperlib.paper.paper_results import paper_cell
 
 LAYERS = ("conv1", "conv2", "fc1", "fc2")
 #: The layer-wise targets of Table 1's LeNet5 cell, for :data:`LAYERS`.
@@ -41,7 +42,7 @@ FC2 = LAYERS.index("fc2")
 @dataclass(frozen=True)
 class Variant:
     """One run of the investigation: its label on the page, the grid that makes it (None: a run made with
-    ``python -m paperlib.run``), and the parameters that single it out of the grid or define it."""
+    ``python -m paperlib.harness.run``), and the parameters that single it out of the grid or define it."""
 
     label: str
     grid: str | None
@@ -103,7 +104,7 @@ def _has_params(run_dir: Path, params: dict) -> bool:
 def folder(variant: Variant) -> Path:
     """The record folder of a run: that of the one run of its grid whose configuration has the variant's
     parameters; for a run made outside any grid, that of the one record of its experiment whose parameters
-    have those values (whatever the run's name), or where ``python -m paperlib.run`` would write it."""
+    have those values (whatever the run's name), or where ``python -m paperlib.harness.run`` would write it."""
     if variant.grid is None:
         where = f"runs/{variant.params['experiment']}"
         found = [run_dir for run_dir in records.find_records(variant.params["experiment"])
@@ -121,16 +122,16 @@ def folder(variant: Variant) -> Path:
 
 
 def command(variant: Variant) -> str:
-    """The command that makes a run's record: the sweep of its grid, or ``python -m paperlib.run``."""
+    """The command that makes a run's record: the sweep of its grid, or ``python -m paperlib.harness.run``."""
     if variant.grid is not None:
-        return f"python -m paperlib.sweeps {variant.grid}"
+        return f"python -m paperlib.harness.sweeps {variant.grid}"
     arguments = (f"{name}={value if isinstance(value, str) else json.dumps(value, separators=(',', ':'))}"
                  for name, value in variant.params.items())
-    return "python -m paperlib.run " + " ".join(arguments)
+    return "python -m paperlib.harness.run " + " ".join(arguments)
 
 
 def load(variant: Variant) -> dict | None:
-    """A run's record (:func:`~paperlib.records.load_record`), or None when it is missing or not complete."""
+    """A run's record (:func:`~paperlib.harness.records.load_record`), or None when it is missing or not complete."""
     run_dir = folder(variant)
     return records.load_record(run_dir) if records.record_status(run_dir) == "complete" else None
 

@@ -1,10 +1,10 @@
 """The paper's numbers beside ours, cell by cell.
 
 :func:`compare` takes one of the paper's result tables (its LaTeX label, as in
-:mod:`paperlib.paper_results`) and the grid files whose runs reproduce it, and
+:mod:`paperlib.paper.paper_results`) and the grid files whose runs reproduce it, and
 returns one row per row of the paper's table: for each metric the paper's value
 (with its printed 95% CI), ours (mean ± 95% CI over the seeds with a complete
-record), and the difference; :data:`paperlib.studies.TABLES` names the grids of each table, so
+record), and the difference; :data:`paperlib.harness.studies.TABLES` names the grids of each table, so
 ``compare_table(label)`` is what a page shows. The ``protocol`` column says
 which records were used: the ``paper`` preset's where any exist, otherwise the
 ``cpu`` ones, with their epochs and number of seeds. Nothing here invents a number: the paper's
@@ -20,7 +20,7 @@ is :func:`agreement`'s question.
 the constraint holds: early in training a constrained model is still dense and
 often has its lowest error. For constrained runs, ours is therefore the best
 error among the epochs where every constrained expected density is within
-:data:`~paperlib.rules.FEASIBLE_POINTS` of its target (at most that much above it, :func:`paperlib.rules.feasible`); for
+:data:`~paperlib.harness.rules.FEASIBLE_POINTS` of its target (at most that much above it, :func:`paperlib.harness.rules.feasible`); for
 penalized and dense runs it is the best error over training. The paper does not
 say how its "best" column was taken; the authors' code
 (``get_results/neurips/comparison_tables.py``) takes the lowest error of any epoch
@@ -34,14 +34,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from paperlib import records, rules
+from paperlib.harness import records, rules
 from .intervals import difference_interval, mean_ci
-from paperlib.paper_numbers import ref
-from paperlib.paper_results import paper_results, paper_runs
+from paperlib.paper.paper_numbers import ref
+from paperlib.paper.paper_results import paper_results, paper_runs
 from .report import grid_runs, notebook_link, show
-from paperlib.studies import TABLES
-from paperlib.vocabulary import METRIC_LABELS
-from paperlib.paper_rows import (MODEL_FAMILIES, ROW_KEYS, describe_key, largest_gap, matches, our_value, paper_key, printed_cell,
+from paperlib.harness.studies import TABLES
+from paperlib.harness.vocabulary import METRIC_LABELS
+from paperlib.harness.paper_rows import (MODEL_FAMILIES, ROW_KEYS, describe_key, largest_gap, matches, our_value, paper_key, printed_cell,
                          target_label)
 
 
@@ -87,7 +87,7 @@ def _protocol(preset: str, chosen: list[tuple[object, Path]], metrics: list[dict
 
 def _same_parameters(config, metrics: dict) -> bool:
     """Whether a record was made with the parameters the preset gives today (see check_record_matches)."""
-    from paperlib.training import check_record_matches
+    from paperlib.harness.training import check_record_matches
 
     try:
         check_record_matches(records.load_record(records.run_folder(config))["params"], config)
@@ -105,7 +105,7 @@ def _command(key: dict, matching: list[tuple[object, Path]], by_grid: dict) -> s
     run at the paper's protocol where no grid runs it at the ``paper`` preset."""
     import yaml
 
-    commands = [f"python -m paperlib.sweeps {g}" for g in sorted(by_grid, key=str)
+    commands = [f"python -m paperlib.harness.sweeps {g}" for g in sorted(by_grid, key=str)
                 if any(run in matching for run in by_grid[g])]
     if any(config.preset == "paper" for config, _ in matching):
         return " ; ".join(commands)
@@ -315,7 +315,7 @@ def _labelled(command: str) -> str:
     import yaml
 
     label, _, command = command.rpartition(": ") if command.startswith("at the paper") else ("", "", command)
-    if not label and command.startswith("python -m paperlib.sweeps "):
+    if not label and command.startswith("python -m paperlib.harness.sweeps "):
         grid = records.project_root() / command.split()[-1]
         preset = (yaml.safe_load(grid.read_text()).get("base") or {}).get("preset") if grid.exists() else None
         label = {"cpu": "at the CPU protocol", "paper": "at the paper's protocol"}.get(preset, "")

@@ -8,7 +8,7 @@ records into the page's answer (book/results_cifar10.md): one row per run
 (:func:`run_rows`), the per-layer densities of layer-wise runs
 (:func:`layer_rows`), the paper's points (:func:`paper_points`), the figure
 (:func:`plot_comparison`) and the findings in words (:func:`findings`; each run judged by
-:func:`paperlib.rules.judge_record`), with
+:func:`paperlib.harness.rules.judge_record`), with
 whether a target or a lambda_pen means the same density on the paper's model
 and ours (:func:`transfer_in_words`), and whether the constraint dynamics settle
 (§5.4, Figure 3; :func:`stability_rows`). Why some runs miss is
@@ -27,13 +27,13 @@ import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
 import pandas as pd
 
-from paperlib import rules, studies
-from paperlib.paper_rows import constrained_densities, largest_gap, target_label
-from paperlib.paper_results import paper_results
-from paperlib.plots import plot_gate_histograms
+from paperlib.harness import rules, studies
+from paperlib.harness.paper_rows import constrained_densities, largest_gap, target_label
+from paperlib.paper.paper_results import paper_results
+from paperlib.harness.plots import plot_gate_histograms
 from .report import (complete_records, count_of, in_words, no_record_line, notebook_link, plot_density_traces,
                      show)
-from paperlib.vocabulary import METRIC_LABELS
+from paperlib.harness.vocabulary import METRIC_LABELS
 
 def short_layer_name(layer: str) -> str:
     """``stage2.1.conv1.conv`` -> ``s2.1``: a gated WideResNet block's column heading; other names unchanged."""
@@ -75,8 +75,8 @@ def run_rows(runs: list[dict], dense: dict | None, free: list[dict] | None = Non
     """One row per run: its setting, final densities and counts, final error, and error cost.
 
     ``largest gap``, ``outcome`` and ``over target`` (the largest final gap above a target, 0 if none) are for
-    constrained runs (:func:`largest_gap`; the outcome's value, :func:`paperlib.rules.judge_record` with the
-    free-gates records ``free``, by default :func:`paperlib.rules.free_gates_records`); ``cost`` is the run's
+    constrained runs (:func:`largest_gap`; the outcome's value, :func:`paperlib.harness.rules.judge_record` with the
+    free-gates records ``free``, by default :func:`paperlib.harness.rules.free_gates_records`); ``cost`` is the run's
     final error minus the ``dense`` run's (None without one); ``ran on`` is :func:`ran_on`.
     """
     dense_error = dense["metrics"]["val_error_final"] if dense else None
@@ -235,7 +235,7 @@ def plot_comparison(ours: pd.DataFrame, paper: pd.DataFrame, title: str = "") ->
 
 def findings(rows: pd.DataFrame, expected: dict[str, int], paper: pd.DataFrame | None = None) -> str:
     """The page's answer in a few sentences, from :func:`run_rows`: how many constrained runs end with each
-    outcome of :func:`paperlib.rules.judge_run`, how far the penalized runs' densities scatter, whether a setting means the same density on
+    outcome of :func:`paperlib.harness.rules.judge_run`, how far the penalized runs' densities scatter, whether a setting means the same density on
     the paper's model and ours (:func:`transfer_in_words`, with the paper's points), and what the densities
     cost in error.
 
@@ -326,7 +326,7 @@ def transfer_in_words(rows: pd.DataFrame, paper: pd.DataFrame) -> str | None:
     runs end from the paper's density at the same target, and our penalized runs at the same λ_pen
     (:func:`transfer_rows`; the median distance, and the range); None before a penalized run has a record.
     A target is said to carry over and a λ_pen not when at least :data:`TRANSFER_CELLS` penalized cells have a
-    record and their median is over :data:`~paperlib.rules.AGREE_POINTS` and over three times the constrained one."""
+    record and their median is over :data:`~paperlib.harness.rules.AGREE_POINTS` and over three times the constrained one."""
     table = transfer_rows(rows, paper)
     medians, spans = {}, {}
     for method in ("constrained", "penalized"):
@@ -351,7 +351,7 @@ def transfer_in_words(rows: pd.DataFrame, paper: pd.DataFrame) -> str | None:
 
 
 def first_feasible_epoch(record: dict) -> int | None:
-    """The first training epoch at whose end every constraint holds (:func:`paperlib.rules.feasible`), or None."""
+    """The first training epoch at whose end every constraint holds (:func:`paperlib.harness.rules.feasible`), or None."""
     for row in record["history"]:
         if row["phase"] == "train" and rules.feasible([100 * (density - target)
                                                        for density, target in constrained_densities(record, row)]):
@@ -369,7 +369,7 @@ def violations(record: dict) -> pd.Series:
 
 
 def settling_epoch(record: dict) -> float | None:
-    """The epoch from which every constraint stays within :data:`~paperlib.rules.FEASIBLE_POINTS` above its target
+    """The epoch from which every constraint stays within :data:`~paperlib.harness.rules.FEASIBLE_POINTS` above its target
     at every logged step to the end (0.0 if it always did), or None if the last logged step violates one by more."""
     late = violations(record)
     over = [epoch for epoch, violation in late.items() if not rules.feasible([violation])]
@@ -507,9 +507,9 @@ PROTOCOL_FIELDS = ("model", "epochs", "batch_size", "optimizer", "lr", "lr_miles
 
 
 def protocol_table(dataset: str) -> pd.DataFrame:
-    """The ``paper`` and ``cpu`` presets of a dataset side by side (from :mod:`paperlib.presets`, never typed),
+    """The ``paper`` and ``cpu`` presets of a dataset side by side (from :mod:`paperlib.harness.presets`, never typed),
     with a mark on the rows where they differ."""
-    from paperlib.presets import resolve_config
+    from paperlib.harness.presets import resolve_config
 
     paper, cpu = (resolve_config(dataset=dataset, preset=preset, target=0.5) for preset in ("paper", "cpu"))
     rows = [{"parameter": name, "paper": str(getattr(paper, name)), "CPU protocol": str(getattr(cpu, name)),
@@ -623,10 +623,10 @@ def ablation_checks(ablation: list[dict], runs: list[dict]) -> list[tuple[str, b
     (what was checked, whether it held):
 
     - the gates' learning rate: for each pair of ablation runs that differ only in it (0.1 and 6), the
-      test-time model at 6 keeps more than :data:`~paperlib.rules.EFFECT_POINTS` fewer of its parameters (in
+      test-time model at 6 keeps more than :data:`~paperlib.harness.rules.EFFECT_POINTS` fewer of its parameters (in
       points) than at 0.1;
     - the stop-gradient of eq. 13: each model-wise run without it ends more than
-      :data:`~paperlib.rules.EFFECT_POINTS` further under its target than seed 0's run with it
+      :data:`~paperlib.harness.rules.EFFECT_POINTS` further under its target than seed 0's run with it
       (:func:`detach_pairs`).
     """
     checks = []

@@ -5,7 +5,7 @@ as the paper's own runs do. The multiplier is slow: gradient ascent at a dual
 learning rate of 1e-4, reset to zero whenever the constraint holds (dual restarts,
 App. G). This module compares, on the paper's own cells, the paper's dual optimiser
 with three others (:data:`OPTIMIZERS`; the updates are in
-:mod:`paperlib.lagrangian` and :mod:`paperlib.objective`):
+:mod:`paperlib.method.lagrangian` and :mod:`paperlib.method.objective`):
 
 - gradient ascent without dual restarts;
 - nuPI (Sohrabi et al., ICML 2024), a PI controller on the multiplier, whose
@@ -19,8 +19,8 @@ cell, :func:`summary` gives each optimiser's final largest distance to target ov
 the constrained layers and its final error. :func:`plot_trajectories` draws the
 densities and multipliers side by side, and :func:`findings` says whether any
 optimiser removes the overshoot at no cost in error: every cell on target
-(:func:`paperlib.rules.judge_record`) and no final error more than
-:data:`~paperlib.rules.COST_SPREADS` seed spreads above the paper's optimiser's. The page is
+(:func:`paperlib.harness.rules.judge_record`) and no final error more than
+:data:`~paperlib.harness.rules.COST_SPREADS` seed spreads above the paper's optimiser's. The page is
 book/results_dual_optimizers.md.
 
 No choice here looks at the test split: the gain is chosen by the final distance
@@ -34,13 +34,13 @@ from dataclasses import dataclass, field
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from paperlib import rules, studies
-from paperlib.paper_rows import PAPER_MODEL_NAMES, constrained_densities, largest_gap, target_label
+from paperlib.harness import rules, studies
+from paperlib.harness.paper_rows import PAPER_MODEL_NAMES, constrained_densities, largest_gap, target_label
 from .control import run_link
 from .mnist_findings import records_of, select
-from paperlib.paper_numbers import ref
+from paperlib.paper.paper_numbers import ref
 from .report import count_of, grid_runs, in_words, no_record_line, show
-from paperlib.vocabulary import short_number
+from paperlib.harness.vocabulary import short_number
 
 #: Table 1's MLP rows at the paper's protocol (five seeds), and the MLP control table's.
 TABLE1_GRID = studies.grids("tab:mnist", preset="paper")[0]
@@ -139,7 +139,7 @@ def violation_change(run: dict) -> float:
 
 
 def chosen_gain(runs: list[dict], planned: int) -> float | None:
-    """The smallest ``kp`` whose final distance to the target is within :data:`~paperlib.rules.GAIN_SLACK_POINTS` of the
+    """The smallest ``kp`` whose final distance to the target is within :data:`~paperlib.harness.rules.GAIN_SLACK_POINTS` of the
     smallest; None until all ``planned`` runs of the gain experiment have a record, and None while the best
     may lie beyond the range (:func:`gain_at_edge`)."""
     if len(runs) < planned or gain_at_edge(runs):
@@ -155,7 +155,7 @@ def _best_gain(runs: list[dict]) -> float:
 
 def gain_at_edge(runs: list[dict]) -> bool:
     """Whether the range of gains must go on: the gain :func:`chosen_gain` would choose is the largest one
-    tried, and its final distance to the target is more than :data:`~paperlib.rules.GAIN_SLACK_POINTS`, so that a larger
+    tried, and its final distance to the target is more than :data:`~paperlib.harness.rules.GAIN_SLACK_POINTS`, so that a larger
     gain could still end closer by more than the slack."""
     if not runs:
         return False
@@ -190,8 +190,8 @@ SUMMARY_COLUMNS = ["cell", "dual optimiser", "largest gap (points)", "hit", "val
 
 def summary(cells: dict[Cell, dict[str, dict | None]], free: list[dict] | None = None) -> pd.DataFrame:
     """One row per cell and dual optimiser with a record: the final largest distance to target over the
-    constrained layers (positive: above it), whether it is on target (:func:`paperlib.rules.judge_record`, with
-    the free-gates records ``free``, by default :func:`paperlib.rules.free_gates_records`), the final error and
+    constrained layers (positive: above it), whether it is on target (:func:`paperlib.harness.rules.judge_record`, with
+    the free-gates records ``free``, by default :func:`paperlib.harness.rules.free_gates_records`), the final error and
     its difference from the paper's optimiser on the same cell, the largest final multiplier."""
     free = rules.free_gates_records() if free is None else free
     rows = []
@@ -259,7 +259,7 @@ def seed_spread(table1_runs: list[dict], cells: tuple[Cell, ...] = CELLS[:2]) ->
 def _judged(table: pd.DataFrame, spread: float, n_cells: int) -> tuple[list[str], str, bool]:
     """One line per optimiser with records (cells hit, gaps, error against the paper's optimiser), and the
     answer: which optimisers remove the overshoot at no cost in error (every cell a hit, no final error more
-    than :data:`~paperlib.rules.COST_SPREADS` seed spreads above the paper's optimiser's), once every cell of every optimiser has a record; and
+    than :data:`~paperlib.harness.rules.COST_SPREADS` seed spreads above the paper's optimiser's), once every cell of every optimiser has a record; and
     whether every cell of every optimiser has one."""
     lines, winners, pending = [], [], []
     for name, label in OPTIMIZERS.items():
@@ -301,7 +301,7 @@ def findings(table: pd.DataFrame, spread: float, n_cells: int = len(CELLS)) -> s
 
 def best_other(table: pd.DataFrame) -> tuple[str | None, bool]:
     """The dual optimiser other than the paper's that did best on the MLP cells of ``table`` (:func:`summary`):
-    on target (:func:`paperlib.rules.judge_record`) in the largest share of its cells, then the
+    on target (:func:`paperlib.harness.rules.judge_record`) in the largest share of its cells, then the
     smallest mean distance to target (training-time densities alone, never the error); None without records.
     Also whether every MLP cell of every optimiser has a record (False: the leader so far)."""
     scores, complete = {}, True
@@ -372,7 +372,7 @@ class Comparison:
         """Table 1's LeNet5 rows with the paper's optimiser (seed 0 of Table 1) and the one
         :data:`LENET5_GRID` runs: which optimiser the MLP cells choose (:func:`best_other`) and whether the grid
         runs it, the table of gaps and errors, each layer's gap on the layer-wise row, in words whether it hits
-        each row at no cost in error (:data:`~paperlib.rules.COST_SPREADS` seed spreads of Table 1's LeNet5 rows), and the epochs its test-time
+        each row at no cost in error (:data:`~paperlib.harness.rules.COST_SPREADS` seed spreads of Table 1's LeNet5 rows), and the epochs its test-time
         model spends collapsed (:func:`collapse_table`), with its thin layers (:func:`thin_layers_in_words`); or
         the command for what is missing."""
         best, complete = best_other(self.table)
@@ -387,7 +387,7 @@ class Comparison:
         if best != ran:
             chosen += (f" The LeNet5 rows were run with {OPTIMIZERS[ran]}, which led when the grid was written: "
                        f"set `dual_optimizer: {best}` in {LENET5_GRID} and run "
-                       f"`python -m paperlib.sweeps {LENET5_GRID}`.")
+                       f"`python -m paperlib.harness.sweeps {LENET5_GRID}`.")
         table, ours, spread = self.lenet5_rows()
         runs = self.lenet5_shown()
         missing = [cell.label for cell, found in runs.items() if found[ran] is None]
@@ -433,7 +433,7 @@ class Comparison:
 
     def lenet5_answer(self) -> str | None:
         """How the optimiser run on Table 1's LeNet5 rows does there: rows within a point of every target and its
-        cost in error against the paper's optimiser (beyond :data:`~paperlib.rules.COST_SPREADS` seed spreads or not); None until both are in."""
+        cost in error against the paper's optimiser (beyond :data:`~paperlib.harness.rules.COST_SPREADS` seed spreads or not); None until both are in."""
         _, ours, spread = self.lenet5_rows()
         if len(ours) < len(LENET5_CELLS):
             return None

@@ -13,7 +13,7 @@ Each figure is drawn from one grid, the most faithful protocol that has records
 
 import pandas as pd
 
-from paperlib import plots, studies
+from paperlib.harness import plots, studies
 from . import report
 
 #: The dual-restarts figure's grids and the gate-histogram figure's, the paper's protocol first.

@@ -23,12 +23,12 @@ import math
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from paperlib import rules, studies
-from paperlib.paper_rows import constrained_densities
+from paperlib.harness import rules, studies
+from paperlib.harness.paper_rows import constrained_densities
 from .control import (ABLATION_GRID, CONTROL_GRIDS, constraint_names, dense_run, dual_lr_rows,
                       final_gaps, run_label, run_link, run_rows, short_layer_name, step_log)
-from paperlib.models import gate_counts
-from paperlib.paper_results import paper_cell
+from paperlib.paper.models import gate_counts
+from paperlib.paper.paper_results import paper_cell
 from .report import complete_records, count_of, in_words, no_record_line, show
 
 #: The cause test of layer-wise 20%: the gates' learning rate decayed with the weights'.
@@ -167,7 +167,7 @@ def _start_density(record: dict) -> float:
 
 
 def unpushed_under(record: dict) -> list[int]:
-    """The constraints (indices) that end more than :data:`~paperlib.rules.ON_TARGET_POINTS` under their target with their
+    """The constraints (indices) that end more than :data:`~paperlib.harness.rules.ON_TARGET_POINTS` under their target with their
     multiplier at zero: they hold, and nothing pushes them back up (a multiplier acts only while its
     constraint is violated; :func:`last_push` finds what took them under)."""
     multipliers = record["metrics"]["multipliers_final"]
@@ -176,8 +176,8 @@ def unpushed_under(record: dict) -> list[int]:
 
 def inactive_misses(runs: list[dict]) -> list[dict]:
     """The constrained runs that miss a target only from below, where that constraint's multiplier is zero:
-    every constraint holds (:func:`paperlib.rules.feasible`), and every one that ends more than
-    :data:`~paperlib.rules.ON_TARGET_POINTS` under its target is :func:`unpushed_under`."""
+    every constraint holds (:func:`paperlib.harness.rules.feasible`), and every one that ends more than
+    :data:`~paperlib.harness.rules.ON_TARGET_POINTS` under its target is :func:`unpushed_under`."""
     misses = []
     for run in runs:
         if run["metrics"]["method"] != "constrained":
@@ -340,7 +340,7 @@ def under_cause_rows(runs: list[dict], tests: list[dict], target: float = 0.8) -
 
 def under_cause_in_words(rows: pd.DataFrame, target: float = 0.8) -> str:
     """What :func:`under_cause_rows` shows: for each grouping, the largest final gap at each gates' learning
-    rate; then whether any constraint still ends more than :data:`~paperlib.rules.ON_TARGET_POINTS` under its target at 0.1 (the
+    rate; then whether any constraint still ends more than :data:`~paperlib.harness.rules.ON_TARGET_POINTS` under its target at 0.1 (the
     rate is then not the whole cause), and if none does, whether each ends within that of its target or above
     it with its multiplier still pushing (gates too slow to arrive in the budget)."""
     lines = []

@@ -30,13 +30,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-from paperlib import counting, gates, models, paper_rows, plots, records, rules, studies
+from paperlib.harness import paper_rows, plots, records, rules, studies
+from paperlib.method import counting, gates
+from paperlib.paper import models
 from . import comparison, intervals, report
-from paperlib.paper_rows import PAPER_MODEL_NAMES, target_label
-from paperlib.paper_numbers import ref
-from paperlib.purge import keep_first  # not `from . import purge`: paperlib.purge is the function (paperlib/__init__.py)
-from paperlib.paper_results import paper_cell, paper_results, paper_runs
-from paperlib.vocabulary import METRIC_LABELS
+from paperlib.harness.paper_rows import PAPER_MODEL_NAMES, target_label
+from paperlib.paper.paper_numbers import ref
+from paperlib.paper.purge import keep_first  # not `from . import purge`: paperlib.purge is the function (paperlib/__init__.py)
+from paperlib.paper.paper_results import paper_cell, paper_results, paper_runs
+from paperlib.harness.vocabulary import METRIC_LABELS
 
 #: The paper's MNIST tables: Table 1, Table 10 (MLP) and Table 11 (LeNet5).
 TABLES = ("tab:mnist", "tab:mlp_control", "tab:lenet_control")
@@ -442,7 +444,7 @@ def _percentages(model: str, kept: tuple[int, ...]) -> tuple[float, float]:
 
 def model_percentages(model: str, kept) -> np.ndarray:
     """Parameters and MACs (%, the paper's convention) of an MNIST ``model`` pruned to ``kept`` groups per
-    gated layer (:func:`paperlib.purge.keep_first`); counted once per architecture."""
+    gated layer (:func:`paperlib.paper.purge.keep_first`); counted once per architecture."""
     return np.array(_percentages(model, tuple(int(k) for k in kept)))
 
 

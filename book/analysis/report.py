@@ -14,8 +14,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import yaml
 
-from paperlib import plots, presets, records
-from paperlib.grids import _found_records, complete_records, grid_records, grid_runs  # noqa: F401 (read as report's)
+from paperlib.harness import plots, presets, records
+from paperlib.harness.grids import _found_records, complete_records, grid_records, grid_runs  # noqa: F401 (read as report's)
 
 
 def _fmt(value) -> str:
@@ -49,7 +49,7 @@ def count_of(count: int, total: int, noun: str) -> str:
 
 def sweep_command(grids) -> str:
     """The command that makes the records of these grid files."""
-    return f"python -m paperlib.sweeps {' '.join(map(str, grids))}"
+    return f"python -m paperlib.harness.sweeps {' '.join(map(str, grids))}"
 
 
 def no_record_line(what: str, grids) -> str:
@@ -113,7 +113,7 @@ def grid_table(grid_file: str | Path) -> pd.DataFrame:
     if "target" in table and "λ_pen" in table:  # one hyper-parameter column
         table.insert(3, "hyper-parameter", table.pop("target").fillna(table.pop("λ_pen")))
     if (table["status"] != "complete").any():
-        table.attrs["command"] = f"python -m paperlib.sweeps {grid_file}"
+        table.attrs["command"] = f"python -m paperlib.harness.sweeps {grid_file}"
     return table
 
 
@@ -122,14 +122,14 @@ def counterpart(record: dict, candidates: list[dict], differing: tuple[str, ...]
     parameters, which must all differ (a clamped run's unclamped twin, say); None if there is none.
 
     Parameters are compared as a resumed run compares them with its checkpoint
-    (:func:`~paperlib.presets.differing_parameters`): those a candidate predates
+    (:func:`~paperlib.harness.presets.differing_parameters`): those a candidate predates
     take their defaults, those the method does not use are skipped, and so are
     the run's name, its experiment and the machine it ran on.
     """
     config = presets.ExperimentConfig(**record["params"])
     unknown = [name for name in differing if name not in config.to_dict()]
     if unknown:
-        raise ValueError(f"{unknown} are not parameters of a run (see paperlib.presets.ExperimentConfig)")
+        raise ValueError(f"{unknown} are not parameters of a run (see paperlib.harness.presets.ExperimentConfig)")
     ignore = (*presets.NOT_COMPARED, "experiment", "run_name")
     return next((other for other in candidates
                  if set(presets.differing_parameters(other["params"], config, ignore)) == set(differing)), None)
@@ -319,7 +319,7 @@ def plot_density_traces(runs: list[dict], label_key: str = "run_name") -> plt.Fi
 def run_index(experiments: list[str]) -> pd.DataFrame:
     """One row per record of these experiment folders: the run (linked to its notebook), its protocol, and its
     final numbers, with two marks a reader needs before trusting a row: *earlier preset* (its parameters
-    resolve to another run today, :func:`~paperlib.presets.current_run_name`) and *resumed* (it was
+    resolve to another run today, :func:`~paperlib.harness.presets.current_run_name`) and *resumed* (it was
     stopped and resumed from a checkpoint, so its log starts mid-training)."""
     rows = []
     for experiment in experiments:

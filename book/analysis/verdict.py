@@ -3,12 +3,12 @@
 One :class:`Claim` per claim of the paper's §5 and Appendices E, H, I, K and L,
 each with where the paper shows it, what we ran (:class:`Ran`: model, budget,
 seeds, device, read from the records), a verdict and its evidence. Every
-verdict is :func:`paperlib.rules.claim_verdict` of how many of the claim's runs,
-cells or checks pass their rule in :mod:`paperlib.rules`, the same thresholds
+verdict is :func:`paperlib.harness.rules.claim_verdict` of how many of the claim's runs,
+cells or checks pass their rule in :mod:`paperlib.harness.rules`, the same thresholds
 for every claim; the run-level rules are there too. A claim whose records do
 not exist yet says so, and is never called reproduced.
 
-Verdicts (:class:`paperlib.rules.Verdict`): *reproduced*, *partly*, *not
+Verdicts (:class:`paperlib.harness.rules.Verdict`): *reproduced*, *partly*, *not
 reproduced*, *in progress* (runs planned, not all in), *not tested here* (no
 data or no GPU; the page says what would test it).
 """
@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from paperlib import rules, studies
+from paperlib.harness import rules, studies
 from . import comparison, control, report
-from paperlib.paper_numbers import ref
+from paperlib.paper.paper_numbers import ref
 
 VERDICTS = tuple(verdict.value for verdict in rules.Verdict)
 
@@ -126,7 +126,7 @@ def outcome_counts(judged: list[rules.RunJudgement]) -> str:
 
 
 def _judged_claim(runs: list[dict], complete: bool = True) -> tuple[str, str, list[rules.RunJudgement]]:
-    """The constrained ``runs`` judged by :func:`paperlib.rules.judge_record`: the verdict, the evidence and
+    """The constrained ``runs`` judged by :func:`paperlib.harness.rules.judge_record`: the verdict, the evidence and
     the judgements."""
     free = rules.free_gates_records()
     judged = [rules.judge_record(run, free) for run in runs]
@@ -137,7 +137,7 @@ def _judged_claim(runs: list[dict], complete: bool = True) -> tuple[str, str, li
 
 def one_shot_mnist() -> Claim:
     """Constrained structured MNIST runs of Table 1 and the control tables at the paper's protocol, every seed
-    in: each run judged by :func:`paperlib.rules.judge_record`; the share on target of those whose targets bind
+    in: each run judged by :func:`paperlib.harness.rules.judge_record`; the share on target of those whose targets bind
     gives the verdict."""
     grids = [g for t in MNIST_TABLES for g in studies.TABLES[t].grids]
     runs = _records(grids, "paper", method="constrained")
@@ -179,7 +179,7 @@ def _cells(tables: tuple[str, ...], method: str, column: str) -> pd.Series:
 
 def penalty_cells(tables: tuple[str, ...] = ("tab:mlp_control", "tab:lenet_control")) -> list[rules.PenaltyJudgement]:
     """Every penalized cell of ``tables`` with records at the paper's protocol and a printed density, judged by
-    :func:`paperlib.rules.judge_penalty` on our seeds' final densities."""
+    :func:`paperlib.harness.rules.judge_penalty` on our seeds' final densities."""
     label = comparison.METRIC_LABELS["l0_density"]
     judged = []
     for table in tables:
@@ -194,7 +194,7 @@ def penalty_cells(tables: tuple[str, ...] = ("tab:mlp_control", "tab:lenet_contr
 
 def penalized_mnist() -> Claim:
     """Penalized MNIST cells at the paper's λ_pen (:func:`penalty_cells`): a cell passes when its density is
-    within :data:`~paperlib.rules.PENALTY_POINTS` of the paper's; the evidence says how far the seeds scatter."""
+    within :data:`~paperlib.harness.rules.PENALTY_POINTS` of the paper's; the evidence says how far the seeds scatter."""
     judged = penalty_cells()
     within = sum(j.outcome == rules.PenaltyOutcome.WITHIN for j in judged)
     off = [j.difference for j in judged if j.outcome == rules.PenaltyOutcome.OFF]
@@ -211,7 +211,7 @@ def penalized_mnist() -> Claim:
 
 
 def _agreeing(deltas: pd.Series, what: str, points: float = rules.AGREE_POINTS) -> tuple[int, str]:
-    """How many of ``deltas`` agree (:func:`paperlib.rules.agrees`), and the evidence: how many, how far the
+    """How many of ``deltas`` agree (:func:`paperlib.harness.rules.agrees`), and the evidence: how many, how far the
     others are."""
     agree = int(sum(rules.agrees(d, points) for d in deltas))
     others = deltas[[not rules.agrees(d, points) for d in deltas]] if len(deltas) else deltas
@@ -221,7 +221,7 @@ def _agreeing(deltas: pd.Series, what: str, points: float = rules.AGREE_POINTS) 
 
 def counts_mnist() -> Claim:
     """Parameters and MACs of the purged constrained MNIST models: a cell passes when it is within
-    :data:`~paperlib.rules.AGREE_POINTS` of the paper's."""
+    :data:`~paperlib.harness.rules.AGREE_POINTS` of the paper's."""
     deltas = pd.concat([_cells(MNIST_TABLES[1:], "constrained", metric) for metric in ("params (%)", "MACs (%)")])
     agree, evidence = _agreeing(deltas, "parameter and MAC percentages")
     runs = [run for run in _mnist_runs() if run["metrics"]["method"] == "constrained"]
@@ -247,7 +247,7 @@ def dual_restarts() -> Claim:
 
 def stable_dynamics() -> Claim:
     """Figure 3's claim on our CIFAR-10 control runs (:func:`~analysis.control.stability_rows`): a run passes when
-    it settles feasible (:func:`paperlib.rules.feasible` at every logged step to the end); in progress until
+    it settles feasible (:func:`paperlib.harness.rules.feasible` at every logged step to the end); in progress until
     seed 0's constrained runs are complete. Figure 3's ResNet18 on TinyImageNet is not run."""
     runs = control.control_runs()
     rows = control.stability_rows(runs)
@@ -266,7 +266,7 @@ def stable_dynamics() -> Claim:
 
 def cifar10_control() -> Claim:
     """The CIFAR-10 control table at the CPU protocol, every seed in: each constrained run judged by
-    :func:`paperlib.rules.judge_record` (its free density from the free-gates runs of the same model and
+    :func:`paperlib.harness.rules.judge_record` (its free density from the free-gates runs of the same model and
     protocol); in progress until seed 0's grid is complete. The evidence adds how many of the cause test's runs
     at the gates' learning rate of 0.1 end under a target."""
     from . import misses
@@ -290,7 +290,7 @@ def cifar10_control() -> Claim:
 
 def bisection() -> Claim:
     """App. E's bisection over λ_pen for a 50% MLP: a search passes when it needs at least
-    :data:`~paperlib.rules.SEARCH_TRAININGS` trainings (the paper counts 6 and 7) to land within its tolerance."""
+    :data:`~paperlib.harness.rules.SEARCH_TRAININGS` trainings (the paper counts 6 and 7) to land within its tolerance."""
     searches = report.complete_searches(studies.grids("app:bisection")[0])
     evidence = ", ".join(f"{s['grouping']}-wise: {s['num_trainings']} trainings" for s in searches)
     verdict = rules.claim_verdict(sum(s["num_trainings"] >= rules.SEARCH_TRAININGS for s in searches), len(searches))
@@ -302,7 +302,7 @@ def bisection() -> Claim:
 
 def unstructured_mnist() -> Claim:
     """Unstructured MNIST (App. L): a cell passes when our constrained runs' best error is within
-    :data:`~paperlib.rules.ERROR_POINTS` of the paper's."""
+    :data:`~paperlib.harness.rules.ERROR_POINTS` of the paper's."""
     deltas = _cells(("tab:mnist_unstructured_comparison_mlp", "tab:mnist_unstructured_comparison_lenet"),
                     "constrained", "val. error best (%)")
     agree, evidence = _agreeing(deltas, "constrained cells' best errors", rules.ERROR_POINTS)
@@ -315,7 +315,7 @@ def unstructured_mnist() -> Claim:
 
 
 def gate_medians() -> Claim:
-    """App. I's test-time gates on MNIST: a run passes when at least :data:`~paperlib.rules.DECIDED_GATES_SHARE`
+    """App. I's test-time gates on MNIST: a run passes when at least :data:`~paperlib.harness.rules.DECIDED_GATES_SHARE`
     of the first gated layer's medians (eq. 9) are exactly 0 or 1 at the last saved epoch."""
     runs = report.complete_records(studies.grids("fig:mnist_gate_histograms", preset="paper")[0])
     shares = [(run["metrics"]["model"], 1.0 - report.fractional_medians(run)[1]) for run in runs]
@@ -379,14 +379,14 @@ def table(found: list[Claim]) -> pd.DataFrame:
                           "page": f'<a href="{c.page}.html">{PAGE_NAMES.get(c.page, c.page)}</a>'} for c in found])
 
 
-#: The verdicts the book printed before :mod:`paperlib.rules` (one rule for every claim), one per claim.
+#: The verdicts the book printed before :mod:`paperlib.harness.rules` (one rule for every claim), one per claim.
 BEFORE = "book/analysis/verdicts_before_rules.csv"
 
 
 def before_and_after(found: list[Claim]) -> pd.DataFrame:
-    """Each claim's verdict as the book printed it before :mod:`paperlib.rules` (:data:`BEFORE`) beside its
+    """Each claim's verdict as the book printed it before :mod:`paperlib.harness.rules` (:data:`BEFORE`) beside its
     verdict now, and whether it moved."""
-    from paperlib.records import project_root
+    from paperlib.harness.records import project_root
 
     before = pd.read_csv(project_root() / BEFORE, comment="#").set_index("claim")["verdict"]
     rows = [{"claim": c.claim, "before": before.get(c.claim, "—"), "now": c.verdict} for c in found]
