@@ -15,7 +15,7 @@ TEX = ROOT.parent / "shared" / "paper" / "controlled_sparsity.tex"
 @pytest.mark.skipif(not TEX.exists(), reason="the paper's LaTeX (../shared/paper) is not beside the repository")
 def test_the_committed_numbers_are_those_the_latex_gives(tmp_path):
     out = paper_numbers.write_numbers(TEX, tmp_path / "numbers.csv")
-    committed = (ROOT / "paperlib" / paper_numbers.NUMBERS_FILE).read_text()
+    committed = (ROOT / "paperlib" / "paper" / paper_numbers.NUMBERS_FILE).read_text()
     assert out.read_text() == committed, "rewrite it: python -m paperlib.paper.paper_numbers ../shared/paper/controlled_sparsity.tex"
 
 

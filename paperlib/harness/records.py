@@ -98,7 +98,7 @@ def git_commit() -> str:
     Outside git: ``$PAPERLIB_GIT_COMMIT`` (set it where a copy of a clean checkout, without ``.git``,
     is run on another machine), else ``unknown``.
     """
-    cwd = Path(__file__).resolve().parent
+    cwd = Path(__file__).resolve().parents[1]  # the package, all three layers
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
                                 check=True).stdout.strip()
