@@ -222,7 +222,24 @@ class L0Layer(nn.Module):
                 self.bias.div_(1.0 - rho_init)
 
 
-class L0Linear(L0Layer):
+class LinearGates(L0Layer):
+    """What every gated linear layer shares: ``F.linear`` with its gated weights, and a structured gate per
+    input feature, which scales that column of the weight (the paper's MLP, §5.2). :class:`L0Linear` owns
+    its weights; :class:`~paperlib.method.sparsify.GatedLinear` gates an existing ``nn.Linear``'s."""
+
+    @property
+    def group_size(self) -> int:
+        return self.weight.shape[0]  # the weights one input feature's gate scales: one per output
+
+    def _group_view(self, per_gate: torch.Tensor) -> torch.Tensor:
+        return per_gate.view(1, -1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight, bias, _ = self._forward_params()
+        return F.linear(x, weight, bias)
+
+
+class L0Linear(LinearGates):
     """Fully connected layer with hard-concrete gates.
 
     Structured: one gate per input neuron, shared by the ``out_features`` weights
@@ -240,17 +257,6 @@ class L0Linear(L0Layer):
         init_weights_(self.weight, self.bias, mode=init)
         self._init_gates((in_features,) if sparsity == "structured" else (out_features, in_features), rho_init)
         self._compensate_init_shrinkage(rho_init)
-
-    @property
-    def group_size(self) -> int:
-        return self.out_features
-
-    def _group_view(self, per_gate: torch.Tensor) -> torch.Tensor:
-        return per_gate.view(1, -1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        weight, bias, _ = self._forward_params()
-        return F.linear(x, weight, bias)
 
     def extra_repr(self) -> str:
         return f"{self.in_features}, {self.out_features}, bias={self.bias is not None}, sparsity={self.sparsity}"

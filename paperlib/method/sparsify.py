@@ -41,11 +41,10 @@ from collections.abc import Callable, Iterable
 import torch
 import torch.fx as fx
 import torch.nn as nn
-import torch.nn.functional as F
 
 from . import gates
 from .channels import ChannelGraph
-from .layers import L0Layer, _check_sparsity
+from .layers import L0Layer, LinearGates, _check_sparsity
 
 Selector = str | Callable[[str, nn.Module], bool]
 
@@ -109,7 +108,7 @@ class GatedConv2d(L0Layer):
         return f"sparsity={self.sparsity}"
 
 
-class GatedLinear(L0Layer):
+class GatedLinear(LinearGates):
     """An ``nn.Linear`` with hard-concrete gates: one per input feature (structured) or per entry (unstructured).
 
     As in :class:`paperlib.method.layers.L0Linear`, a structured layer's bias has no gate.
@@ -133,17 +132,6 @@ class GatedLinear(L0Layer):
     @property
     def bias(self) -> nn.Parameter | None:
         return self.linear.bias
-
-    @property
-    def group_size(self) -> int:
-        return self.linear.out_features
-
-    def _group_view(self, per_gate: torch.Tensor) -> torch.Tensor:
-        return per_gate.view(1, -1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        weight, bias, _ = self._forward_params()
-        return F.linear(x, weight, bias)
 
     def extra_repr(self) -> str:
         return f"sparsity={self.sparsity}"
