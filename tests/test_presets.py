@@ -206,3 +206,22 @@ def test_the_gpu_preset_knows_only_its_wideresnets_and_compresses_the_schedule_a
         resolve_config(dataset="cifar10", preset="gpu", model="wrn-16-1")
     with pytest.raises(ValueError, match="'gpu' preset has no configuration for dataset='mnist'"):
         resolve_config(dataset="mnist", preset="gpu")
+
+
+def test_cpu2_is_the_cpu_protocol_at_the_chosen_gates_lr_and_what_auto_gives_cifar10_on_a_cpu(monkeypatch):
+    from paperlib.harness import presets
+
+    cpu2 = resolve_config(dataset="cifar10", preset="cpu2", target=0.7)
+    cpu = resolve_config(dataset="cifar10", preset="cpu", target=0.7)
+    assert cpu2.gates_lr == presets.CPU2_GATES_LR != cpu.gates_lr == 6.0
+    differing = [f for f in ("epochs", "lr_milestones", "dual_lr", "lr", "weight_decay", "rho_init", "batch_size",
+                             "model", "optimizer", "gates_optimizer") if getattr(cpu2, f) != getattr(cpu, f)]
+    assert differing == []
+    assert cpu2.run_name == "wrn-16-1-constrained-model-t0.7-s0-cpu2" and cpu.run_name.endswith("-s0-cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_config(dataset="cifar10", target=0.7).preset == "cpu2"
+    assert resolve_config(dataset="mnist", target=0.3).preset == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_config(dataset="cifar10", target=0.7).preset == "paper"
+    with pytest.raises(ValueError, match="'cpu2' preset has no configuration for dataset='mnist'"):
+        resolve_config(dataset="mnist", preset="cpu2", target=0.3)

@@ -10,8 +10,9 @@ from ..method.vocabulary import COMPILE_GATES, DUAL_OPTIMIZERS, GROUPINGS, LINEA
 from ..paper.models import MODEL_NAMES, WIDE_RESNET, is_model_name  # noqa: F401
 
 #: ``auto`` resolves to ``paper`` on CUDA and to the dataset's CPU protocol otherwise
-#: (:func:`paperlib.harness.presets.concrete_preset`); ``gpu`` is CIFAR-10's compressed GPU protocol.
-PRESETS = ("auto", "paper", "cpu", "gpu")
+#: (:func:`paperlib.harness.presets.concrete_preset`); ``cpu2`` is CIFAR-10's CPU protocol whose targets bind,
+#: ``gpu`` its compressed GPU protocol.
+PRESETS = ("auto", "paper", "cpu", "cpu2", "gpu")
 DATASETS = ("mnist", "cifar10", "cifar100", "tinyimagenet", "imagenet")
 METHODS = ("constrained", "penalized", "dense", "magnitude_pruning")
 OPTIMIZERS = ("adam", "sgdm")
