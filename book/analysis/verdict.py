@@ -2,7 +2,8 @@
 
 One :class:`Claim` per claim of the paper's §5 and Appendices E, H, I, K and L,
 each with where the paper shows it, what we ran (:class:`Ran`: model, budget,
-seeds, device, read from the records), a verdict and its evidence. Every
+seeds, device, read from the records), how many of its runs, cells or checks pass
+(:attr:`Claim.passed` of :attr:`Claim.judged`, counting :attr:`Claim.counts`) and a verdict. Every
 verdict is :func:`paperlib.harness.rules.claim_verdict` of how many of the claim's runs,
 cells or checks pass their rule in :mod:`paperlib.harness.rules`, the same thresholds
 for every claim; the run-level rules are there too. A claim whose records do
@@ -90,12 +91,18 @@ def ran(runs: list[dict]) -> Ran:
 
 @dataclass
 class Claim:
+    """One claim's row: ``passed`` of ``judged`` things pass their rule; ``counts`` names them (a fixed phrase:
+    "runs on target"), or, for a claim not tested here, why not. ``page`` is the page that answers it, and
+    ``section`` the label of the section there (``(label)=`` in the page), if any."""
     claim: str
     where: str
     ran: Ran
     verdict: str
-    evidence: str
+    passed: int
+    judged: int
+    counts: str
     page: str
+    section: str | None = None
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
@@ -115,24 +122,20 @@ def _records(grids, preset: str | None = None, **where) -> list[dict]:
     return list(found.values())
 
 
-def outcome_counts(judged: list[rules.RunJudgement]) -> str:
-    """Each outcome's count among ``judged`` runs, and how many of them have no free-gates record (evidence)."""
-    counts = rules.tally(j.outcome for j in judged)
-    text = ", ".join(f"{outcome.value} {count}" for outcome, count in counts.items())
-    unknown = sum(not j.binding_known for j in judged)
-    if unknown:
-        text += f" (binding unknown for {unknown}: no free-gates record, judged as binding)"
-    return text
+def outcomes(judged: list[rules.RunJudgement]) -> pd.Series:
+    """How many of ``judged`` runs had each outcome (on target, under, violated, does not bind), and how many
+    were judged as binding for want of a free-gates record ("binding unknown")."""
+    counts = {outcome.value: count for outcome, count in rules.tally(j.outcome for j in judged).items()}
+    return pd.Series({**counts, "binding unknown": sum(not j.binding_known for j in judged)}, dtype=int)
 
 
-def _judged_claim(runs: list[dict], complete: bool = True) -> tuple[str, str, list[rules.RunJudgement]]:
-    """The constrained ``runs`` judged by :func:`paperlib.harness.rules.judge_record`: the verdict, the evidence and
-    the judgements."""
+def _judged_claim(runs: list[dict], complete: bool = True) -> tuple[str, int, int, list[rules.RunJudgement]]:
+    """The constrained ``runs`` judged by :func:`paperlib.harness.rules.judge_record`: the verdict, how many
+    pass of how many judged, and the judgements."""
     free = rules.free_gates_records()
     judged = [rules.judge_record(run, free) for run in runs]
     passed, total = rules.passed_and_judged(j.outcome for j in judged)
-    evidence = f"{passed} of {total} judged runs on target: {outcome_counts(judged)}"
-    return rules.claim_verdict(passed, total, complete).value, evidence, judged
+    return rules.claim_verdict(passed, total, complete).value, passed, total, judged
 
 
 def one_shot_mnist() -> Claim:
@@ -142,13 +145,10 @@ def one_shot_mnist() -> Claim:
     grids = [g for t in MNIST_TABLES for g in studies.TABLES[t].grids]
     runs = _records(grids, "paper", method="constrained")
     runs = [run for run in runs if run["metrics"].get("sparsity", "structured") == "structured"]
-    verdict, evidence, judged = _judged_claim(runs)
-    violated = [max(j.gaps) for j in judged if j.outcome == rules.Outcome.VIOLATED]
-    if violated:
-        evidence += f"; the violated end {min(violated):+.2f} to {max(violated):+.2f} points over a target"
+    verdict, passed, total, _ = _judged_claim(runs)
     return Claim("A constraint sets the density in one run (MNIST)",
                  f"§5.2, {ref('tab:mnist')}, {ref('tab:mlp_control')}, {ref('tab:lenet_control')}",
-                 ran(runs), verdict, evidence, "results_mnist")
+                 ran(runs), verdict, passed, total, "runs on target", "results_mnist", "claim-one-shot-mnist")
 
 
 def _mnist_runs() -> list[dict]:
@@ -160,11 +160,10 @@ def accuracy_mnist() -> Claim:
     (:func:`comparison.agreement`): a row passes when its difference is within what chance explains (95%)."""
     rows = pd.concat([comparison.agreement(label) for label in MNIST_TABLES], ignore_index=True)
     within = int((~rows["beyond chance"].astype(bool)).sum()) if len(rows) else 0
-    evidence = (f"{within} of {len(rows)} rows differ from the paper's final error by less than its runs' spread "
-                f"explains (95%); chance alone would put about {len(rows) / 20:.1f} beyond it")
     return Claim("At no cost in accuracy (MNIST)", f"§5.2, {ref('tab:mnist')}, {ref('tab:mlp_control')}, "
                  f"{ref('tab:lenet_control')}", ran(_mnist_runs()), rules.claim_verdict(within, len(rows)).value,
-                 evidence, "results_mnist_differences")
+                 within, len(rows), "rows whose final error the runs' spread explains", "results_mnist",
+                 "claim-accuracy-mnist")
 
 
 def _cells(tables: tuple[str, ...], method: str, column: str) -> pd.Series:
@@ -197,37 +196,28 @@ def penalized_mnist() -> Claim:
     within :data:`~paperlib.harness.rules.PENALTY_POINTS` of the paper's; the evidence says how far the seeds scatter."""
     judged = penalty_cells()
     within = sum(j.outcome == rules.PenaltyOutcome.WITHIN for j in judged)
-    off = [j.difference for j in judged if j.outcome == rules.PenaltyOutcome.OFF]
-    evidence = f"{within} of {len(judged)} cells within {rules.PENALTY_POINTS:g} points of the paper's density"
-    if off:
-        evidence += f"; the others {min(off):+.1f} to {max(off):+.1f}"
-    scatter = [j.scatter for j in judged if j.scatter > 0]
-    if scatter:
-        evidence += f"; seeds at one λ_pen scatter by up to {max(scatter):.1f} points"
     runs = [run for run in _mnist_runs() if run["metrics"]["method"] == "penalized"]
     return Claim("A penalty's density follows λ_pen as printed (MNIST)",
                  f"{ref('tab:mlp_control')}, {ref('tab:lenet_control')}", ran(runs),
-                 rules.claim_verdict(within, len(judged)).value, evidence, "results_mnist")
+                 rules.claim_verdict(within, len(judged)).value, within, len(judged),
+                 "cells near the paper's density", "results_mnist", "claim-penalty-mnist")
 
 
-def _agreeing(deltas: pd.Series, what: str, points: float = rules.AGREE_POINTS) -> tuple[int, str]:
-    """How many of ``deltas`` agree (:func:`paperlib.harness.rules.agrees`), and the evidence: how many, how far the
-    others are."""
-    agree = int(sum(rules.agrees(d, points) for d in deltas))
-    others = deltas[[not rules.agrees(d, points) for d in deltas]] if len(deltas) else deltas
-    return agree, (f"{agree} of {len(deltas)} {what} within {points:g} points of the paper's"
-                   + (f"; the others {others.min():+.1f} to {others.max():+.1f}" if len(others) else ""))
+def _agreeing(deltas: pd.Series, points: float = rules.AGREE_POINTS) -> int:
+    """How many of ``deltas`` agree with the paper (:func:`paperlib.harness.rules.agrees`)."""
+    return int(sum(rules.agrees(d, points) for d in deltas))
 
 
 def counts_mnist() -> Claim:
     """Parameters and MACs of the purged constrained MNIST models: a cell passes when it is within
     :data:`~paperlib.harness.rules.AGREE_POINTS` of the paper's."""
     deltas = pd.concat([_cells(MNIST_TABLES[1:], "constrained", metric) for metric in ("params (%)", "MACs (%)")])
-    agree, evidence = _agreeing(deltas, "parameter and MAC percentages")
+    agree = _agreeing(deltas)
     runs = [run for run in _mnist_runs() if run["metrics"]["method"] == "constrained"]
     return Claim("What a target leaves: parameters and MACs (MNIST)",
                  f"{ref('tab:mlp_control')}, {ref('tab:lenet_control')}", ran(runs),
-                 rules.claim_verdict(agree, len(deltas)).value, evidence, "results_mnist")
+                 rules.claim_verdict(agree, len(deltas)).value, agree, len(deltas),
+                 "parameter and MAC cells near the paper's", "results_mnist", "claim-counts-mnist")
 
 
 def dual_restarts() -> Claim:
@@ -239,10 +229,9 @@ def dual_restarts() -> Claim:
         pairs.setdefault(run["metrics"]["target"], {})[run["params"]["dual_restarts"]] = run["metrics"]["l0_density"]
     pairs = {target: pair for target, pair in pairs.items() if len(pair) == 2}
     nearer = sum(abs(pair[True] - target) < abs(pair[False] - target) for target, pair in pairs.items())
-    evidence = "; ".join(f"at {target:.0%}: {100 * pair[True]:.1f}% with restarts, {100 * pair[False]:.1f}% without"
-                         for target, pair in sorted(pairs.items()))
     return Claim("Dual restarts keep the model at its target", f"§5.3, {ref('fig:dual_restarts')}", ran(runs),
-                 rules.claim_verdict(nearer, len(pairs)).value, evidence or "no pair yet", "results_dynamics")
+                 rules.claim_verdict(nearer, len(pairs)).value, nearer, len(pairs),
+                 "targets nearer with restarts than without", "results_dynamics", "claim-dual-restarts")
 
 
 def stable_dynamics() -> Claim:
@@ -252,52 +241,37 @@ def stable_dynamics() -> Claim:
     runs = control.control_runs()
     rows = control.stability_rows(runs)
     settled = rows.dropna(subset=["settled from epoch"])
-    evidence = (f"{report.count_of(len(settled), len(rows), 'constrained run')} settle within "
-                f"{rules.FEASIBLE_POINTS:g} point above every target")
     seed0 = [run for run in runs if (run["metrics"]["method"], run["metrics"]["seed"]) == ("constrained", 0)]
-    if len(settled):
-        epochs = max(run["metrics"]["epochs_completed"] for run in seed0)
-        evidence += f", by epoch {settled['settled from epoch'].max():.1f} of {epochs} at the latest"
     complete = len(rows) >= control.CONTROL_RUNS["constrained"]
     return Claim("Constraint dynamics stay stable on ResNets", f"§5.4, {ref('fig:stable_training')}",
-                 ran(seed0), rules.claim_verdict(len(settled), len(rows), complete).value,
-                 evidence if len(rows) else "no constrained run yet", "results_cifar10")
+                 ran(seed0), rules.claim_verdict(len(settled), len(rows), complete).value, len(settled), len(rows),
+                 "runs that settle feasible", "results_cifar10", "claim-stable-dynamics")
 
 
 def cifar10_control() -> Claim:
     """The CIFAR-10 control table at the CPU protocol, every seed in: each constrained run judged by
     :func:`paperlib.harness.rules.judge_record` (its free density from the free-gates runs of the same model and
-    protocol); in progress until seed 0's grid is complete. The evidence adds how many of the cause test's runs
-    at the gates' learning rate of 0.1 end under a target."""
-    from . import misses
-
+    protocol); in progress until seed 0's grid is complete."""
     planned = len(report.grid_runs(control.CONTROL_GRIDS[0]))
     complete = len(report.complete_records(control.CONTROL_GRIDS[0])) >= planned
     runs = [run for run in control.control_runs() if run["metrics"]["method"] == "constrained"]
-    verdict, evidence, _ = _judged_claim(runs, complete)
-    if not complete:
-        evidence = f"{len(report.complete_records(control.CONTROL_GRIDS[0]))} of {planned} runs of seed 0 complete; " \
-                   + evidence
-    tests = report.complete_records(misses.UNDER_CAUSE_GRID)
-    if tests:
-        still_under = sum(min(rules.final_gaps(run)) < -rules.ON_TARGET_POINTS for run in tests)
-        evidence += (f"; the cause test, 80% targets at the gates' learning rate of 0.1: "
-                     f"{report.count_of(still_under, len(tests), 'run')} {'ends' if still_under == 1 else 'end'} under")
+    verdict, passed, total, _ = _judged_claim(runs, complete)
     return Claim("The control holds on a residual network (CIFAR-10)",
-                 f"§5.5, {ref('fig:cifar10_comparison')}, {ref('tab:cifar10_control')}", ran(runs), verdict, evidence,
-                 "results_cifar10")
+                 f"§5.5, {ref('fig:cifar10_comparison')}, {ref('tab:cifar10_control')}", ran(runs), verdict, passed,
+                 total, "runs on target", "results_cifar10", "claim-cifar10-control")
 
 
 def bisection() -> Claim:
     """App. E's bisection over λ_pen for a 50% MLP: a search passes when it needs at least
     :data:`~paperlib.harness.rules.SEARCH_TRAININGS` trainings (the paper counts 6 and 7) to land within its tolerance."""
     searches = report.complete_searches(studies.grids("app:bisection")[0])
-    evidence = ", ".join(f"{s['grouping']}-wise: {s['num_trainings']} trainings" for s in searches)
-    verdict = rules.claim_verdict(sum(s["num_trainings"] >= rules.SEARCH_TRAININGS for s in searches), len(searches))
+    needed = sum(s["num_trainings"] >= rules.SEARCH_TRAININGS for s in searches)
+    verdict = rules.claim_verdict(needed, len(searches))
     described = [{"metrics": {"model": s["run_name"].split("-")[1], "epochs": s["epochs"], "preset": s["preset"],
                               "seed": s["seed"], "grouping": s["grouping"]}} for s in searches]
     return Claim("A penalty needs a search to reach a density", f"{ref('app:bisection')}, {ref('fig:bisection')}",
-                 ran(described), verdict.value, evidence or "no search yet", "results_beyond")
+                 ran(described), verdict.value, needed, len(searches), "searches that needed several trainings",
+                 "results_beyond", "claim-bisection")
 
 
 def unstructured_mnist() -> Claim:
@@ -305,25 +279,25 @@ def unstructured_mnist() -> Claim:
     :data:`~paperlib.harness.rules.ERROR_POINTS` of the paper's."""
     deltas = _cells(("tab:mnist_unstructured_comparison_mlp", "tab:mnist_unstructured_comparison_lenet"),
                     "constrained", "val. error best (%)")
-    agree, evidence = _agreeing(deltas, "constrained cells' best errors", rules.ERROR_POINTS)
+    agree = _agreeing(deltas, rules.ERROR_POINTS)
     grids = studies.TABLES["tab:mnist_unstructured_comparison_mlp"].grids
     runs = _records(grids, "paper", method="constrained")
     return Claim("Unstructured sparsity, against magnitude pruning (MNIST)",
                  f"§5.6, {ref('tab:mnist_unstructured_comparison_mlp')}, "
                  f"{ref('tab:mnist_unstructured_comparison_lenet')}", ran(runs),
-                 rules.claim_verdict(agree, len(deltas)).value, evidence, "results_unstructured")
+                 rules.claim_verdict(agree, len(deltas)).value, agree, len(deltas),
+                 "cells whose best error is near the paper's", "results_unstructured", "claim-unstructured")
 
 
 def gate_medians() -> Claim:
     """App. I's test-time gates on MNIST: a run passes when at least :data:`~paperlib.harness.rules.DECIDED_GATES_SHARE`
     of the first gated layer's medians (eq. 9) are exactly 0 or 1 at the last saved epoch."""
     runs = report.complete_records(studies.grids("fig:mnist_gate_histograms", preset="paper")[0])
-    shares = [(run["metrics"]["model"], 1.0 - report.fractional_medians(run)[1]) for run in runs]
-    evidence = "; ".join(f"{model}: {100 * share:.1f}% of the first layer's medians at 0 or 1" for model, share in shares)
-    passed = sum(share >= rules.DECIDED_GATES_SHARE for _, share in shares)
+    shares = [1.0 - report.fractional_medians(run)[1] for run in runs]
+    passed = sum(share >= rules.DECIDED_GATES_SHARE for share in shares)
     return Claim("Test-time gates end at 0 or 1", f"{ref('app:test_time_gates')}, {ref('fig:mnist_gate_histograms')}",
-                 ran(runs), rules.claim_verdict(passed, len(shares)).value, evidence or "no run yet",
-                 "results_dynamics")
+                 ran(runs), rules.claim_verdict(passed, len(shares)).value, passed, len(shares),
+                 "runs whose first layer's gates end decided", "results_dynamics", "claim-gate-medians")
 
 
 def gates_ablation() -> Claim:
@@ -332,17 +306,18 @@ def gates_ablation() -> Claim:
     fail."""
     ablation = report.complete_records(control.ABLATION_GRID)
     planned = len(report.grid_runs(control.ABLATION_GRID))
-    evidence = f"{len(ablation)} of {planned} ablation runs complete"
     checks = control.ablation_checks(ablation, control.control_runs()) if len(ablation) >= planned else []
-    evidence += "".join(f"; {what}" for what, _ in checks)
-    verdict = rules.claim_verdict(sum(held for _, held in checks), len(checks), len(ablation) >= planned)
+    held = sum(bool(check[-1]) for check in checks)
+    verdict = rules.claim_verdict(held, len(checks), len(ablation) >= planned)
     return Claim("Gates need a larger learning rate and no weight decay",
                  f"{ref('app:resnet_control_fixes')}, {ref('tab:cifar10')}, {ref('fig:increase_lr')}, "
-                 f"{ref('fig:wd_overpen')}", ran(ablation), verdict.value, evidence, "results_cifar10")
+                 f"{ref('fig:wd_overpen')}", ran(ablation), verdict.value, held, len(checks), "checks that hold",
+                 "results_cifar10", "claim-gates-ablation")
 
 
 def not_tested(claim: str, where: str, why: str, page: str) -> Claim:
-    return Claim(claim, where, NOTHING_RAN, rules.Verdict.NOT_TESTED.value, why, page)
+    """A claim nothing here tests; ``why`` takes the place of what its runs would count."""
+    return Claim(claim, where, NOTHING_RAN, rules.Verdict.NOT_TESTED.value, 0, 0, why, page, "not-run")
 
 
 def claims() -> list[Claim]:
@@ -371,12 +346,18 @@ PAGE_NAMES = {"results_mnist": "MNIST", "results_mnist_investigations": "MNIST, 
               "results_unstructured": "unstructured", "results_beyond": "beyond"}
 
 
+def section_link(claim: Claim) -> str:
+    """A link to the section of the page that answers ``claim`` (the page's top when it has no section)."""
+    anchor = f"#{claim.section}" if claim.section else ""
+    return f'<a href="{claim.page}.html{anchor}">{PAGE_NAMES.get(claim.page, claim.page)}</a>'
+
+
 def table(found: list[Claim]) -> pd.DataFrame:
     """The verdict table of the book's first page: one row per claim, what was run (model, budget, seeds,
-    device), the verdict and its evidence, its page linked."""
+    device), how many pass of how many judged and what they count, the verdict, and the section that answers it."""
     return pd.DataFrame([{"claim": c.claim, "in the paper": c.where, "what was run": str(c.ran),
-                          "verdict": c.verdict, "evidence": c.evidence,
-                          "page": f'<a href="{c.page}.html">{PAGE_NAMES.get(c.page, c.page)}</a>'} for c in found])
+                          "pass": f"{c.passed} / {c.judged}" if c.judged else "—", "counted": c.counts,
+                          "verdict": c.verdict, "answered in": section_link(c)} for c in found])
 
 
 #: The verdicts the book printed before :mod:`paperlib.harness.rules` (one rule for every claim), one per claim.
