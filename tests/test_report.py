@@ -309,3 +309,12 @@ def test_record_index_lists_the_complete_records_of_a_folder_with_their_paramete
                                                       (tmp_path / "b", {"target": 0.7})]
     _synthetic_record(tmp_path / "a", {"target": 0.25}, 1.0)  # rewritten: read again
     assert records.record_index(tmp_path)[0] == (tmp_path / "a", {"target": 0.25})
+
+
+def test_show_writes_yes_and_no_as_ticks_and_crosses_never_true_false():
+    import numpy as np
+
+    table = pd.DataFrame({"setting": ["a", "b", "c"], "feasible": [True, False, np.bool_(True)]})
+    html = report.show(table).to_html()
+    assert "True" not in html and "False" not in html
+    assert html.count("✓") == 2 and html.count("✗") == 1

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 import yaml
 
@@ -198,8 +199,10 @@ TABLE_STYLES = [
 
 
 def _unbroken(value):
-    """A mean ± CI cell kept on one line (non-breaking spaces around ±): a narrow column wrapped
-    ``1.77 ± 0.08`` over three lines."""
+    """A cell as the page shows it: yes/no as ✓/✗ (never True/False), and a mean ± CI kept on one line
+    (non-breaking spaces around ±: a narrow column wrapped ``1.77 ± 0.08`` over three lines)."""
+    if isinstance(value, (bool, np.bool_)):
+        return "✓" if value else "✗"
     return value.replace(" ± ", "\u00a0±\u00a0") if isinstance(value, str) else value
 
 
