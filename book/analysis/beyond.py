@@ -477,7 +477,7 @@ def plot_bisections(searches: list[dict]) -> plt.Figure:
     panel per search."""
     if not searches:
         raise ValueError(f"no search to plot: python -m paperlib.sweeps {BISECTION_GRID}")
-    fig, axes = plt.subplots(1, len(searches), figsize=(4.5 * len(searches), 3.3), squeeze=False)
+    fig, axes = plt.subplots(1, len(searches), figsize=(min(7.0, 3.5 * len(searches)), 3.2), squeeze=False)
     for ax, search in zip(axes[0], searches):
         points = search["evaluations"]
         ax.scatter([e["lmbda"] for e in points], [100 * e["l0_density"] for e in points], marker="*", s=70)

@@ -40,7 +40,7 @@ from paperlib.paper_rows import PAPER_MODEL_NAMES, constrained_densities, larges
 from .control import run_link
 from .mnist_findings import records_of, select
 from paperlib.paper_numbers import ref
-from .report import grid_runs, sweep_command
+from .report import grid_runs, notebook_link, sweep_command
 from paperlib.vocabulary import short_number
 
 #: Table 1's MLP rows at the paper's protocol (five seeds), and the MLP control table's.
@@ -120,7 +120,7 @@ def gain_rows(runs: list[dict]) -> pd.DataFrame:
              "final λ": final_multipliers(run)[0],
              "lowest params (%)": min(_train_epochs(run, "params_pct"), default=None),
              "epochs collapsed": collapsed_epochs(run), "val. error final (%)": run["metrics"]["val_error_final"],
-             "run": run_link(run)} for run in runs]
+             "run": notebook_link(run["path"]) or "—"} for run in runs]
     return pd.DataFrame(rows).sort_values("kp", ignore_index=True) if rows else pd.DataFrame(rows)
 
 
