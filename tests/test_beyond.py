@@ -285,3 +285,16 @@ def test_readable_tables_name_methods_in_words():
 
     table = pd.DataFrame({"row": ["magnitude_pruning, layer-wise 20%", "constrained, model-wise 10%"]})
     assert beyond.readable(table)["row"].tolist() == ["magnitude pruning, layer-wise 20%", "L0, constrained, model-wise 10%"]
+
+
+def test_marks_turn_yes_no_cells_into_ticks_and_crosses_and_leave_numbers():
+    import numpy as np
+    import pandas as pd
+
+    from analysis.comparison import marks
+
+    table = pd.DataFrame({"on target": [True, np.bool_(False), None], "cells": [1, 0, 2], "name": ["a", "b", "c"]})
+    marked = marks(table)
+    assert marked["on target"].tolist()[:2] == ["✓", "✗"] and pd.isna(marked["on target"].iloc[2])  # shown as "—"
+    assert marked["cells"].tolist() == [1, 0, 2] and marked["name"].tolist() == ["a", "b", "c"]  # 1 and 0 stay numbers
+    assert table["on target"].tolist()[0] is True  # the table given is not changed
