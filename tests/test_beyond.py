@@ -169,13 +169,13 @@ def test_lenet5s_finetuning_gives_nan_where_a_record_is_missing():
 
 
 def test_dense_phases_compare_each_records_own_dense_phase_with_the_baseline():
-    own = pruning_record("lenet5", 0.1, [30.0], dense_errors=("50.0", "1.2"))
+    own = pruning_record("lenet5", 0.1, [30.0], dense_errors=("50.0", "1.2"), run_name="lenet5-t0.1")
     shared = pruning_record("lenet5", 0.2, [20.0], first_phase_of="lenet5-t0.1")
     retrained = pruning_record("lenet5", 0.05, [40.0], dense_errors=("50.0", "1.3"))
     baseline = {"history": [row for row in own["history"] if row["phase"] == "train"]}
     table = beyond.dense_phases([own, shared, retrained], baseline)
     assert table["target"].tolist() == ["10%", "20%", "5%"]
-    assert table["dense phase"].tolist() == ["its own", "lenet5-t0.1", "its own"]
+    assert table["dense phase"].tolist() == ["its own", "the 10% run's", "its own"]  # named by its condition
     assert table["dense error (%)"].tolist() == [1.2, 2.0, 1.3] and table["just pruned (%)"].tolist() == [30, 20, 40]
     assert table["dense phase = dense baseline record"].tolist() == [True, None, False]
     assert beyond.dense_phases([own], None)["dense phase = dense baseline record"].tolist() == [None]

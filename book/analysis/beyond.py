@@ -402,18 +402,22 @@ def dense_epochs(history: list[dict]) -> list[tuple[str, str, str]]:
 
 def dense_phases(runs: list[dict], baseline: dict | None) -> pd.DataFrame:
     """The dense model each magnitude-pruning record pruned (App. L prunes a trained dense model): its target,
-    whose dense phase it pruned (``first_phase_of``: another target's run, else its own), the CPU that trained
+    whose dense phase it pruned (``first_phase_of``: another target's run, named by its target, else its own), the CPU that trained
     it, the dense model's error at the end of that phase and the pruned model's before fine-tuning; and whether
     its own dense phase is the ``baseline`` record's training, epoch by epoch (None where it pruned another
     run's, or without a baseline)."""
+    targets = {run["metrics"].get("run_name"): run["metrics"]["target"] for run in runs}
     rows = []
     for run in runs:
         metrics, history = run["metrics"], run["history"]
+        shared = metrics.get("first_phase_of")
         end_of_dense = [row for row in history if row["phase"] == "train"][-1]
         pruned = next(row for row in history if row["phase"] == "pruned")
         same = None if baseline is None or "first_phase_of" in metrics else \
             dense_epochs(history) == dense_epochs(baseline["history"])
-        rows.append({"target": f"{100 * metrics['target']:g}%", "dense phase": metrics.get("first_phase_of", "its own"),
+        phase = "its own" if shared is None else \
+            f"the {100 * targets[shared]:g}% run's" if shared in targets else shared
+        rows.append({"target": f"{100 * metrics['target']:g}%", "dense phase": phase,
                      "trained on": metrics["device_name"], "dense error (%)": float(end_of_dense["val_error"]),
                      "just pruned (%)": float(pruned["val_error"]), "dense phase = dense baseline record": same})
     return pd.DataFrame(rows, columns=["target", "dense phase", "trained on", "dense error (%)", "just pruned (%)",
