@@ -16,12 +16,13 @@ The cells (:data:`CELLS`) are Table 1's two MLP rows and the 20% and 35% constra
 cells of the MLP control table, model- and layer-wise, all at the paper's protocol,
 seed 0. The paper's optimiser is each cell's committed record of its own grid. Per
 cell, :func:`summary` gives each optimiser's final largest distance to target over
-the constrained layers and its final error. :func:`plot_trajectories` draws the
-densities and multipliers side by side, and :func:`findings` says whether any
-optimiser removes the overshoot at no cost in error: every cell on target
-(:func:`paperlib.harness.rules.judge_record`) and no final error more than
-:data:`~paperlib.harness.rules.COST_SPREADS` seed spreads above the paper's optimiser's. The page is
-book/results_dual_optimizers.md.
+the constrained layers and its final error. :func:`plot_gaps` draws the distances
+to target over training, :func:`plot_collapse` the test-time model's error, and
+:func:`verdicts` says whether an optimiser removes the overshoot at no cost in error:
+every cell on target (:func:`paperlib.harness.rules.judge_record`) and no final error more than
+:data:`~paperlib.harness.rules.COST_SPREADS` seed spreads above the paper's optimiser's. Everything
+returns tables, figures and numbers; the page (book/results_dual_optimizers.md) holds
+the prose.
 
 No choice here looks at the test split: the gain is chosen by the final distance
 to the target alone.
@@ -39,7 +40,7 @@ from paperlib.harness.paper_rows import PAPER_MODEL_NAMES, constrained_densities
 from .control import run_link
 from .mnist_findings import records_of, select
 from paperlib.paper.paper_numbers import ref
-from .report import count_of, grid_runs, in_words, no_record_line, show
+from .report import grid_runs, notebook_link, sweep_command
 from paperlib.harness.vocabulary import short_number
 
 #: Table 1's MLP rows at the paper's protocol (five seeds), and the MLP control table's.
@@ -119,7 +120,7 @@ def gain_rows(runs: list[dict]) -> pd.DataFrame:
              "final λ": final_multipliers(run)[0],
              "lowest params (%)": min(_train_epochs(run, "params_pct"), default=None),
              "epochs collapsed": collapsed_epochs(run), "val. error final (%)": run["metrics"]["val_error_final"],
-             "run": run_link(run)} for run in runs]
+             "run": notebook_link(run["path"]) or "—"} for run in runs]
     return pd.DataFrame(rows).sort_values("kp", ignore_index=True) if rows else pd.DataFrame(rows)
 
 
@@ -251,52 +252,47 @@ def seed_spread(table1_runs: list[dict], cells: tuple[Cell, ...] = CELLS[:2]) ->
         if len(errors) >= 2:
             variances.append(statistics.variance(errors))
     if not variances:
-        raise ValueError(f"no cell of {in_words(cell.label for cell in cells)} has two seeds: the seed spread "
+        raise ValueError(f"no cell of {', '.join(cell.label for cell in cells)} has two seeds: the seed spread "
                          f"cannot be measured")
     return statistics.fmean(variances) ** 0.5
 
 
-def _judged(table: pd.DataFrame, spread: float, n_cells: int) -> tuple[list[str], str, bool]:
-    """One line per optimiser with records (cells hit, gaps, error against the paper's optimiser), and the
-    answer: which optimisers remove the overshoot at no cost in error (every cell a hit, no final error more
-    than :data:`~paperlib.harness.rules.COST_SPREADS` seed spreads above the paper's optimiser's), once every cell of every optimiser has a record; and
-    whether every cell of every optimiser has one."""
-    lines, winners, pending = [], [], []
+def verdicts(table: pd.DataFrame, spread: float, n_cells: int = len(CELLS)) -> pd.DataFrame:
+    """One row per dual optimiser of :data:`OPTIMIZERS` with records in ``table`` (:func:`summary`): its cells with
+    a record, those on target, the largest distance to target and the range of its final error against the paper's
+    optimiser (points); ``no cost``: no cell's final error more than :data:`~paperlib.harness.rules.COST_SPREADS` seed
+    spreads (``spread``) above the paper's optimiser's; ``removes overshoot``: on target in all ``n_cells`` cells
+    at no cost (None until every cell has a record; always None for the paper's own).
+
+    >>> verdicts(summary(cells), spread=0.1).set_index("dual optimiser")["removes overshoot"]  # doctest: +SKIP
+    """
+    rows = []
     for name, label in OPTIMIZERS.items():
-        rows = table[table["dual optimiser"] == label]
-        if rows.empty:
-            pending.append(label)
+        mine = table[table["dual optimiser"] == label]
+        if mine.empty:
             continue
-        gaps = in_words(f"{gap:+.2f}" for gap in rows["largest gap (points)"])
-        text = (f"**{label}**: on target in "
-                f"{count_of(int(rows['hit'].sum()), len(rows), 'cell')} "
-                f"(largest gap{'s' if len(rows) > 1 else ''} {gaps})")
-        if name != "paper" and rows["Δ error (points)"].notna().any():
-            low, high = rows["Δ error (points)"].min(), rows["Δ error (points)"].max()
-            text += f"; final error {low:+.2f}{f' to {high:+.2f}' if high > low else ''} points against the paper's optimiser"
-        lines.append(text + ".")
-        if len(rows) < n_cells:
-            pending.append(f"{label} ({n_cells - len(rows)} cells)")
-        elif name != "paper" and rows["hit"].all() and (rows["Δ error (points)"] <= rules.COST_SPREADS * spread).all():
-            winners.append(label)
-    if pending:
-        answer = f"Not all records are in yet ({in_words(pending)}), so no optimiser is judged."
-    elif winners:
-        answer = f"{in_words(winners)} removes the overshoot at no cost in error."
-    else:
-        answer = "None of them removes the overshoot at no cost in error."
-    return lines, answer, not pending
+        deltas = mine["Δ error (points)"].dropna().astype(float)
+        paper = name == "paper"
+        no_cost = None if paper or deltas.empty else bool((deltas <= rules.COST_SPREADS * spread).all())
+        complete = len(mine) == n_cells
+        rows.append({"dual optimiser": label, "cells": len(mine), "on target": int(mine["hit"].sum()),
+                     "largest |gap| (points)": float(mine["largest gap (points)"].abs().max()),
+                     "Δ error low": None if paper or deltas.empty else float(deltas.min()),
+                     "Δ error high": None if paper or deltas.empty else float(deltas.max()),
+                     "no cost": no_cost,
+                     "removes overshoot": None if paper or not complete
+                     else bool(mine["hit"].all() and no_cost)})
+    return pd.DataFrame(rows, columns=["dual optimiser", "cells", "on target", "largest |gap| (points)",
+                                       "Δ error low", "Δ error high", "no cost", "removes overshoot"])
 
 
-def findings(table: pd.DataFrame, spread: float, n_cells: int = len(CELLS)) -> str:
-    """The page's answer: a line per optimiser, then whether one removes the overshoot at no cost in error."""
-    if table.empty:
-        return "No record of this comparison yet."
-    lines, answer, _ = _judged(table, spread, n_cells)
-    return "\n".join(f"- {line}" for line in lines) + (
-        f"\n\n{answer} (No cost: no cell's final error more than {rules.COST_SPREADS:g} seed spreads, "
-        f"{rules.COST_SPREADS * spread:.2f} points, above the paper's optimiser's; the spread is the standard "
-        f"deviation over Table 1's five seeds.)")
+def winners(judged: pd.DataFrame) -> list[str] | None:
+    """The optimisers that remove the overshoot at no cost (:func:`verdicts`), or None while one of the others
+    still lacks a cell."""
+    others = judged[judged["dual optimiser"] != OPTIMIZERS["paper"]]
+    if len(others) < len(OPTIMIZERS) - 1 or others["removes overshoot"].isna().any():
+        return None
+    return others.loc[others["removes overshoot"].astype(bool), "dual optimiser"].tolist()
 
 
 def best_other(table: pd.DataFrame) -> tuple[str | None, bool]:
@@ -319,7 +315,7 @@ def grid_optimizer(grid: str) -> str:
     """The dual optimiser a grid file's runs use (its ``dual_optimizer``, the same for every run)."""
     names = {config.dual_optimizer for config, _ in grid_runs(grid)}
     if len(names) != 1:
-        raise ValueError(f"{grid} runs {len(names)} dual optimisers ({in_words(sorted(names))}); one was expected")
+        raise ValueError(f"{grid} runs {len(names)} dual optimisers ({', '.join(sorted(names))}); one was expected")
     return names.pop()
 
 
@@ -344,73 +340,6 @@ class Comparison:
                   for cell in LENET5_CELLS}
         return cls(gains, kp, cells, summary(cells), seed_spread(records_of(TABLE1_GRID)), lenet5)
 
-    def findings(self) -> str:
-        return findings(self.table, self.spread)
-
-    def gain_section(self) -> list:
-        """The gain experiment's table, how large the proportional step is against the integral one in its
-        first run, and the gain chosen (or the command for the runs it waits for)."""
-        first = min(self.gains, key=lambda run: run["params"]["nupi_kp"], default=None)
-        ratio = None
-        if first is not None:
-            violation, change = abs(largest_gap(first)) / 100, violation_change(first)
-            balance = float(f"{violation / change:.0e}")  # one significant digit
-            ratio = (f"In the kp = {short_number(first['params']['nupi_kp'])} run the violation changes by "
-                     f"{change:.1e} a step (median) and is {violation:.2f} at the end: the proportional step "
-                     f"matches the integral one at kp ≈ {short_number(balance)}.")
-        if self.kp is not None:
-            chosen = f"Chosen gain: kp = {short_number(self.kp)}."
-        elif gain_at_edge(self.gains):
-            chosen = (f"The best final distance so far is at the largest gain tried "
-                      f"(kp = {short_number(_best_gain(self.gains))}): no gain is chosen until a larger one has run. "
-                      f"{no_record_line('every gain of the range', [GAIN_GRID])}")
-        else:
-            chosen = no_record_line("all the gains", [GAIN_GRID])
-        return [show(gain_table(self.gains)) if self.gains else None, ratio, chosen]
-
-    def lenet5_section(self) -> list:
-        """Table 1's LeNet5 rows with the paper's optimiser (seed 0 of Table 1) and the one
-        :data:`LENET5_GRID` runs: which optimiser the MLP cells choose (:func:`best_other`) and whether the grid
-        runs it, the table of gaps and errors, each layer's gap on the layer-wise row, in words whether it hits
-        each row at no cost in error (:data:`~paperlib.harness.rules.COST_SPREADS` seed spreads of Table 1's LeNet5 rows), and the epochs its test-time
-        model spends collapsed (:func:`collapse_table`), with its thin layers (:func:`thin_layers_in_words`); or
-        the command for what is missing."""
-        best, complete = best_other(self.table)
-        ran = grid_optimizer(LENET5_GRID)
-        if best is None:
-            return [no_record_line("the other dual optimisers on the MLP cells", [GRID])]
-        others = int((self.table["dual optimiser"] != OPTIMIZERS["paper"]).sum())
-        planned = (len(OPTIMIZERS) - 1) * len(CELLS)
-        records = f"all {planned} records" if complete else f"{others} of the {planned} records so far"
-        chosen = (f"The best other optimiser on the MLP cells ({records}; most cells on target, then the "
-                  f"smallest mean distance) is {OPTIMIZERS[best]}.")
-        if best != ran:
-            chosen += (f" The LeNet5 rows were run with {OPTIMIZERS[ran]}, which led when the grid was written: "
-                       f"set `dual_optimizer: {best}` in {LENET5_GRID} and run "
-                       f"`python -m paperlib.harness.sweeps {LENET5_GRID}`.")
-        table, ours, spread = self.lenet5_rows()
-        runs = self.lenet5_shown()
-        missing = [cell.label for cell, found in runs.items() if found[ran] is None]
-        gaps = layer_gaps(runs)
-        items = [chosen, show(by_cell(table, LENET5_CELLS)) if len(table) else None,
-                 show(gaps, caption=LAYER_GAPS_CAPTION) if len(gaps) else None]
-        if len(ours):
-            judged = [f"{row['cell']}: {'on target' if row['hit'] else 'off target'} "
-                      f"(largest gap {row['largest gap (points)']:+.2f}), final error "
-                      f"{row['Δ error (points)']:+.2f} points against the paper's optimiser, "
-                      f"{'within' if row['Δ error (points)'] <= rules.COST_SPREADS * spread else 'more than'} "
-                      f"{rules.COST_SPREADS:g} seed spreads ({rules.COST_SPREADS * spread:.2f} points, Table 1's "
-                      f"LeNet5 rows)" for _, row in ours.iterrows()]
-            items.append(f"With {OPTIMIZERS[ran]}, " + "; ".join(judged) + ".")
-            thin = [thin_layers_in_words(found[ran], cell.label) for cell, found in runs.items() if found[ran]]
-            items += [show(collapse_table(runs).dropna(axis=1, how="all"),
-                           caption=f"Epochs at whose end the test-time model misclassified {COLLAPSED_ERROR_PCT:g}% "
-                                   f"of the test set or more"),
-                      collapse_in_words(runs), *filter(None, thin)]
-        if missing:
-            items.append(no_record_line(f"{OPTIMIZERS[ran]} on {in_words(missing)}", [LENET5_GRID]))
-        return items
-
     def lenet5_shown(self) -> dict[Cell, dict[str, dict | None]]:
         """Table 1's LeNet5 rows with the paper's optimiser and the one :data:`LENET5_GRID` runs."""
         ran = grid_optimizer(LENET5_GRID)
@@ -424,62 +353,107 @@ class Comparison:
         spread = seed_spread(records_of(TABLE1_GRID), LENET5_CELLS) if len(ours) else math.nan
         return table, ours, spread
 
-    def gain_cause(self) -> list[str]:
-        """:func:`gain_cause_lines` for Table 1's LeNet5 rows: the cause test's optimiser at the chosen gain
-        against the cause test."""
+    def lenet5_verdicts(self) -> pd.DataFrame:
+        """One row per LeNet5 row run with :data:`LENET5_GRID`'s optimiser: on target, its largest gap, its
+        final error and the paper's optimiser's, the difference, whether that exceeds
+        :data:`~paperlib.harness.rules.COST_SPREADS` seed spreads of Table 1's LeNet5 rows, the epochs its test-time model
+        spent collapsed and whether it ended collapsed (:func:`collapsed_epochs`)."""
+        table, ours, spread = self.lenet5_rows()
+        ran = grid_optimizer(LENET5_GRID)
+        runs = {cell.label: found[ran] for cell, found in self.lenet5.items()}
+        rows = [{"cell": row["cell"], "on target": bool(row["hit"]), "gap (points)": row["largest gap (points)"],
+                 "error paper's (%)": row["val. error final (%)"] - row["Δ error (points)"],
+                 "error (%)": row["val. error final (%)"], "Δ error (points)": row["Δ error (points)"],
+                 "beyond the cost": bool(row["Δ error (points)"] > rules.COST_SPREADS * spread),
+                 "epochs collapsed": collapsed_epochs(runs[row["cell"]]),
+                 "ends collapsed": ends_collapsed(runs[row["cell"]])} for _, row in ours.iterrows()]
+        result = pd.DataFrame(rows, columns=["cell", "on target", "gap (points)", "error paper's (%)", "error (%)",
+                                             "Δ error (points)", "beyond the cost", "epochs collapsed",
+                                             "ends collapsed"])
+        result.attrs["cost"] = rules.COST_SPREADS * spread
+        return result
+
+    def gain_cause(self) -> pd.DataFrame:
+        """:func:`gain_cause` for Table 1's LeNet5 rows: the cause test's optimiser at the chosen gain against the
+        cause test."""
         tested = grid_optimizer(GAIN_CAUSE_GRID)
-        return gain_cause_lines({cell: found[tested] for cell, found in self.lenet5.items()},
-                                records_of(GAIN_CAUSE_GRID))
-
-    def lenet5_answer(self) -> str | None:
-        """How the optimiser run on Table 1's LeNet5 rows does there: rows within a point of every target and its
-        cost in error against the paper's optimiser (beyond :data:`~paperlib.harness.rules.COST_SPREADS` seed spreads or not); None until both are in."""
-        _, ours, spread = self.lenet5_rows()
-        if len(ours) < len(LENET5_CELLS):
-            return None
-        costs = ours["Δ error (points)"]
-        return (f"{ours['dual optimiser'].iloc[0]} on Table 1's {len(ours)} LeNet5 rows ends on target in "
-                f"{count_of(int(ours['hit'].sum()), len(ours), 'row')}, "
-                f"at {costs.min():+.2f} to {costs.max():+.2f} points of error against the paper's optimiser "
-                f"({int((costs > rules.COST_SPREADS * spread).sum())} beyond {rules.COST_SPREADS:g} seed spreads)")
-
-    def answer(self) -> str:
-        """The intro's sentence: does any other dual optimiser remove the paper's overshoot at no cost in error,
-        on the MLP cells, and how the one run on Table 1's LeNet5 rows does there (once all are in)?"""
-        if not len(self.table):
-            return "No record yet."
-        _, answer, complete = _judged(self.table, self.spread, len(CELLS))
-        lenet5 = self.lenet5_answer()
-        if not complete or lenet5 is None:
-            return answer
-        return f"{answer[:-1]} on the {len(CELLS)} MLP cells, and {lenet5}."
+        return gain_cause({cell: found[tested] for cell, found in self.lenet5.items()}, records_of(GAIN_CAUSE_GRID))
 
 
-def plot_trajectories(cell: Cell, found: dict[str, dict | None]) -> plt.Figure:
-    """Each optimiser's distance to target of every constrained layer (left) and multipliers (right) against
-    epochs, from the records' step logs; one colour per optimiser, one line style per layer."""
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
-    styles = ("-", "--", ":")
-    for i, (name, run) in enumerate(found.items()):
-        if run is None:
-            continue
-        steps = pd.DataFrame(run["steps"]).apply(pd.to_numeric, errors="coerce")
-        targets = cell.target if isinstance(cell.target, list) else [cell.target] * len(final_multipliers(run))
-        for k, target in enumerate(targets):
-            label = OPTIMIZERS[name] if k == 0 else None
-            axes[0].plot(steps["epoch"], 100 * (steps[f"constrained_density_{k}"] - target), color=f"C{i}",
-                         ls=styles[k % 3], lw=1, label=label)
-            axes[1].plot(steps["epoch"], steps[f"lambda_{k}"], color=f"C{i}", ls=styles[k % 3], lw=1)
-    axes[0].axhline(0, color="k", lw=0.8)
-    axes[0].set(xlabel="epoch", ylabel="expected density − target (points)", title=cell.label)
-    axes[1].set(xlabel="epoch", ylabel="Lagrange multiplier")
-    for ax in axes:
+#: One colour and marker per dual optimiser, in every figure of the page.
+STYLES = {"paper": ("C0", "o"), "gradient_ascent": ("C1", "s"), "nupi": ("C2", "^"),
+          "augmented_lagrangian": ("C3", "D")}
+
+
+def _gap_curves(cell: Cell, run: dict) -> list[tuple[pd.Series, pd.Series]]:
+    """(epochs, expected density − target in points) of each constrained layer of ``run``, from its step log."""
+    steps = pd.DataFrame(run["steps"]).apply(pd.to_numeric, errors="coerce")
+    targets = cell.target if isinstance(cell.target, list) else [cell.target] * len(final_multipliers(run))
+    return [(steps["epoch"], 100 * (steps[f"constrained_density_{k}"] - target)) for k, target in enumerate(targets)]
+
+
+def plot_gaps(cells: dict[Cell, dict[str, dict | None]], columns: int = 3, zoom: float = 2.0) -> plt.Figure:
+    """One panel per cell: each optimiser's expected density minus target (points) of every constrained layer
+    against epochs, on a symmetric log scale, linear within ± ``zoom`` points (where the paper's overshoot of 1-2
+    points lies) and logarithmic beyond (the first epochs' 60 points, the other optimisers' undershoot). One
+    colour and marker per optimiser (:data:`STYLES`), one line style per layer; a band marks ± 1 point."""
+    rows = math.ceil(len(cells) / columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(7, 2.4 * rows + 0.6), sharex=True, sharey=True, squeeze=False)
+    for ax, (cell, found) in zip(axes.flat, cells.items()):
+        for name, run in found.items():
+            if run is None:
+                continue
+            colour, marker = STYLES[name]
+            for k, (epochs, gaps) in enumerate(_gap_curves(cell, run)):
+                ax.plot(epochs, gaps, color=colour, ls=("-", "--", ":", "-.")[k % 4], lw=1.2, marker=marker,
+                        markevery=max(1, len(epochs) // 6), ms=4, label=OPTIMIZERS[name] if k == 0 else None)
+        ax.axhspan(-rules.ON_TARGET_POINTS, rules.ON_TARGET_POINTS, color="0.85", zorder=0)
+        ax.axhline(0, color="k", lw=0.6)
+        ax.set_yscale("symlog", linthresh=zoom, linscale=3.0)
+        ticks = [-10, -1, 0, 1, 10, 50]
+        ax.set_yticks(ticks, [f"{tick:g}".replace("-", "−") for tick in ticks])
+        ax.set_title(cell.label.replace(", ", "\n", 1), fontsize=9)
+        ax.tick_params(labelsize=9)
         ax.grid(alpha=0.3)
-    fig.tight_layout()
-    handles, labels = axes[0].get_legend_handles_labels()
-    if handles:
-        fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=len(labels), fontsize=9,
-                   frameon=False)
+    for ax in axes.flat[len(cells):]:
+        ax.set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("density − target (pts)", fontsize=9)
+    for ax in axes[-1]:
+        ax.set_xlabel("epoch", fontsize=9)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.1 if rows > 1 else 0.2, 1, 1))
+    return fig
+
+
+def plot_collapse(groups: dict[str, dict[Cell, dict[str, dict | None]]]) -> plt.Figure:
+    """One panel per group of cells (``{"MLP": cells, "LeNet5": cells}``): every run's test error at the end of
+    each training epoch, on a log scale, coloured by optimiser (:data:`STYLES`); the line at
+    :data:`COLLAPSED_ERROR_PCT` marks a collapsed test-time model."""
+    fig, axes = plt.subplots(1, len(groups), figsize=(7, 3.2), sharey=True, squeeze=False)
+    for ax, (title, cells) in zip(axes[0], groups.items()):
+        seen = set()
+        for found in cells.values():
+            for name, run in found.items():
+                if run is None:
+                    continue
+                errors = _train_epochs(run, "val_error")
+                colour, marker = STYLES[name]
+                ax.plot(range(1, len(errors) + 1), errors, color=colour, lw=1, alpha=0.8, marker=marker,
+                        markevery=max(1, len(errors) // 5), ms=4, label=None if name in seen else OPTIMIZERS[name])
+                seen.add(name)
+        ax.axhline(COLLAPSED_ERROR_PCT, color="k", ls="--", lw=0.8, label=f"collapsed ({COLLAPSED_ERROR_PCT:g}%)")
+        ax.set(yscale="log", xlabel="epoch")
+        ax.set_title(f"{title}: one line per cell", fontsize=10)
+        ax.grid(alpha=0.3)
+    axes[0, 0].set_ylabel("test error (%)")
+    handles, labels = {}, {}
+    for ax in axes[0]:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=2, fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.2, 1, 1))
     return fig
 
 
@@ -497,58 +471,108 @@ def collapsed_epochs(run: dict, first: int | None = None) -> int:
     return sum(error >= COLLAPSED_ERROR_PCT for error in _train_epochs(run, "val_error")[:first])
 
 
-def thin_layers_in_words(run: dict, label: str) -> str | None:
+def ends_collapsed(run: dict) -> bool:
+    """Whether the run's test-time model misclassified :data:`COLLAPSED_ERROR_PCT` of the test set or more at the
+    end of its last training epoch."""
+    return _train_epochs(run, "val_error")[-1] >= COLLAPSED_ERROR_PCT
+
+
+def collapse_summary(cells: dict[Cell, dict[str, dict | None]]) -> pd.DataFrame:
+    """One row per dual optimiser with records in ``cells``: its cells with a record, those whose test-time model
+    ever collapsed (:func:`collapsed_epochs`), the fewest and most epochs collapsed among those, the lowest share of
+    parameters its test-time model kept at any epoch (%), and the cells it ends collapsed in."""
+    rows = []
+    for name, label in OPTIMIZERS.items():
+        runs = [found[name] for found in cells.values() if found.get(name)]
+        if not runs:
+            continue
+        counts = [collapsed_epochs(run) for run in runs]
+        hit = [count for count in counts if count]
+        rows.append({"dual optimiser": label, "cells": len(runs), "collapsed": len(hit),
+                     "fewest epochs": min(hit, default=None), "most epochs": max(hit, default=None),
+                     "of epochs": max(run["metrics"]["epochs_completed"] for run in runs),
+                     "lowest params (%)": min(min(_train_epochs(run, "params_pct")) for run in runs),
+                     "ends collapsed": sum(ends_collapsed(run) for run in runs)})
+    table = pd.DataFrame(rows, columns=["dual optimiser", "cells", "collapsed", "fewest epochs", "most epochs",
+                                        "of epochs", "lowest params (%)", "ends collapsed"])
+    return table.astype({"fewest epochs": "Int64", "most epochs": "Int64"})
+
+
+def thin_layers(run: dict) -> pd.DataFrame:
     """How a collapsed test-time model keeps its expected density: at the epoch with saved gate medians (App. I)
-    where the run's test error was highest, every layer that kept under half the share of its groups that its
-    expected density promises, with both. Such a layer spreads its density thinly, over gates whose P(z ≠ 0) sits
-    near its target and whose median (Eq. 9) is 0. None if the run never collapsed at a saved epoch."""
+    where the run's test error was highest, if that error is :data:`COLLAPSED_ERROR_PCT` or more, every layer that
+    kept under half the share of its groups that its expected density promises (its gates share the density
+    thinly: each opens with a probability near the layer's density, below the median's threshold, Eq. 9). Columns:
+    epoch, test error (%), layer, groups kept, groups, expected density (%); empty if the run never collapsed at a
+    saved epoch."""
+    columns = ["epoch", "test error (%)", "layer", "groups kept", "groups", "expected density (%)"]
     rows = {row["epoch"]: row for row in run["history"]
             if row["phase"] == "train" and row.get("val_error") not in (None, "")}
     errors = {epoch: float(rows[epoch]["val_error"]) for epoch in run.get("gate_medians", {}) if epoch in rows}
     worst = max(errors, key=errors.get, default=None)
     if worst is None or errors[worst] < COLLAPSED_ERROR_PCT:
-        return None
-    row, thin = rows[worst], []
+        return pd.DataFrame(columns=columns)
+    thin = []
     for layer, medians in run["gate_medians"][worst].items():
-        kept, expected = sum(median > 0 for median in medians), float(row[f"density[{layer}]"])
+        kept, expected = sum(median > 0 for median in medians), float(rows[worst][f"density[{layer}]"])
         if kept / len(medians) < expected / 2:
-            thin.append(f"{layer} keeps {kept} of its {len(medians)} groups at an expected density of "
-                        f"{100 * expected:.1f}%")
-    if not thin:
-        return None
-    return (f"{label}, at epoch {worst} (test error {errors[worst]:.2f}%): {in_words(thin)}. Its gates there share "
-            f"the density thinly: each opens with a probability near the layer's density, below the median's "
-            f"threshold, so the test-time model keeps almost none of them.")
+            thin.append([int(worst), errors[worst], layer, kept, len(medians), 100 * expected])
+    return pd.DataFrame(thin, columns=columns)
 
 
-def gain_cause_lines(chosen: dict[Cell, dict | None], smaller: list[dict]) -> list[str]:
+def gain_cause(chosen: dict[Cell, dict | None], smaller: list[dict]) -> pd.DataFrame:
     """The cause test of a collapse at the chosen gain (:data:`GAIN_CAUSE_GRID`): for each cell with a record at
     the chosen gain (``chosen``) and a shorter one at a smaller gain (``smaller``), the epochs each spent collapsed
-    within the shorter run's epochs (the MNIST protocol has no schedule: they are the longer run's first ones)
-    and the highest test error each had in them; then whether the gain is the cause."""
-    lines, pairs = [], []
+    within the shorter run's epochs (the MNIST protocol has no schedule: they are the longer run's first ones) and
+    the highest test error each had in them. :func:`gain_is_cause` reads it."""
+    rows = []
     for cell, run in chosen.items():
         test = next(iter(select(smaller, model=cell.model, grouping=cell.grouping, target=cell.target)), None)
         if run is None or test is None:
             continue
         first = test["metrics"]["epochs_completed"]
-        counts = collapsed_epochs(run, first), collapsed_epochs(test, first)
-        pairs.append(counts)
-        kps = [short_number(r["params"]["nupi_kp"]) for r in (run, test)]
-        worst = [max(_train_epochs(r, "val_error")[:first]) for r in (run, test)]
-        lines.append(f"{cell.label}: collapsed at the end of {counts[0]} of the first {first} epochs at kp = {kps[0]} "
-                     f"(highest test error {worst[0]:.2f}%), {counts[1]} at kp = {kps[1]} (highest {worst[1]:.2f}%).")
-    if not pairs:
-        return [no_record_line("the LeNet5 rows at the smaller gain and at the chosen one",
-                               [GAIN_CAUSE_GRID, LENET5_GRID])]
-    if all(big > 0 and small == 0 for big, small in pairs):
-        lines.append("The smaller gain never collapses where the chosen one does: the gain is the cause.")
-    elif all(small >= big for big, small in pairs):
-        lines.append("The smaller gain collapses as long or longer: the gain is not the cause.")
-    else:
-        lines.append("The smaller gain shortens the collapse without removing it everywhere: the gain is part of "
-                     "the cause.")
-    return lines
+        rows.append({"cell": cell.label, "epochs": first, "kp chosen": run["params"]["nupi_kp"],
+                     "collapsed": collapsed_epochs(run, first),
+                     "highest error (%)": max(_train_epochs(run, "val_error")[:first]),
+                     "kp smaller": test["params"]["nupi_kp"], "collapsed, smaller kp": collapsed_epochs(test, first),
+                     "highest error, smaller kp (%)": max(_train_epochs(test, "val_error")[:first])})
+    return pd.DataFrame(rows, columns=["cell", "epochs", "kp chosen", "collapsed", "highest error (%)", "kp smaller",
+                                       "collapsed, smaller kp", "highest error, smaller kp (%)"])
+
+
+def gain_is_cause(test: pd.DataFrame) -> str | None:
+    """The cause test's outcome (:func:`gain_cause`): ``"the cause"`` where the smaller gain never collapses and
+    the chosen one does in every cell, ``"not the cause"`` where the smaller one collapses as long or longer in
+    every cell, ``"part of the cause"`` otherwise; None without a record."""
+    if test.empty:
+        return None
+    big, small = test["collapsed"], test["collapsed, smaller kp"]
+    if ((big > 0) & (small == 0)).all():
+        return "the cause"
+    if (small >= big).all():
+        return "not the cause"
+    return "part of the cause"
+
+
+def missing_runs(cells: dict[Cell, dict[str, dict | None]], kp: float | None) -> pd.DataFrame:
+    """One row per optimiser and cell without a record, with the command that makes it (nuPI's wait for its
+    gain: :data:`GAIN_GRID`)."""
+    rows = []
+    for name, label in OPTIMIZERS.items():
+        for cell, found in cells.items():
+            if found[name] is not None:
+                continue
+            grids = [cell.paper_grid] if name == "paper" else [GAIN_GRID if name == "nupi" and kp is None else GRID]
+            rows.append({"what": f"{label}, {cell.label}", "command": sweep_command(grids)})
+    return pd.DataFrame(rows, columns=["what", "command"])
+
+
+def balance_gain(run: dict) -> tuple[float, float, float]:
+    """Where nuPI's proportional step matches its integral one on ``run`` (a gain run): the median change of the
+    violation a step (:func:`violation_change`), the final violation (|largest gap| / 100), and their ratio to
+    one significant digit, the gain at which ``kp (e_t − e_{t−1})`` is as large as ``e_t``."""
+    violation, change = abs(largest_gap(run)) / 100, violation_change(run)
+    return change, violation, float(f"{violation / change:.0e}")
 
 
 def collapse_table(cells: dict[Cell, dict[str, dict | None]]) -> pd.DataFrame:
@@ -557,48 +581,6 @@ def collapse_table(cells: dict[Cell, dict[str, dict | None]]) -> pd.DataFrame:
                                     for name, label in OPTIMIZERS.items()}} for cell, found in cells.items()]
     table = pd.DataFrame(rows, columns=["cell", *OPTIMIZERS.values()])
     return table.astype({label: "Int64" for label in OPTIMIZERS.values()})
-
-
-def collapse_in_words(cells: dict[Cell, dict[str, dict | None]]) -> str:
-    """Which optimisers pass through a collapsed test-time model (:func:`collapsed_epochs`), in how many cells and
-    for how many epochs, the least share of parameters it kept meanwhile, and whether it ends collapsed; and
-    which never collapse."""
-    lines, never = [], []
-    for name, label in OPTIMIZERS.items():
-        runs = [found[name] for found in cells.values() if found.get(name)]
-        counts = [collapsed_epochs(run) for run in runs]
-        if not runs:
-            continue
-        if not any(counts):
-            never.append(label)
-            continue
-        low, high = min(c for c in counts if c), max(counts)
-        least = min(min(_train_epochs(run, "params_pct")) for run in runs)
-        epochs = max(run["metrics"]["epochs_completed"] for run in runs)
-        ended = sum(_train_epochs(run, "val_error")[-1] >= COLLAPSED_ERROR_PCT for run in runs)
-        lines.append(f"With {label}, the test-time model collapses (misclassifies {COLLAPSED_ERROR_PCT:g}% of the test "
-                     f"set or more, keeping as little as {least:.2f}% of the parameters) in "
-                     f"{count_of(sum(c > 0 for c in counts), len(runs), 'cell')} with a record, for "
-                     f"{low}{f' to {high}' if high > low else ''} of its {epochs} epochs"
-                     + (f", and ends collapsed in {count_of(ended, len(runs), 'cell')}." if ended else
-                        ", before its gates reopen."))
-    if never and lines and len(never) + len(lines) == len(OPTIMIZERS):
-        lines.append("With no other optimiser does it collapse.")
-    elif never:
-        lines.append(f"With {in_words(never)}, the test-time model never collapses.")
-    return " ".join(lines)
-
-
-def missing_lines(cells: dict[Cell, dict[str, dict | None]], kp: float | None) -> list[str]:
-    """A page line for each optimiser with cells not yet run, with the command that makes them (nuPI's wait for
-    its gain: :meth:`Comparison.gain_section` names the runs that choose it)."""
-    lines = []
-    for name, label in OPTIMIZERS.items():
-        missing = [cell for cell, found in cells.items() if found[name] is None]
-        if missing and (name != "nupi" or kp is not None):
-            grids = sorted({cell.paper_grid for cell in missing}) if name == "paper" else [GRID]
-            lines.append(no_record_line(f"{label} on {in_words(cell.label for cell in missing)}", grids))
-    return lines
 
 
 def load(kp: float | None) -> dict[Cell, dict[str, dict | None]]:
