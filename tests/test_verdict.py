@@ -164,3 +164,14 @@ def test_the_outcomes_of_judged_runs_are_counted_with_those_judged_without_a_fre
     counts = verdict.outcomes(judged)
     assert counts.sum() - counts["binding unknown"] == 4 and counts["binding unknown"] == 4
     assert counts[rules.Outcome.VIOLATED.value] == 1
+
+
+def test_every_claim_links_a_section_its_page_labels():
+    from pathlib import Path
+
+    book = Path(__file__).resolve().parents[1] / "book"
+    for claim in verdict.claims():
+        page = book / f"{claim.page}.md"
+        assert page.exists(), f"{claim.claim}: no page {page.name}"
+        if claim.section:
+            assert f"({claim.section})=" in page.read_text(), f"{claim.claim}: {page.name} has no ({claim.section})="
