@@ -11,7 +11,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 grids=("$@")
 [ ${#grids[@]} -gt 0 ] || grids=(grids/cifar10_gpu_free_gates.yaml grids/cifar10_device_check.yaml
                                  grids/cifar10_gpu_control.yaml)
-mkdir -p .git/info; grep -qsx '/.devcarry/' .git/info/exclude || echo /.devcarry/ >> .git/info/exclude
+exclude=$(git rev-parse --git-path info/exclude)  # .git/info/exclude, also from a worktree (where .git is a file)
+mkdir -p "$(dirname "$exclude")"; grep -qsx '/.devcarry/' "$exclude" || echo /.devcarry/ >> "$exclude"
 mkdir -p .devcarry
 data=${PAPERLIB_DATA:-../shared/data}
 [ -s .devcarry/cifar10-jpeg.tar.xz ] || tar -cJf .devcarry/cifar10-jpeg.tar.xz -C "$data" cifar10-jpeg
