@@ -518,3 +518,14 @@ def test_the_clamped_table1_lenet5_error_against_the_interval_of_chance():
     assert table["Δ (points)"].tolist()[1:] == pytest.approx([-0.07, -0.11, 0.09])
     half = 3.04 * 0.05 * math.sqrt(5) / 1.96  # t(0.975, 4) * s * sqrt(1 + 1/5), s from the paper's CI
     assert table["95% chance interval (±)"].tolist()[1:] == pytest.approx([half] * 3, rel=0.01)
+
+
+def test_seeds_column_replaces_a_shared_protocol_by_each_rows_seeds():
+    table = pd.DataFrame({"row": ["a", "b", "c"], "protocol": ["paper, 200 ep, 3 seeds, 2 on GPU", "paper, 200 ep, 1 seed",
+                                                               "paper, 200 ep, 1 seed, on GPU"], "runs": ["s0"] * 3})
+    table.attrs["missing"] = {}
+    shown = findings.seeds_column(table)
+    assert shown.columns.tolist() == ["row", "seeds", "runs"] and shown["seeds"].tolist() == [3, 1, 1]
+    assert shown.attrs == {"missing": {}, "protocol": "paper, 200 ep"}
+    mixed = table.assign(protocol=["cpu, 40 ep, 1 seed", "paper, 200 ep, 1 seed", "Louizos et al., quoted"])
+    assert findings.seeds_column(mixed).equals(mixed)  # rows of several protocols keep their column

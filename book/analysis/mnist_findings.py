@@ -186,6 +186,25 @@ def control_tables(label: str) -> list[pd.DataFrame]:
             (["l0_density", "params_pct", "macs_pct"], ["val_error_best", "val_error_final"])]
 
 
+def seeds_column(table: pd.DataFrame) -> pd.DataFrame:
+    """A :func:`comparison.compact` table whose rows share one protocol (``paper, 200 ep``), with its ``protocol``
+    column replaced by ``seeds`` (how many seeds a row averages) and the protocol moved to the caption, so that
+    the rows fit on one line; a table whose rows mix protocols is returned as it is.
+
+    >>> seeds_column(pd.DataFrame({"row": ["a"], "protocol": ["paper, 200 ep, 3 seeds, 2 on GPU"]}))["seeds"].tolist()
+    [3]
+    """
+    parts = table["protocol"].str.split(", ")
+    shared = set(parts.str[:2].map(tuple))
+    if len(shared) != 1 or not parts.map(len).ge(2).all():
+        return table
+    seeds = parts.map(lambda p: int(p[2].split()[0]) if len(p) > 2 and p[2].endswith(("seed", "seeds")) else 1)
+    shown = table.drop(columns="protocol")
+    shown.insert(len(shown.columns) - ("runs" in shown), "seeds", seeds)
+    shown.attrs = dict(table.attrs) | {"protocol": ", ".join(next(iter(shared)))}
+    return shown
+
+
 def paper_constrained_densities() -> pd.DataFrame:
     """The paper's constrained cells of Table 10 and Table 11 (final L0-density, mean of 5 runs), with ``gap``:
     the density minus the target, in points."""
