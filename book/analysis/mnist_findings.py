@@ -415,7 +415,7 @@ def dual_lr_table(runs: list[dict]) -> pd.DataFrame:
                      "final largest gap (points)": gaps[-1],
                      "within 1 point from epoch": None if settled is None else str(settled),
                      "val. error best (%)": paper_rows.best_feasible_error(run), "val. error final (%)": m["val_error_final"],
-                     "run": report.notebook_link(run["path"], m["run_name"])})
+                     "run": report.notebook_link(run["path"], "notebook")})
     return naming_pending(pd.DataFrame(rows), [DUAL_LR_GRID])
 
 
@@ -470,7 +470,7 @@ def _authors_row(theirs: dict) -> dict:
     last = theirs["history"][-1]
     return {"run": "authors' code", "groups kept": "-".join(map(str, last["kept_groups"])),
             "L0-density (%)": f"{100 * last['l0_density_epoch_mean']:.2f}", "val. error final (%)": last["val_error"],
-            "record": f"<code>{theirs['command']}</code>"}
+            "record": f"<code title=\"{theirs['command']}\">authors_training.py</code>"}
 
 
 def _our_row(label: str, run: dict) -> dict:
