@@ -80,7 +80,6 @@ def test_authors_runs_are_read_by_file_name_and_filtered(tmp_path):
     (tmp_path / "d.json").write_text(json.dumps({"model": "mlp", "name": "d.json", "method": "penalized"}))
     assert [run["name"] for run in findings.authors_runs(tmp_path, model="mlp")] == ["a.json", "b.json"]
     assert [run["name"] for run in findings.authors_runs(tmp_path, method="penalized")] == ["d.json"]
-    assert findings.authors_command("mlp", "layer", 0.2).endswith("--model mlp --grouping layer --target 0.2")
 
 
 def test_our_twins_are_seed_0_of_the_cell_with_each_initialisation(grids):
@@ -181,14 +180,6 @@ def test_penalty_summary_counts_cells_within_and_the_largest_scatter():
 
 
 # --- why the runs end above their target ----------------------------------------------------------
-
-
-def test_expected_and_kept_counts_each_layers_groups():
-    run = record(model="lenet5", target=0.1, density=0.11, per_layer=[1.0, 0.4, 0.07, 0.995],
-                 pruned=(20, 20, 57, 499), params_pct=10.2)
-    row = findings.expected_and_kept([run]).iloc[0]
-    assert row["conv2: expected / kept"] == "20.0 / 20" and row["fc1: expected / kept"] == "56.0 / 57"
-    assert row["fc2: expected / kept"] == "497.5 / 499" and row["model density (%)"] == pytest.approx(11.0)
 
 
 def test_the_lowest_worst_layer_is_the_densest_layer_at_its_best_epoch():
