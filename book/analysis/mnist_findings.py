@@ -1,17 +1,19 @@
 """MNIST: how close our runs come to the paper's tables, and what the tests of the differences show.
 
-The analysis behind the MNIST pages. ``book/results_mnist.md`` compares our
-records with Table 1 and the control tables of Appendix K.1 (Table 10, the MLP;
-Table 11, LeNet5): the "error best" of Table 1 taken the authors' way
-(:func:`authors_best_errors`) and how far each constrained run ends from its
-target, beside the paper's own runs (:func:`paper_gap_table`,
-:func:`misses_by_cell`). ``book/results_mnist_investigations.md``, ``results_mnist_authors.md`` and
-``results_mnist_differences.md`` test the causes
-of the differences: the dual learning rate (:func:`dual_lr_table`), the authors'
-initialisation (:func:`initialisation_table`), the authors' published code run
-(:func:`authors_runs`), which groups the paper's LeNet5 keeps
-(:func:`implied_conv2_fc1`), the clamp on log alpha (:func:`clamp_comparison`),
-and whether the final errors differ by more than chance (:func:`error_agreement`,
+The numbers and tables behind the two MNIST pages; the pages hold the prose.
+``book/results_mnist.md`` compares our records with Table 1 and the control
+tables of Appendix K.1 (Table 10, the MLP; Table 11, LeNet5): Table 1's "error
+best" taken the authors' way (:func:`authors_best_errors`), how many runs end
+on target (:func:`on_target_counts`) and how far the others miss, beside the
+paper's own runs (:func:`paper_gap_table`, :func:`misses_by_cell`,
+:func:`miss_summary`, :func:`plot_target_gaps`). ``book/results_mnist_why.md``
+tests the causes of the differences: the dual learning rate
+(:func:`dual_lr_table`), the authors' initialisation
+(:func:`initialisation_table`), the authors' published code run
+(:func:`authors_runs`, :func:`authors_penalized_numbers`), which groups the
+paper's LeNet5 keeps (:func:`implied_conv2_fc1`, :func:`conv2_maps`), the clamp
+on log alpha (:func:`clamp_comparison`), and whether the final errors differ by
+more than chance (:func:`error_agreement`, :func:`beyond_chance`,
 :func:`seeds_table`).
 
 Every number of ours comes from a record (:func:`records_of` reads the grids'
@@ -21,6 +23,7 @@ typed here are the authors' aggregated densities of Table 1's rows
 """
 
 import json
+import math
 import statistics
 from functools import cache
 from pathlib import Path
@@ -147,12 +150,6 @@ def authors_runs(folder: Path | None = None, **keys) -> list[dict]:
     return [run for run in runs if all(run.get(name) == value for name, value in keys.items())]
 
 
-def authors_command(model: str, grouping: str, target: float) -> str:
-    """The command that runs the authors' code on one cell."""
-    return (f"PAPERLIB_DATA=../shared/data python benchmarks/authors_training.py --model {model} "
-            f"--grouping {grouping} --target {target:g}")
-
-
 def our_twins(theirs: dict) -> dict[str, dict | None]:
     """Our seed-0 records of the cell of a run of the authors' code, fan-in and fan-out (None where missing)."""
     return {label: next(iter(constrained_records(grid, theirs["model"], theirs["grouping"], theirs["target"],
@@ -185,16 +182,23 @@ def control_tables(label: str) -> list[pd.DataFrame]:
             (["l0_density", "params_pct", "macs_pct"], ["val_error_best", "val_error_final"])]
 
 
-def within_one_point(gaps: pd.DataFrame) -> list[str]:
-    """Per preset, how many runs of a :func:`comparison.distance_to_target` table end within 1 point of every
-    target, in words."""
-    lines = []
-    for protocol in ("paper", "cpu"):
-        chosen = gaps[gaps["protocol"].str.startswith(protocol)]
-        if len(chosen):
-            lines.append(f"{protocol} preset: {chosen['within 1 point'].sum()} of {len(chosen)} runs end within "
-                         f"1 point of every target")
-    return lines
+def seeds_column(table: pd.DataFrame) -> pd.DataFrame:
+    """A :func:`comparison.compact` table whose rows share one protocol (``paper, 200 ep``), with its ``protocol``
+    column replaced by ``seeds`` (how many seeds a row averages) and the protocol moved to the caption, so that
+    the rows fit on one line; a table whose rows mix protocols is returned as it is.
+
+    >>> seeds_column(pd.DataFrame({"row": ["a"], "protocol": ["paper, 200 ep, 3 seeds, 2 on GPU"]}))["seeds"].tolist()
+    [3]
+    """
+    parts = table["protocol"].str.split(", ")
+    shared = set(parts.str[:2].map(tuple))
+    if len(shared) != 1 or not parts.map(len).ge(2).all():
+        return table
+    seeds = parts.map(lambda p: int(p[2].split()[0]) if len(p) > 2 and p[2].endswith(("seed", "seeds")) else 1)
+    shown = table.drop(columns="protocol")
+    shown.insert(len(shown.columns) - ("runs" in shown), "seeds", seeds)
+    shown.attrs = dict(table.attrs) | {"protocol": ", ".join(next(iter(shared)))}
+    return shown
 
 
 def paper_constrained_densities() -> pd.DataFrame:
@@ -241,35 +245,116 @@ def misses_by_cell(gaps: pd.DataFrame) -> pd.DataFrame:
     return by_cell
 
 
-def misses_in_words(gaps: pd.DataFrame, by_cell: pd.DataFrame) -> str:
-    """:func:`misses_by_cell` in a sentence: how many runs miss, in which models, on which side, by how much,
-    and where the paper's own runs end in these cells."""
-    ours, theirs = _paper_protocol_misses(gaps)["largest gap (points)"], by_cell["paper's gap (points)"]
-    side = "above" if (ours > 0).all() else "above or below"
-    names = sorted(PAPER_MODEL_NAMES[m] for m in set(by_cell["model"]))
-    sentence = (f"These {len(ours)} runs fall in {len(by_cell)} cells, all of them {' and '.join(names)} cells, "
-                f"and end {side} their target by {ours.abs().min():.2f} to {ours.abs().max():.2f} points. ")
-    if (theirs > 0).all():
-        return sentence + (f"In every one of these cells the paper's own runs end above the target too, by "
-                           f"{theirs.min():.2f} to {theirs.max():.2f} points.")
-    return sentence + f"The paper's own runs in these cells end {theirs.min():+.2f} to {theirs.max():+.2f} points from it."
+def on_target_counts(gaps: pd.DataFrame) -> dict[str, tuple[int, int]]:
+    """Per preset (``paper``, ``cpu``): how many runs of a :func:`comparison.distance_to_target` table end within
+    1 point of every target, and of how many runs.
+
+    >>> on_target_counts(pd.DataFrame({"protocol": ["paper, 200 ep", "cpu, 40 ep"], "within 1 point": [True, False]}))
+    {'paper': (1, 1), 'cpu': (0, 1)}
+    """
+    counts = {}
+    for preset in ("paper", "cpu"):
+        chosen = gaps[gaps["protocol"].str.startswith(preset)]
+        if len(chosen):
+            counts[preset] = (int(chosen["within 1 point"].sum()), len(chosen))
+    return counts
+
+
+def miss_summary(gaps: pd.DataFrame) -> dict:
+    """The paper-protocol runs of a :func:`comparison.distance_to_target` table that end more than 1 point from a
+    target: how many, in how many cells and models, whether all end above, their smallest and largest distance
+    (points), and the paper's own gap in those cells (:func:`misses_by_cell`), smallest and largest.
+
+    Example: ``miss_summary(gaps)["runs"]`` is 17 when 17 runs miss.
+    """
+    ours, by_cell = _paper_protocol_misses(gaps)["largest gap (points)"], misses_by_cell(gaps)
+    theirs = by_cell["paper's gap (points)"]
+    return {"runs": len(ours), "cells": len(by_cell),
+            "models": " and ".join(sorted(PAPER_MODEL_NAMES[m] for m in set(by_cell["model"]))),
+            "all above": bool((ours > 0).all()), "lowest": float(ours.abs().min()), "highest": float(ours.abs().max()),
+            "paper all above": bool((theirs > 0).all()), "paper lowest": float(theirs.min()),
+            "paper highest": float(theirs.max())}
+
+
+def penalty_summary(judged: list[rules.PenaltyJudgement]) -> dict:
+    """Penalized cells judged by :func:`paperlib.harness.rules.judge_penalty` (:func:`analysis.verdict.penalty_cells`):
+    how many end within :data:`~paperlib.harness.rules.PENALTY_POINTS` of the paper's density, of how many; the others'
+    smallest and largest difference (points, ours minus the paper's; None if none); and the largest scatter of
+    our seeds within one cell (points).
+
+    Example: ``penalty_summary(verdict.penalty_cells())["within"]``.
+    """
+    off = [j.difference for j in judged if j.outcome == rules.PenaltyOutcome.OFF]
+    return {"within": sum(j.outcome == rules.PenaltyOutcome.WITHIN for j in judged), "cells": len(judged),
+            "off low": min(off, default=None), "off high": max(off, default=None),
+            "scatter": max((j.scatter for j in judged), default=0.0)}
+
+
+def _mean_target(label: str) -> float:
+    """The target (%) of a :func:`paper_rows.target_label`; a layer-wise list's mean (``"[30, 30, 30]%"``: 30)."""
+    return statistics.fmean(float(t) for t in label.strip("[]%").split(","))
+
+
+def plot_target_gaps(gaps: pd.DataFrame) -> plt.Figure:
+    """Each paper-protocol run's largest gap to a target (points; :func:`comparison.distance_to_target`) against
+    its target, one panel per model, a colour per grouping; beside them (hollow squares) the paper's own gap in
+    the cell (:func:`paper_gap`, mean of 5 runs). The grey band is the one-point tolerance of
+    :data:`paperlib.harness.rules.ON_TARGET_POINTS`."""
+    ours = gaps[gaps["protocol"].str.startswith("paper")]
+    fig, axes = plt.subplots(1, 2, figsize=(7, 3.1), sharey=True)
+    for ax, model in zip(axes, ("mlp", "lenet5")):
+        ax.axhspan(-rules.ON_TARGET_POINTS, rules.ON_TARGET_POINTS, color="0.88", zorder=0)
+        ax.axhline(0, color="0.5", lw=0.8)
+        for grouping, colour in (("model", "C0"), ("layer", "C3")):
+            chosen = ours[(ours["model"] == model) & (ours["grouping"] == grouping)]
+            ax.scatter(chosen["target"].map(_mean_target), chosen["largest gap (points)"], color=colour, marker="o",
+                       s=22, alpha=0.7, label=f"ours, {grouping}-wise (one run each)")
+            paper = [(_mean_target(t), paper_gap(model, grouping, t)) for t in chosen["target"].unique()]
+            paper = [point for point in paper if not math.isnan(point[1])]
+            if paper:
+                ax.scatter(*zip(*paper), facecolors="none", edgecolors=colour, marker="s", s=60, lw=1.3,
+                           label=f"paper, {grouping}-wise (mean of 5)")
+        ax.set(title=PAPER_MODEL_NAMES[model], xlabel="target (%)", xlim=(5, 85))
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("final density − target (points)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.02), ncol=2, fontsize=9, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def marks(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with its True/False columns written ✓/✗, as the book's tables show them.
+
+    >>> marks(pd.DataFrame({"on target": [True, False]}))["on target"].tolist()
+    ['✓', '✗']
+    """
+    marked = table.copy()
+    for column in marked:
+        values = marked[column].dropna()
+        if len(values) and values.map(lambda v: isinstance(v, (bool, np.bool_))).all():
+            marked[column] = marked[column].map({True: "✓", False: "✗"})
+    marked.attrs = dict(table.attrs)
+    return marked
+
+
+def not_run(grids) -> pd.DataFrame:
+    """One row per grid of ``grids`` with runs that have no complete record: how many of its runs are
+    missing, and the command that makes them (an empty table when every run is in).
+
+    Example: a row ``grids/mlp_dual_lr.yaml``, ``1 of 2``, ``python -m paperlib.harness.sweeps grids/mlp_dual_lr.yaml``.
+    """
+    rows = []
+    for grid in dict.fromkeys(grids):
+        runs = report.grid_runs(grid)
+        missing = sum(records.record_status(folder) != "complete" for _, folder in runs)
+        if missing:
+            rows.append({"grid": str(grid), "runs missing": f"{missing} of {len(runs)}",
+                         "command": report.sweep_command([grid])})
+    return pd.DataFrame(rows, columns=["grid", "runs missing", "command"])
 
 
 # --- why the constrained runs end above their target ----------------------------------------------
-
-
-def expected_and_kept(runs: list[dict]) -> pd.DataFrame:
-    """Per model-wise record: each gated layer's expected open groups (its expected density times its groups)
-    beside the groups its test-time model keeps, and the parameters kept."""
-    rows = []
-    for run in runs:
-        m = run["metrics"]
-        counts = models.gate_counts(m["model"])
-        row = {"seed": m["seed"], "model density (%)": 100 * m["l0_density"]}
-        for (layer, density), kept in zip(m["l0_density_per_layer"].items(), m["pruned_architecture"]):
-            row[f"{layer}: expected / kept"] = f"{density * counts[layer]:.1f} / {kept}"
-        rows.append(row | {"params kept (%)": m["params_pct"]})
-    return pd.DataFrame(rows)
 
 
 def lowest_worst_layer(record: dict) -> tuple[float, int]:
@@ -278,6 +363,16 @@ def lowest_worst_layer(record: dict) -> tuple[float, int]:
     history = plots.history_frame(record).set_index("epoch")
     worst = history[[f"density[{layer}]" for layer in record["metrics"]["l0_density_per_layer"]]].max(axis=1)
     return 100 * worst.min(), int(worst.idxmin())
+
+
+def lowest_worst_layers(runs: list[dict]) -> pd.DataFrame:
+    """Per layer-wise record: the lowest its densest layer came (:func:`lowest_worst_layer`) and that epoch.
+
+    Example: a row ``seed 0, 31.23, 151`` for a run whose worst layer came down to 31.23% at epoch 151.
+    """
+    rows = [{"seed": run["metrics"]["seed"], "lowest densest layer (%)": lowest, "epoch": epoch}
+            for run in runs for lowest, epoch in [lowest_worst_layer(run)]]
+    return pd.DataFrame(rows, columns=["seed", "lowest densest layer (%)", "epoch"])
 
 
 # --- the dual learning rate, tested ----------------------------------------------------------------
@@ -305,20 +400,24 @@ def dual_lr_table(runs: list[dict]) -> pd.DataFrame:
                      "final largest gap (points)": gaps[-1],
                      "within 1 point from epoch": None if settled is None else str(settled),
                      "val. error best (%)": paper_rows.best_feasible_error(run), "val. error final (%)": m["val_error_final"],
-                     "run": report.notebook_link(run["path"], m["run_name"])})
+                     "run": report.notebook_link(run["path"], "notebook")})
     return naming_pending(pd.DataFrame(rows), [DUAL_LR_GRID])
 
 
 def plot_gap_histories(runs: list[dict]) -> plt.Figure:
-    """Each run's largest gap to a target against epochs (:func:`gap_history`), the one-point band shaded."""
+    """Each run's largest gap to a target against epochs (:func:`gap_history`), a colour per grouping and a
+    line style per dual learning rate; the one-point band shaded."""
     fig, ax = plt.subplots(figsize=(7, 3.2))
+    styles = {1e-4: "-", 1e-3: "--"}
     for run in runs:
-        gaps = gap_history(run)
-        ax.plot(range(1, len(gaps) + 1), gaps,
-                label=f"{run['metrics']['grouping']}-wise, dual lr {run['params']['dual_lr']:g}")
-    ax.axhspan(-1, 1, color="C2", alpha=0.15)
-    ax.set(xlabel="epoch", ylabel="largest gap to a target (points)", ylim=(-5, 15))
-    ax.legend(fontsize=8)
+        gaps, lr = gap_history(run), run["params"]["dual_lr"]
+        ax.plot(range(1, len(gaps) + 1), gaps, lw=1.2, ls=styles.get(lr, ":"),
+                color="C0" if run["metrics"]["grouping"] == "model" else "C3",
+                label=f"{run['metrics']['grouping']}-wise, dual lr {lr:g}")
+    ax.axhspan(-rules.ON_TARGET_POINTS, rules.ON_TARGET_POINTS, color="0.88", zorder=0)
+    ax.set(xlabel="epoch", ylabel="largest gap to a target (points)", ylim=(-5, 15),
+           title="MLP, Table 1's rows, seed 0")
+    ax.legend(fontsize=9)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
@@ -349,20 +448,6 @@ def paper_penalized_density(grouping: str, lmbda: float) -> float:
                       lmbda=f"{lmbda:g}", metric="l0_density").value_num
 
 
-def fan_out_penalized_lines(fan_out: list[dict], fan_in: list[dict]) -> list[str]:
-    """One Markdown line per penalized LeNet5 record with fan-out: its final L0-density beside the fan-in
-    records of its cell and the paper's."""
-    lines = []
-    for run in fan_out:
-        p = run["params"]
-        densities = [f"{100 * r['metrics']['l0_density']:.2f}"
-                     for r in select(fan_in, grouping=p["grouping"], lmbda=p["lmbda"])]
-        lines.append(f"- {p['grouping']}-wise, λ_pen = {p['lmbda']:g}: L0-density "
-                     f"{100 * run['metrics']['l0_density']:.2f}% with fan-out, {report.in_words(densities)}% with "
-                     f"fan-in, the paper's {paper_penalized_density(p['grouping'], p['lmbda']):.2f}%.")
-    return lines
-
-
 # --- the authors' own code, run --------------------------------------------------------------------
 
 
@@ -370,7 +455,7 @@ def _authors_row(theirs: dict) -> dict:
     last = theirs["history"][-1]
     return {"run": "authors' code", "groups kept": "-".join(map(str, last["kept_groups"])),
             "L0-density (%)": f"{100 * last['l0_density_epoch_mean']:.2f}", "val. error final (%)": last["val_error"],
-            "record": f"<code>{theirs['command']}</code>"}
+            "record": f"<code title=\"{theirs['command']}\">authors_training.py</code>"}
 
 
 def _our_row(label: str, run: dict) -> dict:
@@ -403,24 +488,25 @@ def authors_mlp_table(theirs: list[dict], twins: list[dict]) -> pd.DataFrame:
 
 def plot_authors_mlp(theirs: list[dict], twins: list[dict]) -> plt.Figure:
     """One panel per MLP run of the authors' code: its model density against epochs beside our twins', with
-    the target and the paper's final density."""
-    fig, axes = plt.subplots(1, max(len(theirs), 1), figsize=(7, 3.2), sharey=True, squeeze=False)
+    the target (dotted) and the paper's final density (dashed)."""
+    fig, axes = plt.subplots(1, max(len(theirs), 1), figsize=(7, 3.4), sharey=True, squeeze=False)
     for ax, run, ours in zip(axes[0], theirs, twins):
         history = pd.DataFrame(run["history"])
         ax.plot(history["epoch"], 100 * history["l0_density_epoch_mean"], color="k", lw=2.5, alpha=0.5,
                 label="authors' code")
-        for label, record in ours.items():
+        for (label, record), colour in zip(ours.items(), ("C0", "C1")):
             if record:
                 frame = _train_rows(record)
-                ax.plot(frame["epoch"], 100 * frame["l0_density"], lw=1, label=label)
+                ax.plot(frame["epoch"], 100 * frame["l0_density"], lw=1, color=colour, label=label)
         paper = paper_cell("tab:mlp_control", model="MLP", method="constrained", grouping=run["grouping"],
                            target=run["target"], metric="l0_density")
         ax.axhline(100 * run["target"], color="C2", ls=":", lw=1)
-        ax.axhline(paper.value_num, color="C3", ls="--", lw=1, label="paper, final")
+        ax.axhline(paper.value_num, color="C3", ls="--", lw=1, label="paper, final (mean of 5)")
         ax.set(title=f"MLP {run['grouping']}-wise {100 * run['target']:g}%", xlabel="epoch", ylim=(15, 60))
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("model L0-density (%)")
-    axes[0][0].legend(fontsize=7)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.02), ncol=4, fontsize=9, frameon=False)
     fig.tight_layout()
     return fig
 
@@ -484,7 +570,7 @@ def _paper_lenet_counts(target: float) -> dict:
                           target=target, metric=m).value_num for m in ("params_pct", "macs_pct", "l0_density")}
 
 
-def _ours_in_words(runs: list[dict]) -> dict:
+def _ours_cells(runs: list[dict]) -> dict:
     return {"ours: architecture": ", ".join("-".join(map(str, r["metrics"]["pruned_architecture"]))
                                             for r in runs) or None,
             "ours: params / MACs (%)": ", ".join(f"{r['metrics']['params_pct']:.2f} / {r['metrics']['macs_pct']:.2f}"
@@ -506,11 +592,11 @@ def implied_architectures(ours: list[dict], table1_ours: list[dict]) -> pd.DataF
                      "implied conv2 (fc2 500 | 407)": f"{conv2:.1f} | {conv2_407:.1f}",
                      "implied fc1 (fc2 500)": f"{fc1:.0f}",
                      "recounted params / MACs (%)": f"{recount[0]:.2f} / {recount[1]:.2f}",
-                     **_ours_in_words(select(ours, target=target))})
+                     **_ours_cells(select(ours, target=target))})
     table1 = model_percentages("lenet5", (20, 21, 34, 407))
     rows.append({"target": "10% (Table 1)", "paper params / MACs (%)": f"{table1[0]:.2f} / {table1[1]:.2f} (counted)",
                  "implied conv2 (fc2 500 | 407)": "21 (printed: 20-21-34-407)", "implied fc1 (fc2 500)": None,
-                 "recounted params / MACs (%)": None, **_ours_in_words(table1_ours)})
+                 "recounted params / MACs (%)": None, **_ours_cells(table1_ours)})
     return pd.DataFrame(rows)
 
 
@@ -541,42 +627,75 @@ def _implied_conv2(target: float) -> float:
 
 def plot_authors_lenet(theirs: list[dict], twins: list[dict]) -> plt.Figure:
     """The model density and conv2's expected density against epochs of the authors' LeNet5 runs and our
-    twins, with the target and the conv2 maps the paper's counts imply."""
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
+    twins, with the target (dotted) and the conv2 maps the paper's counts imply (dashed)."""
+    fig, axes = plt.subplots(1, 2, figsize=(7, 3.4))
     for run, ours in zip(theirs, twins):
         history = pd.DataFrame(run["history"])
         for ax, column in zip(axes, ("l0_density_epoch_mean", "density[1]")):
             ax.plot(history["epoch"], 100 * history[column], color="k", lw=2.5, alpha=0.5, label="authors' code")
-        for label, record in ours.items():
+        for (label, record), colour in zip(ours.items(), ("C0", "C1")):
             if record:
                 frame = _train_rows(record)
                 for ax, column in zip(axes, ("l0_density", "density[conv2]")):
-                    ax.plot(frame["epoch"], 100 * frame[column], lw=1, label=label)
+                    ax.plot(frame["epoch"], 100 * frame[column], lw=1, color=colour, label=label)
         conv2 = _implied_conv2(run["target"])
         axes[0].axhline(100 * run["target"], color="C2", ls=":", lw=1)
         axes[1].axhline(100 * conv2 / 50, color="C3", ls="--", lw=1, label=f"paper, implied ({conv2:.0f} of 50 maps)")
     for ax, title in zip(axes, ("model L0-density (%)", "conv2 expected density (%)")):
-        ax.set(xlabel="epoch", title=f"LeNet5 model-wise 20%: {title}")
+        ax.set(xlabel="epoch", title=title)
         ax.grid(alpha=0.3)
-    axes[1].legend(fontsize=7)
+    handles, labels = axes[1].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.02), ncol=2, fontsize=9, frameon=False)
+    fig.suptitle("LeNet5 model-wise 20%: the authors' code and ours", fontsize=10)
     fig.tight_layout()
     return fig
 
 
-def conv2_in_words(theirs: list[dict], twins: list[dict], fan_out: list[dict], fan_in: list[dict]) -> str:
-    """The conv2 maps kept, in sentences: the authors' code against our fan-in twin and the paper's implied
-    count; then each fan-out record (model-wise LeNet5) against the fan-in records of its target."""
-    sentences = [f"At {100 * run['target']:g}%, seed 0: the authors' code keeps {run['history'][-1]['kept_groups'][1]} "
-                 f"conv2 maps, ours {ours['ours, fan-in']['metrics']['pruned_architecture'][1]}; the paper's counts "
-                 f"imply {_implied_conv2(run['target']):.0f}."
-                 for run, ours in zip(theirs, twins) if ours["ours, fan-in"]]
-    for run in sorted(fan_out, key=lambda r: r["params"]["target"]):
-        kept = [str(r["metrics"]["pruned_architecture"][1]) for r in select(fan_in, target=run["params"]["target"])]
-        if kept:
-            sentences.append(f"At {100 * run['params']['target']:g}%, our run with the authors' fan-out initialisation "
-                             f"keeps {run['metrics']['pruned_architecture'][1]} conv2 maps, our fan-in runs "
-                             f"{report.in_words(kept)}.")
-    return " ".join(sentences)
+def paper_conv2(target: float) -> int:
+    """The conv2 maps of the paper's model-wise LeNet5 at ``target``: printed in Table 1's 10% architecture,
+    implied by Table 11's parameters and MACs at its targets (:func:`implied_conv2_fc1`), rounded."""
+    if target == 0.1:
+        kept = paper_cell("tab:mnist", model="LeNet5", method="constrained", grouping="model", target="0.1",
+                          metric="pruned_architecture").value
+        return int(kept.split("-")[1])
+    return round(_implied_conv2(target))
+
+
+def conv2_maps(theirs: list[dict], fan_out: list[dict], fan_in: list[dict]) -> pd.DataFrame:
+    """Per model-wise LeNet5 target that a run of the authors' code or a fan-out record of ours has: the conv2
+    maps kept by the paper's runs (:func:`paper_conv2`), the authors' code, our fan-in records (each seed) and
+    our fan-out ones.
+
+    Example: a row ``20%, 42, "14", "29", "15"``: the paper's counts imply 42 maps, the authors' code keeps 14.
+    """
+    def kept(runs):
+        return ", ".join(str(r["metrics"]["pruned_architecture"][1]) for r in runs) or None
+
+    targets = sorted({run["target"] for run in theirs} | {r["params"]["target"] for r in fan_out})
+    return pd.DataFrame([{"target": f"{100 * t:g}%", "paper": paper_conv2(t),
+                          "authors' code": ", ".join(str(run["history"][-1]["kept_groups"][1])
+                                                     for run in theirs if run["target"] == t) or None,
+                          "ours, fan-in": kept(select(fan_in, target=t)), "ours, fan-out": kept(select(fan_out, target=t))}
+                         for t in targets])
+
+
+def fc1_behind_conv2(runs: list[tuple[str, dict]]) -> pd.DataFrame:
+    """LeNet5's layer-wise 50% cell: per (label, record), the architecture, the fc1 inputs behind conv2's open
+    maps (16 per map) and how many of them fc1 keeps, parameters and MACs; then the paper's row."""
+    rows = []
+    for label, run in runs:
+        m = run["metrics"]
+        conv1, conv2, fc1, fc2 = m["pruned_architecture"]
+        rows.append({"run": label, "architecture": "-".join(map(str, m["pruned_architecture"])),
+                     "fc1 inputs behind open conv2 maps": 16 * conv2, "fc1 inputs kept": fc1,
+                     "params (%)": m["params_pct"], "MACs (%)": m["macs_pct"], "L0-density (%)": 100 * m["l0_density"]})
+    paper = paper_row("", "lenet5", "layer", 0.5, "tab:lenet_control")
+    rows.append({"run": "paper", "params (%)": paper["params (%)"], "MACs (%)": paper["MACs (%)"],
+                 "L0-density (%)": paper["L0-density (%)"]})
+    table = pd.DataFrame(rows, columns=["run", "architecture", "fc1 inputs behind open conv2 maps", "fc1 inputs kept",
+                                        "params (%)", "MACs (%)", "L0-density (%)"])
+    counts = ["fc1 inputs behind open conv2 maps", "fc1 inputs kept"]
+    return table.astype({column: "Int64" for column in counts})
 
 
 def expected_density(kept, log_alpha_open: float, log_alpha_closed: float) -> float:
@@ -653,30 +772,14 @@ def clamp_comparison() -> tuple[pd.DataFrame, pd.DataFrame]:
     return naming_pending(pd.DataFrame(rows), [CLAMP_GRID]), pd.DataFrame(closer)
 
 
-def clamp_in_words(closer: pd.DataFrame) -> str:
-    """The second table of :func:`clamp_comparison` in a sentence: in how many cells the clamped run is closer
-    to the paper, and the cells where it is further in parameters."""
-    farther = list(closer.loc[~closer["clamped closer in params"], "cell"])
-    return (f"Of the {len(closer)} cells that have both records, the clamped run is closer to the paper in "
-            f"parameters in {closer['clamped closer in params'].sum()} and in L0-density in "
-            f"{closer['clamped closer in L0-density'].sum()}"
-            + (f". It is further from the paper in parameters in {report.in_words(farther)}." if farther else "."))
+def clamp_counts(closer: pd.DataFrame) -> dict:
+    """Of the cells of :func:`clamp_comparison`'s second table (both records): how many, and in how many the
+    clamped run is closer to the paper in parameters and in L0-density.
 
-
-def fc1_behind_conv2_in_words(runs: list[tuple[str, dict]]) -> str:
-    """LeNet5's layer-wise 50% cell: per (label, record), how many of the fc1 inputs behind conv2's open maps
-    fc1 keeps, and the parameters and MACs; then the paper's."""
-    paper = paper_row("", "lenet5", "layer", 0.5, "tab:lenet_control")
-    described = []
-    for label, run in runs:
-        m = run["metrics"]
-        conv1, conv2, fc1, fc2 = m["pruned_architecture"]
-        described.append(f"{label if described else label.capitalize()}, {'-'.join(map(str, m['pruned_architecture']))}: "
-                         f"fc1 keeps {fc1} of the {16 * conv2} inputs behind conv2's {conv2} open maps; "
-                         f"parameters {m['params_pct']:.2f}%, MACs {m['macs_pct']:.2f}%")
-    return (f"LeNet5's layer-wise 50% cell, seed 0. {'; '.join(described)}. The paper's: parameters "
-            f"{paper['params (%)']:.2f}%, MACs {paper['MACs (%)']:.2f}%, at an L0-density of "
-            f"{paper['L0-density (%)']:.2f}%.")
+    Example: ``{"cells": 15, "closer in params": 10, "closer in density": 10}``.
+    """
+    return {"cells": len(closer), "closer in params": int(closer["clamped closer in params"].sum()),
+            "closer in density": int(closer["clamped closer in L0-density"].sum())}
 
 
 # --- where ours and the paper's differ by more than 2 points ---------------------------------------
@@ -712,33 +815,83 @@ def _variant_style(params: dict) -> dict:
 
 
 def plot_penalized_lenet(penalized: dict[str, list[dict]]) -> plt.Figure:
-    """Model L0-density against epochs of penalized LeNet5 records, one panel per grouping (a colour per
-    λ_pen; dashed: fan-out; dotted: clamped; faint: another seed), the paper's final densities as circles."""
+    """Model L0-density against epochs of penalized LeNet5 records, one panel per grouping: a colour per
+    λ_pen, a line style per :func:`variant` (dashed: fan-out; dotted: clamped; faint: another seed), the
+    paper's final densities as hollow circles at the last epoch."""
+    from matplotlib.lines import Line2D
+
     lambdas = sorted({r["params"]["lmbda"] for runs in penalized.values() for r in runs}, reverse=True)
     colours = {lmbda: f"C{i}" for i, lmbda in enumerate(lambdas)}
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(7, 4.2), sharey=True)
     for ax, grouping in zip(axes, ("model", "layer")):
-        for run in penalized[grouping]:
+        for run in penalized.get(grouping, []):
             p, frame = run["params"], _train_rows(run)
-            ax.plot(frame["epoch"], 100 * frame["l0_density"], color=colours[p["lmbda"]], lw=1,
-                    **_variant_style(p), label=", ".join(filter(None, [f"λ_pen {p['lmbda']:g}", variant(p)])))
+            ax.plot(frame["epoch"], 100 * frame["l0_density"], color=colours[p["lmbda"]], lw=1.2, **_variant_style(p))
         for lmbda in lambdas:
-            ax.plot([200], [paper_penalized_density(grouping, lmbda)], marker="o", ms=7, mfc="none", color=colours[lmbda])
-        ax.set(xlabel="epoch", title=f"LeNet5 penalized, {grouping}-wise (o: the paper's final)")
+            ax.plot([200], [paper_penalized_density(grouping, lmbda)], marker="o", ms=8, mfc="none",
+                    color=colours[lmbda], ls="none")
+        ax.set(xlabel="epoch", title=f"LeNet5 penalized, {grouping}-wise")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="lower left")
     axes[0].set_ylabel("model L0-density (%)")
+    handles = [Line2D([], [], color=colours[lmbda], label=f"λ_pen {lmbda:g}") for lmbda in lambdas]
+    handles += [Line2D([], [], color="0.3", label="ours, seed 0"),
+                Line2D([], [], color="0.3", alpha=0.6, label="ours, seed 1 (faint)"),
+                Line2D([], [], color="0.3", ls="--", label="ours, fan-out"),
+                Line2D([], [], color="0.3", ls=":", label="ours, clamped"),
+                Line2D([], [], color="0.3", marker="o", mfc="none", ls="none", label="paper, final (mean of 5)")]
+    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.02), ncol=4, fontsize=9, frameon=False)
     fig.tight_layout()
     return fig
 
 
-def penalized_in_words(penalized: dict[str, list[dict]], lmbda: float) -> str:
-    """The final L0-density of every penalized LeNet5 record at ``lmbda``, per grouping, beside the paper's."""
-    lines = [f"- {grouping}-wise, λ_pen = {lmbda:g}: the paper's {paper_penalized_density(grouping, lmbda):.2f}%; ours "
-             + report.in_words(f"{100 * r['metrics']['l0_density']:.2f}% ({variant(r['params']) or 'seed 0'})"
-                               for r in select(runs, lmbda=lmbda)) + "."
-             for grouping, runs in penalized.items()]
-    return f"Final L0-density at λ_pen = {lmbda:g}:\n\n" + "\n".join(lines)
+def penalized_densities(penalized: dict[str, list[dict]], lmbda: float) -> pd.DataFrame:
+    """Every penalized LeNet5 record at ``lmbda``, per grouping (:func:`variant` names it): its final
+    L0-density beside the paper's."""
+    rows = [{"grouping": f"{grouping}-wise", "run": variant(r["params"]) or "seed 0",
+             "L0-density (%)": 100 * r["metrics"]["l0_density"], "paper (%)": paper_penalized_density(grouping, lmbda)}
+            for grouping, runs in penalized.items() for r in select(runs, lmbda=lmbda)]
+    return pd.DataFrame(rows, columns=["grouping", "run", "L0-density (%)", "paper (%)"])
+
+
+def authors_penalized_table(theirs: dict, ours: list[dict]) -> pd.DataFrame:
+    """A run of the authors' LeNet5 with their penalty (``benchmarks/authors_training.py --lmbda``) beside our
+    records of its cell (:func:`variant`) and the paper's: final L0-density, its distance to the paper's, and
+    the final error."""
+    grouping, lmbda, last = theirs["grouping"], theirs["lmbda"], theirs["history"][-1]
+    paper = paper_penalized_density(grouping, lmbda)
+    rows = [{"run": "authors' code", "L0-density (%)": 100 * last["l0_density"], "val. error final (%)": last["val_error"]}]
+    rows += [{"run": f"ours, {variant(r['params']) or 'seed 0'}", "L0-density (%)": 100 * r["metrics"]["l0_density"],
+              "val. error final (%)": r["metrics"]["val_error_final"]} for r in select(ours, grouping=grouping, lmbda=lmbda)]
+    table = pd.DataFrame(rows)
+    table["|Δ| to the paper (points)"] = (table["L0-density (%)"] - paper).abs()
+    paper_error = paper_cell("tab:lenet_control", model="LeNet5", method="penalized", grouping=grouping,
+                             lmbda=f"{lmbda:g}", metric="val_error_final").value_num
+    return pd.concat([table, pd.DataFrame([{"run": "paper", "L0-density (%)": paper,
+                                            "val. error final (%)": paper_error}])], ignore_index=True)
+
+
+def authors_penalized_numbers(theirs: dict, ours: list[dict]) -> dict:
+    """The authors' penalized LeNet5 run against ours (:func:`authors_penalized_table`): its final and highest
+    density (and epoch); its distance to the paper's density against our fan-in records' (``position``: whether
+    it is ``further`` than all of ours, ``nearer`` than all, or ``within`` their spread); and our fan-out seed 0,
+    the twin of theirs: ``share``, the percentage of the distance from our fan-in seed 0 to their run that the
+    initialisation alone closes (None without both records)."""
+    grouping, lmbda, history = theirs["grouping"], theirs["lmbda"], theirs["history"]
+    peak = max(history, key=lambda row: row["l0_density"])
+    paper, density = paper_penalized_density(grouping, lmbda), 100 * history[-1]["l0_density"]
+    cell = select(ours, grouping=grouping, lmbda=lmbda)
+    fan_in = [abs(100 * r["metrics"]["l0_density"] - paper) for r in cell if r["params"].get("linear_init") != "fan_out"]
+    theirs_gap = abs(density - paper)
+    position = (None if not fan_in else "further" if theirs_gap > max(fan_in)
+                else "nearer" if theirs_gap < min(fan_in) else "within")
+    by_variant = {variant(r["params"]): 100 * r["metrics"]["l0_density"] for r in cell}
+    twin, seed0 = by_variant.get("fan-out"), by_variant.get("")
+    share = (None if twin is None or seed0 is None or seed0 == density
+             else 100 * (seed0 - twin) / (seed0 - density))
+    return {"density": density, "peak": 100 * peak["l0_density"], "peak epoch": int(peak["epoch"]),
+            "epochs": len(history), "paper": paper, "gap": theirs_gap,
+            "our gaps low": min(fan_in, default=None), "our gaps high": max(fan_in, default=None),
+            "position": position, "twin": twin, "fan-in seed 0": seed0, "share": share}
 
 
 # --- final errors: a difference, or chance? --------------------------------------------------------
@@ -747,31 +900,6 @@ def penalized_in_words(penalized: dict[str, list[dict]], lmbda: float) -> str:
 def error_agreement() -> pd.DataFrame:
     """:func:`comparison.agreement` of the final errors of the three MNIST tables, one row per row."""
     return pd.concat([comparison.agreement(label) for label in TABLES], ignore_index=True)
-
-
-def beyond_chance_in_words(agreement: pd.DataFrame) -> str:
-    """How many rows of :func:`error_agreement` differ beyond chance, against how many chance alone puts there."""
-    beyond = agreement[agreement["beyond chance"]]
-    text = (f"{len(beyond)} of {len(agreement)} rows differ from the paper's by more than chance at 95%; with no "
-            f"difference at all, about {len(agreement) / 20:.1f} would. ")
-    if len(beyond):
-        text += f"They are {report.in_words(f'{r.row} ({r.Δ:+.2f} points, {r.ours} against {r.paper})' for r in beyond.itertuples())}."
-    return text
-
-
-def spreads_in_words(agreement: pd.DataFrame, table1_errors: pd.DataFrame) -> str:
-    """The run-to-run standard deviation of the final error behind the paper's CIs (:func:`intervals.spread_from_ci`)
-    over the rows of :func:`error_agreement`, and over our seeds of each row of ``table1_errors`` (a
-    :func:`comparison.compare` of Table 1's final errors) that has 5."""
-    runs_by_table = {ref(label): paper_runs(label) for label in studies.TABLES}
-    spreads = {row.row: intervals.spread_from_ci(comparison.split_cell(row.paper)[1], runs_by_table[row.table])
-               for row in agreement.itertuples()}
-    ours = [statistics.stdev(values["val_error_final"]) for values in table1_errors.attrs["values"]
-            if len(values.get("val_error_final", [])) >= 5]
-    return (f"Run-to-run standard deviation of the final error behind the paper's CIs: {min(spreads.values()):.3f} to "
-            f"{max(spreads.values()):.3f} points over these rows ({min(spreads, key=spreads.get)} the smallest). "
-            + (f"Over our 5 seeds of each of Table 1's rows that has them: {report.in_words(f'{sd:.3f}' for sd in ours)} points."
-               if ours else ""))
 
 
 def cell_of(params: dict) -> tuple:
@@ -815,228 +943,84 @@ def seeds_table() -> pd.DataFrame:
     return naming_pending(pd.DataFrame(rows), SEEDS_GRIDS.values())
 
 
-def retested_in_words(seeds: pd.DataFrame, agreement: pd.DataFrame) -> str | None:
-    """Of the cells whose seed 0 was beyond chance and that now have more seeds, how many stay beyond chance
-    with all of them (None when none has more seeds yet)."""
-    retested = seeds[seeds["seed 0 beyond chance"] == "yes"]["cell"]
-    tested = agreement.set_index("row").loc[[c for c in retested if c in set(agreement["row"])]]
+def beyond_chance(agreement: pd.DataFrame) -> dict:
+    """How many rows of :func:`error_agreement` differ beyond chance, of how many, and how many chance alone
+    puts there at 95% (one in 20).
+
+    Example: ``{"beyond": 2, "rows": 44, "by chance": 2.2}``.
+    """
+    beyond = int(agreement["beyond chance"].astype(bool).sum())
+    return {"beyond": beyond, "rows": len(agreement), "by chance": len(agreement) / 20}
+
+
+def spreads(agreement: pd.DataFrame, table1_errors: pd.DataFrame) -> dict:
+    """The run-to-run standard deviation of the final error (points) behind the paper's CIs
+    (:func:`intervals.spread_from_ci`) over the rows of :func:`error_agreement`: smallest, largest and the row of
+    the smallest; and over our seeds of each row of ``table1_errors`` (a :func:`comparison.compare` of Table 1's
+    final errors) that has 5: smallest and largest (None without)."""
+    runs_by_table = {ref(label): paper_runs(label) for label in studies.TABLES}
+    paper = {row.row: intervals.spread_from_ci(comparison.split_cell(row.paper)[1], runs_by_table[row.table])
+             for row in agreement.itertuples()}
+    ours = [statistics.stdev(values["val_error_final"]) for values in table1_errors.attrs["values"]
+            if len(values.get("val_error_final", [])) >= 5]
+    return {"paper low": min(paper.values()), "paper high": max(paper.values()),
+            "paper smallest row": min(paper, key=paper.get),
+            "ours low": min(ours, default=None), "ours high": max(ours, default=None)}
+
+
+def retested(seeds: pd.DataFrame, agreement: pd.DataFrame) -> dict:
+    """Of the cells whose seed 0 was beyond chance (:func:`seeds_table`) and that now have more seeds: how many,
+    and which stay beyond chance with all of them (:func:`error_agreement`).
+
+    Example: ``{"tested": 4, "still beyond": []}``: more seeds confirmed none of four seed-0 differences.
+    """
+    again = seeds[seeds["seed 0 beyond chance"] == "yes"]["cell"]
+    tested = agreement.set_index("row").loc[[c for c in again if c in set(agreement["row"])]]
     several = tested[tested["our runs"] > 1]
-    if not len(several):
-        return None
-    still = list(several.index[several["beyond chance"]])
-    return (f"With all their seeds, {len(still)} of the {len(several)} cells that have more than seed 0 remain beyond "
-            f"chance" + (f": {report.in_words(still)}." if still else "; more seeds did not confirm their seed-0 differences."))
+    return {"tested": len(several), "still beyond": list(several.index[several["beyond chance"].astype(bool)])}
 
 
-def clamped_error_in_words(clamped: dict, unclamped: list[dict]) -> str:
-    """Table 1's model-wise 10% LeNet5 row: the clamped run's final error and parameters beside the unclamped
-    seeds' and the paper's, and the clamped run's difference against the interval of chance."""
+def clamped_error_table(clamped: dict, unclamped: list[dict]) -> pd.DataFrame:
+    """Table 1's model-wise 10% LeNet5 row: the paper's final error and parameters, each unclamped seed's and the
+    clamped run's, with each run's difference from the paper's mean and the 95% interval of chance of one run
+    (:func:`intervals.difference_interval`)."""
     paper = paper_cell("tab:mnist", model="LeNet5", method="constrained", grouping="model", metric="val_error_final")
-    error = clamped["metrics"]["val_error_final"]
-    errors = report.in_words(f"{r['metrics']['val_error_final']:.2f}" for r in unclamped)
-    params = [r["metrics"]["params_pct"] for r in unclamped]
-    paper_params = paper_row("", "lenet5", "model", 0.1, "tab:mnist")["params (%)"]
-    chance = intervals.difference_interval(float(paper.ci), paper_runs("tab:mnist"), [error])
-    return (f"Final error: clamped (seed 0) {error:.2f}%, with {clamped['metrics']['params_pct']:.2f}% of the "
-            f"parameters; unclamped, {errors}% ({len(unclamped)} seeds), with {min(params):.2f}–{max(params):.2f}%; "
-            f"the paper's {paper.value} ± {paper.ci}%, with {paper_params:.2f}%. The clamped run's difference, "
-            f"{error - paper.value_num:+.2f} points, against a 95% interval of chance of ±{chance:.2f}.")
+    chance = intervals.difference_interval(float(paper.ci), paper_runs("tab:mnist"), [0.0])
+    rows = [{"run": "paper", "val. error final (%)": f"{paper.value} ± {paper.ci}",
+             "params (%)": paper_row("", "lenet5", "model", 0.1, "tab:mnist")["params (%)"]}]
+    for label, run in [*((f"ours, seed {r['metrics']['seed']}", r) for r in unclamped), ("ours, clamped, seed 0", clamped)]:
+        error = run["metrics"]["val_error_final"]
+        rows.append({"run": label, "val. error final (%)": f"{error:.2f}", "params (%)": run["metrics"]["params_pct"],
+                     "Δ (points)": error - paper.value_num, "95% chance interval (±)": chance})
+    return pd.DataFrame(rows, columns=["run", "val. error final (%)", "params (%)", "Δ (points)",
+                                       "95% chance interval (±)"])
 
 
-# --------------------------------------------------------------------------- #
-# The sections of the pages book/results_mnist_{investigations,authors,differences}.md (report.display_all shows each)
-# --------------------------------------------------------------------------- #
-
-def table1_mlp_traces() -> list:
-    """The density traces of Table 1's MLP runs at the paper's protocol."""
-    runs = records_of(TABLE1_GRID, model="mlp")
-    return [report.plot_density_traces(runs)] if runs else [report.no_record_line("Table 1's MLP runs", [TABLE1_GRID])]
-
-
-def table1_lenet_expected_and_kept() -> list:
-    """Expected and kept density of Table 1's model-wise LeNet5 runs (:func:`expected_and_kept`)."""
-    runs = records_of(TABLE1_GRID, model="lenet5", grouping="model")
-    return [report.show(expected_and_kept(runs)) if runs else report.no_record_line("Table 1's model-wise LeNet5 runs", [TABLE1_GRID])]
-
-
-def lowest_worst_layer_lines() -> str:
-    """For each seed of Table 1's layer-wise MLP row, the lowest largest layer density and its epoch."""
-    return "\n".join(f"seed {run['metrics']['seed']}: {lowest:.2f}% (epoch {epoch})"
-                      for run in records_of(TABLE1_GRID, model="mlp", grouping="layer")
-                      for lowest, epoch in [lowest_worst_layer(run)])
-
-
-def dual_lr_section() -> list:
-    """The MLP's gap histories at each dual learning rate, and their table."""
-    runs = records_of(TABLE1_GRID, model="mlp", seed=0) + records_of(DUAL_LR_GRID)
-    return [plot_gap_histories(runs), report.show(dual_lr_table(runs))]
-
-
-def initialisation_section() -> list:
-    """Each control table's cells with the fan-out initialisation beside the fan-in one."""
-    items = []
-    for table, metrics in INITIALISATION_CELLS:
-        found = initialisation_table(table, metrics)
-        items += [f"**{ref(table)}**", report.show(found) if len(found) else
-                  report.no_record_line("a fan-out run", FAN_OUT_GRIDS)]
-    return items
-
-
-def fan_out_penalized_section() -> list:
-    """The penalized runs with the fan-out initialisation against the paper-protocol LeNet5 ones, in words."""
-    lines = fan_out_penalized_lines(records_of(FAN_OUT_GRIDS[1], method="penalized"),
-                                    records_of(LENET_PAPER_GRIDS, model="lenet5", method="penalized"))
-    return ["\n".join(lines) if lines else report.no_record_line("a penalized fan-out run", FAN_OUT_GRIDS[1:])]
-
-
-def authors_mlp_section() -> list:
-    """The authors' MLP runs beside their twins of ours: the figure and the table."""
-    theirs = authors_runs(model="mlp")
-    twins = [our_twins(run) for run in theirs]
-    return [plot_authors_mlp(theirs, twins), report.show(authors_mlp_table(theirs, twins)) if theirs else
-            f"No run of the authors' code yet: `{authors_command('mlp', 'layer', 0.2)}`."]
-
-
-def authors_lenet_section() -> list:
-    """The authors' LeNet5 runs beside their twins of ours: the figure, the table and conv2 in words."""
-    theirs = authors_runs(model="lenet5", grouping="model")
-    twins = [our_twins(run) for run in theirs]
-    fan_out = records_of(FAN_OUT_GRIDS[1], method="constrained", grouping="model")
-    fan_in = records_of([TABLE1_GRID, LENET_CONTROL_GRID], model="lenet5", method="constrained", grouping="model")
-    shown = ([plot_authors_lenet(theirs, twins), report.show(authors_lenet_table(theirs, twins))] if theirs else
-             [f"No run of the authors' LeNet5 yet: `{authors_command('lenet5', 'model', 0.2)}`."])
-    return [*shown, conv2_in_words(theirs, twins, fan_out, fan_in) or None]
-
-
-def clamp_section() -> list:
-    """Every clamped cell against the paper and our unclamped run, and which is closer, in a table and words."""
-    clamp_table, closer = clamp_comparison()
-    caption = "Distance to the paper (points), our unclamped record against the clamped one at the authors' dual learning rate"
-    return [report.show(clamp_table), report.show(closer, caption=caption), clamp_in_words(closer) if len(closer) else None]
-
-
-def fc1_behind_conv2_section() -> list:
-    """LeNet5's layer-wise 50% cell, unclamped and clamped: fc1's inputs behind conv2's open maps, in words."""
-    runs = [(label, run) for label, grid, more in (("unclamped", LENET_CONTROL_GRID, {}),
-                                                   ("clamped", CLAMP_GRID, {"dual_lr": 1e-4}))
-            for run in constrained_records(grid, "lenet5", "layer", 0.5, seed=0, **more)]
-    return [fc1_behind_conv2_in_words(runs) if runs else report.no_record_line("LeNet5's layer-wise 50% cell", [LENET_CONTROL_GRID, CLAMP_GRID])]
-
-
-def authors_penalized_in_words(theirs: dict, ours: list[dict]) -> str:
-    """A run of the authors' LeNet5 with their penalty (``benchmarks/authors_training.py --lmbda``): its final
-    L0-density, layer densities and error beside the paper's cell and our records of it; then whether it ends
-    further from the paper's density than every run of ours with our initialisation (the gap is then no
-    departure of ours from the published code), nearer than every one (part of the gap is ours) or among them;
-    then our run with their fan-out initialisation, the twin of theirs: how much of the distance from our
-    fan-in seed 0 to their run it closes, which is the share of the difference the initialisation explains."""
-    grouping, lmbda, last = theirs["grouping"], theirs["lmbda"], theirs["history"][-1]
-    layers = "-".join(f"{100 * last[f'density[{i}]']:.1f}" for i in range(len(last["kept_groups"])))
-    peak = max(theirs["history"], key=lambda row: row["l0_density"])
-    cell = select(ours, grouping=grouping, lmbda=lmbda)
-    ours_text = report.in_words(f"{100 * r['metrics']['l0_density']:.2f}% ({variant(r['params']) or 'seed 0'})"
-                                for r in cell) or "none yet"
-    paper = paper_penalized_density(grouping, lmbda)
-    density = 100 * last["l0_density"]
-    text = (f"The authors' own LeNet5 with their penalty, {grouping}-wise λ_pen = {lmbda:g}, "
-            f"{len(theirs['history'])} epochs: final L0-density {density:.2f}% (layers {layers}%), "
-            f"highest {100 * peak['l0_density']:.2f}% at epoch {peak['epoch']}, final error {last['val_error']:.2f}%; "
-            f"the paper's {paper:.2f}%; ours {ours_text}.")
-    fan_in = [r for r in cell if r["params"].get("linear_init") != "fan_out"]
-    if not fan_in:
-        return text
-    theirs_gap = abs(density - paper)
-    our_gaps = [abs(100 * r["metrics"]["l0_density"] - paper) for r in fan_in]
-    spread = f"({min(our_gaps):.1f} to {max(our_gaps):.1f})"
-    if theirs_gap > max(our_gaps):
-        text += (f" Their published code ends {theirs_gap:.1f} points from the paper's cell, further than any run of "
-                 f"ours with our initialisation {spread}: it does not give the paper's density either, so the gap "
-                 f"between our runs and the paper's is not a departure of ours from the published code.")
-    elif theirs_gap < min(our_gaps):
-        text += (f" Their published code ends {theirs_gap:.1f} points from the paper's cell, nearer than any run of "
-                 f"ours with our initialisation {spread}: it reaches towards the paper's density where ours do not, "
-                 f"so part of the gap is in our implementation.")
-    else:
-        text += (f" Their published code ends {theirs_gap:.1f} points from the paper's cell, within the spread of our "
-                 f"runs with our initialisation {spread}.")
-    return text + _fan_out_twin_in_words(density, cell)
-
-
-def _fan_out_twin_in_words(theirs: float, cell: list[dict]) -> str:
-    """Our fan-out seed-0 run of a penalized cell against the authors' final density ``theirs`` (%) and our
-    fan-in seed 0 (told apart by :func:`variant`): the share of the distance between those two that the
-    initialisation alone closes."""
-    density = {variant(r["params"]): 100 * r["metrics"]["l0_density"] for r in cell}
-    twin, fan_in = density.get("fan-out"), density.get("")
-    if twin is None:
-        return (" Their code initialises fan-out; our run of this cell with fan-out, which would tell the "
-                "initialisation from the rest of the code, has no record yet (`grids/lenet5_linear_init.yaml`).")
-    text = f" Our run of the cell with their fan-out initialisation, the twin of theirs, ends at {twin:.2f}%"
-    if fan_in is None or fan_in == theirs:
-        return text + "."
-    share = (fan_in - twin) / (fan_in - theirs)
-    text += (f": {abs(twin - theirs):.1f} points from theirs and {abs(twin - fan_in):.1f} from ours with fan-in "
-             f"(seed 0, {fan_in:.2f}%), so the initialisation alone closes {100 * share:.0f}% of the distance between "
-             f"our fan-in run and their code")
-    if share > 0.5:
-        return text + ": most of the difference between their code and ours is the initialisation."
-    if share > 0:
-        return text + ": less than half of the difference between their code and ours is the initialisation."
-    return text + ": the initialisation does not explain the difference between their code and ours."
 
 
 def plot_authors_penalized(theirs: dict, ours: list[dict]) -> plt.Figure:
     """Model L0-density and conv2's expected density against epochs: the authors' LeNet5 with their penalty,
     beside our records of its cell (dashed: fan-out; dotted: clamped; faint: another seed) and the paper's
-    final density (circle)."""
+    final density (hollow circle)."""
     grouping, lmbda = theirs["grouping"], theirs["lmbda"]
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
+    fig, axes = plt.subplots(1, 2, figsize=(7, 3.8))
     history = pd.DataFrame(theirs["history"])
     for ax, column in zip(axes, ("l0_density_epoch_mean", "density[1]")):
         ax.plot(history["epoch"], 100 * history[column], color="k", lw=2.5, alpha=0.5, label="authors' code")
     for run in select(ours, grouping=grouping, lmbda=lmbda):
         p, frame = run["params"], _train_rows(run)
         for ax, column in zip(axes, ("l0_density", "density[conv2]")):
-            ax.plot(frame["epoch"], 100 * frame[column], lw=1, **_variant_style(p),
+            ax.plot(frame["epoch"], 100 * frame[column], lw=1.2, color="C2", **_variant_style(p),
                     label=f"ours, {variant(p) or 'seed 0'}")
-    axes[0].plot([len(history)], [paper_penalized_density(grouping, lmbda)], marker="o", ms=7, mfc="none",
-                 color="k", ls="none", label="the paper's final")
+    axes[0].plot([len(history)], [paper_penalized_density(grouping, lmbda)], marker="o", ms=8, mfc="none",
+                 color="k", ls="none", label="paper, final (mean of 5)")
     for ax, title in zip(axes, ("model L0-density (%)", "conv2 expected density (%)")):
         ax.set(xlabel="epoch", title=title)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7, loc="lower left")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.02), ncol=3, fontsize=9, frameon=False)
     fig.suptitle(f"LeNet5 penalized, {grouping}-wise λ_pen {lmbda:g}: the authors' code and ours", fontsize=10)
     fig.tight_layout()
     return fig
 
 
-def penalized_lenet_section() -> list:
-    """The penalized LeNet5 runs' densities against λ_pen and the λ_pen = 0.01 cell in words."""
-    penalized = {grouping: records_of(LENET_PENALIZED_GRIDS, model="lenet5", method="penalized", grouping=grouping)
-                 for grouping in ("model", "layer")}
-    return [plot_penalized_lenet(penalized), penalized_in_words(penalized, 0.01)]
-
-
-def authors_penalized_section() -> list:
-    """The authors' LeNet5 with their penalty on the layer-wise λ_pen = 0.01 cell beside our runs of it: the
-    figure and the conclusion in words, or the command that runs it."""
-    theirs = authors_runs(model="lenet5", method="penalized", grouping="layer", lmbda=0.01)
-    if not theirs:
-        return ["No run yet of the authors' LeNet5 with their penalty: `PAPERLIB_DATA=../shared/data python "
-                "benchmarks/authors_training.py --model lenet5 --grouping layer --lmbda 0.01`."]
-    ours = records_of(LENET_PENALIZED_GRIDS, model="lenet5", method="penalized", grouping="layer")
-    return [plot_authors_penalized(theirs[0], ours), authors_penalized_in_words(theirs[0], ours)]
-
-
-def seeds_section(agreement: pd.DataFrame) -> list:
-    """The final error of each seed, and whether more seeds confirmed seed 0's differences beyond chance."""
-    seeds = seeds_table()
-    return [report.show(seeds, caption="Final error (%) of each seed"), retested_in_words(seeds, agreement)]
-
-
-def clamped_error_section() -> list:
-    """Table 1's model-wise 10% LeNet5 row, clamped against unclamped, in words."""
-    clamped = constrained_records(CLAMP_GRID, "lenet5", "model", 0.1, seed=0, dual_lr=1e-4)
-    unclamped = constrained_records(TABLE1_GRID, "lenet5", "model", 0.1)
-    return [clamped_error_in_words(clamped[0], unclamped) if clamped and unclamped else
-            report.no_record_line("the model-wise 10% LeNet5 runs, clamped and unclamped", [CLAMP_GRID, TABLE1_GRID])]

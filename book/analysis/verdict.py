@@ -162,8 +162,8 @@ def accuracy_mnist() -> Claim:
     within = int((~rows["beyond chance"].astype(bool)).sum()) if len(rows) else 0
     return Claim("At no cost in accuracy (MNIST)", f"§5.2, {ref('tab:mnist')}, {ref('tab:mlp_control')}, "
                  f"{ref('tab:lenet_control')}", ran(_mnist_runs()), rules.claim_verdict(within, len(rows)).value,
-                 within, len(rows), "rows whose final error the runs' spread explains", "results_mnist",
-                 "claim-accuracy-mnist")
+                 within, len(rows), "rows whose final error the runs' spread explains", "results_mnist_why",
+                 "mnist-final-errors")
 
 
 def _cells(tables: tuple[str, ...], method: str, column: str) -> pd.Series:
@@ -340,8 +340,7 @@ def claims() -> list[Claim]:
 
 
 #: How the verdict table names the book's pages.
-PAGE_NAMES = {"results_mnist": "MNIST", "results_mnist_investigations": "MNIST, overshoot",
-              "results_mnist_authors": "MNIST, authors' code", "results_mnist_differences": "MNIST, differences",
+PAGE_NAMES = {"results_mnist": "MNIST", "results_mnist_why": "MNIST, differences",
               "results_dynamics": "dynamics", "results_cifar10": "CIFAR-10", "results_cifar10_misses": "CIFAR-10, misses",
               "results_unstructured": "unstructured", "results_beyond": "beyond"}
 

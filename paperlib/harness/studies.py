@@ -83,10 +83,10 @@ FIGURES = {
 
 #: The book's own experiments: investigations of a result, and what goes beyond the paper.
 OURS = {
-    "mlp_dual_lr": Study(("grids/mlp_dual_lr.yaml",), "results_mnist_investigations"),
-    "fan_out_init": Study(("grids/mlp_linear_init.yaml", "grids/lenet5_linear_init.yaml"), "results_mnist_authors"),
-    "mnist_clamp": Study(("grids/mnist_clamp.yaml",), "results_mnist_investigations"),
-    "compiled_gates": Study(("grids/compiled_gates_paper.yaml",), "results_mnist_investigations"),
+    "mlp_dual_lr": Study(("grids/mlp_dual_lr.yaml",), "results_mnist_why"),
+    "fan_out_init": Study(("grids/mlp_linear_init.yaml", "grids/lenet5_linear_init.yaml"), "results_mnist_why"),
+    "mnist_clamp": Study(("grids/mnist_clamp.yaml",), "results_mnist_why"),
+    "compiled_gates": Study(("grids/compiled_gates_paper.yaml",), "results_mnist_why"),
     "mnist_flagship": Study(("grids/mnist_flagship.yaml",), "results_mnist"),
     "lenet5_collapse": Study(("grids/lenet5_collapse.yaml",), "lenet5_collapse"),
     "cifar10_dual_lr": Study(("grids/cifar10_dual_lr.yaml",), "results_cifar10"),
@@ -110,8 +110,7 @@ STUDIES = {**TABLES, **FIGURES, **OURS}
 
 #: The run indexes of the book (book/runs_*.md) and the result pages whose studies' runs each lists.
 RUN_INDEXES = {
-    "runs_mnist": ("results_mnist", "results_mnist_investigations", "results_mnist_authors",
-                   "results_mnist_differences"),
+    "runs_mnist": ("results_mnist", "results_mnist_why"),
     "runs_dynamics": ("results_dynamics",),
     "runs_cifar10": ("results_cifar10", "results_cifar10_misses"),
     "runs_beyond": ("results_unstructured", "results_beyond"),

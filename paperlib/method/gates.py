@@ -34,7 +34,7 @@ EPS = 1e-6
 #: clamp runs only when the model is not wrapped in DistributedDataParallel
 #: (``utils/exp_utils.py``), and every published launch script uses ``torchrun``.
 #: Several of the paper's MNIST cells nevertheless match clamped runs better
-#: (book/results_mnist_investigations.md, book/errata.md). The bounds put a floor of
+#: (book/results_mnist_why.md, book/errata.md). The bounds put a floor of
 #: P(z != 0) = 0.047 under every gate (eq. 8), which makes the App. L targets of
 #: 1% unreachable.
 LOG_ALPHA_MIN = math.log(1e-2)
