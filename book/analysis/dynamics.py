@@ -42,9 +42,9 @@ def restarts_rows(runs: list[dict]) -> pd.DataFrame:
     its final error (%).
 
     >>> run = {"metrics": {"target": 0.3, "val_error_final": 1.0}, "params": {"dual_restarts": True},
-    ...        "steps": [{"l0_density": d} for d in (0.9, 0.29, 0.31, 0.3)]}
+    ...        "steps": [{"l0_density": d} for d in (0.9, 0.25, 0.5, 0.75)]}
     >>> restarts_rows([run]).iloc[0, 2:5].tolist()
-    [30.0, 31.0, 29.0]
+    [75.0, 75.0, 25.0]
     """
     rows = []
     for run in sorted(runs, key=lambda run: (run["metrics"]["target"], not run["params"]["dual_restarts"])):
