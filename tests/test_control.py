@@ -326,3 +326,12 @@ def test_missing_runs_list_each_grid_with_runs_not_complete_and_its_sweep(monkey
     monkeypatch.setattr(control, "grid_table", lambda grid: pd.DataFrame({"status": statuses[grid]}))
     table = control.missing_runs(["a.yaml", "b.yaml", "a.yaml"])
     assert table.values.tolist() == [["a.yaml", "2 of 3", "python -m paperlib.sweeps a.yaml"]]
+
+
+def test_the_glued_numbers_are_python_numbers_that_glue_can_format():
+    runs = [record("constrained", "model", 0.5, densities=(0.4, 0.4)), record("penalized", lmbda=0.1), record("dense")]
+    numbers = control.outcome_numbers(control.run_rows(runs, runs[2], free=[]))
+    assert all(type(value) in (int, float, str) for value in numbers.values())
+    model = with_steps(record("constrained", "model", 0.2), [(0.9,), (0.23,), (0.2,)], epochs=2)
+    numbers = control.stability_numbers(control.stability_rows([model]))
+    assert all(type(value) in (int, float, str) for value in numbers.values())

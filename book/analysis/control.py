@@ -187,7 +187,7 @@ def plot_comparison(ours: pd.DataFrame, paper: pd.DataFrame, title: str = "", ou
     """
     reference, _ = paper_reference_error(paper)
     paper = paper.assign(**{"cost (points)": paper["val. error final (%)"] - reference})
-    fig, axes = plt.subplots(2, 3, figsize=(7, 5.2))
+    fig, axes = plt.subplots(2, 3, figsize=(7, 4.8))
     columns = (("L0-density (%)", "L0-density (%)"), ("MACs (%)", "MACs (%)"), ("cost (points)", "error cost (pts)"))
     for row, (method, x_key, x_label) in enumerate((("constrained", "target", "target (%)"),
                                                     ("penalized", "lmbda", "λ_pen"))):
@@ -305,7 +305,7 @@ def plot_stability(runs: list[dict]) -> plt.Figure:
     targets dashed."""
     constrained = [run for run in runs if (run["metrics"]["method"], run["metrics"]["seed"]) == ("constrained", 0)]
     colours = {target: f"C{i}" for i, target in enumerate(sorted({run["metrics"]["target"] for run in constrained}))}
-    fig, axes = plt.subplots(1, 2, figsize=(7, 3.2), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(7, 2.9), sharey=True)
     for ax, grouping in zip(axes, ("model", "layer")):
         chosen = [run for run in constrained if run["metrics"]["grouping"] == grouping]
         for run in chosen:
@@ -396,9 +396,10 @@ def epoch_minutes(runs: list[dict]) -> pd.Series:
     return pd.Series([r["metrics"]["wall_time_s"] / r["metrics"]["epochs_completed"] / 60 for r in runs], dtype=float)
 
 
-#: The columns of the control table the page shows.
+#: The columns of the control table the page shows, and their short names (the parameters kept are in the
+#: page's folded comparison with the paper).
 TABLE_COLUMNS = {"condition": "run", "L0-density (%)": "density (%)", "largest gap (points)": "gap (pts)",
-                 "outcome": "outcome", "params (%)": "params (%)", "MACs (%)": "MACs (%)",
+                 "outcome": "outcome", "MACs (%)": "MACs (%)",
                  "val. error final (%)": "error (%)", "cost (points)": "cost (pts)", "ran on": "ran on"}
 
 #: The grids of the CIFAR-10 control table at the CPU protocol, and how many runs of each kind seed 0 has.
@@ -575,17 +576,17 @@ def outcome_numbers(rows: pd.DataFrame) -> dict:
     over = constrained[constrained["outcome"] == rules.Outcome.VIOLATED.value]
     if len(under):
         worst = under.loc[under["largest gap (points)"].idxmin()]
-        numbers.update({"under gap": worst["largest gap (points)"], "under run": condition(worst)})
+        numbers.update({"under gap": float(worst["largest gap (points)"]), "under run": condition(worst)})
     if len(over):
         worst = over.loc[over["over target (points)"].idxmax()]
-        numbers.update({"over gap": worst["over target (points)"], "over run": condition(worst)})
+        numbers.update({"over gap": float(worst["over target (points)"]), "over run": condition(worst)})
     penalized = rows.loc[rows["method"] == "penalized", "L0-density (%)"]
     if len(penalized):
-        numbers.update({"penalized lowest": penalized.min(), "penalized highest": penalized.max()})
+        numbers.update({"penalized lowest": float(penalized.min()), "penalized highest": float(penalized.max())})
     for method in ("constrained", "penalized"):
         costs = rows.loc[rows["method"] == method, "cost (points)"].dropna()
         if len(costs):
-            numbers.update({f"{method} cost lowest": costs.min(), f"{method} cost highest": costs.max()})
+            numbers.update({f"{method} cost lowest": float(costs.min()), f"{method} cost highest": float(costs.max())})
     return numbers
 
 
@@ -675,13 +676,14 @@ def stability_numbers(rows: pd.DataFrame) -> dict:
     numbers = {"settled": len(settled), "runs": len(rows), "unsettled": len(rows) - len(settled)}
     if len(settled):
         latest = settled.loc[settled["settled from epoch"].idxmax()]
-        numbers.update({"latest": latest["settled from epoch"], "latest share": latest["share of training (%)"],
-                        "latest run": latest["setting"], "median": settled["settled from epoch"].median(),
-                        "between": settled["largest violation between (points)"].max()})
+        numbers.update({"latest": float(latest["settled from epoch"]),
+                        "latest share": float(latest["share of training (%)"]), "latest run": latest["setting"],
+                        "median": float(settled["settled from epoch"].median()),
+                        "between": float(settled["largest violation between (points)"].max())})
     unsettled = rows[rows["settled from epoch"].isna()]
     if len(unsettled):
         numbers.update({"unsettled runs": ", ".join(unsettled["setting"]),
-                        "unsettled violation": unsettled["largest violation, 2nd half (points)"].max()})
+                        "unsettled violation": float(unsettled["largest violation, 2nd half (points)"].max())})
     return numbers
 
 

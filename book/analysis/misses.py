@@ -150,7 +150,7 @@ def cause_numbers(reference: dict, test: dict) -> dict:
                "changes without": len(before), "unpushed": len(unpushed)}
     for name, run in (("with", test), ("without", reference)):
         gaps = gate_rows(run).set_index("block")["gap (points)"]
-        numbers.update({f"gap {name}": gaps[gaps.abs().idxmax()], f"block {name}": gaps.abs().idxmax(),
+        numbers.update({f"gap {name}": float(gaps[gaps.abs().idxmax()]), f"block {name}": gaps.abs().idxmax(),
                         f"error {name}": run["metrics"]["val_error_final"]})
     return numbers
 
