@@ -347,7 +347,7 @@ def plot_descent(runs: dict[str, dict | None]) -> plt.Figure:
     """The runs of :data:`DESCENT` against epochs: fc2's expected density (lines) and test-time share of
     gates kept (circles, at the saved epochs), fc2's multiplier, and the test-time model's error. A run
     without a record is left out (:func:`missing_runs` lists it)."""
-    fig, grid = plt.subplots(2, 2, figsize=(7, 5.4))
+    fig, grid = plt.subplots(2, 2, figsize=(7, 4.7))
     axes = grid.flat
     for i, name in enumerate(DESCENT):
         run = runs[name]
@@ -384,21 +384,21 @@ def plot_descent(runs: dict[str, dict | None]) -> plt.Figure:
 def plot_error_against_density(runs: dict[str, dict | None]) -> plt.Figure:
     """Each epoch's error against fc2's expected density for the runs of :data:`ERROR_AGAINST_DENSITY`, the
     paper-protocol run drawn thick under the others; a run without a record is left out."""
-    fig, ax = plt.subplots(figsize=(7, 3.8))
+    fig, ax = plt.subplots(figsize=(7, 4.4))
     for name, color, width in zip(ERROR_AGAINST_DENSITY, ("C4", "C0", "C2", "C3"), (2.5, 0.8, 0.8, 0.8)):
         run = runs[name]
         if run is None:
             continue
         history = by_epoch(run).iloc[1:]
         ax.plot(100 * history["density[fc2]"], history["val_error"], color=color, marker=".", ms=3, lw=width,
-                label=f"{VARIANTS[name].label}, {len(history)} epochs")
+                label=VARIANTS[name].label if name == "paper" else f"{VARIANTS[name].label}, {len(history)} epochs")
     ax.axvline(50, color="k", lw=0.8, ls=":")
     ax.axvline(10, color="k", lw=0.8, ls="--")
     ax.set(xlabel="fc2 expected density (%), decreasing as training goes on", ylabel="validation error (%)",
            yscale="log", xlim=(88, 0), ylim=(0.15, 120))
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=9, loc="lower center")
-    fig.tight_layout()
+    fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=1, fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.25, 1, 1))
     return fig
 
 
@@ -449,7 +449,7 @@ def _plot_kept_against_expected(ax: plt.Axes, runs: dict[str, dict | None]) -> N
 def plot_fc2_medians(runs: dict[str, dict | None]) -> plt.Figure:
     """fc2's gates epoch by epoch in the run that saved them every epoch (left), and fc2's test-time against
     expected density in the runs of :data:`FC2_MEDIANS` (right); a run without a record is left out."""
-    fig, axes = plt.subplots(2, 1, figsize=(7, 7.2))
+    fig, axes = plt.subplots(2, 1, figsize=(7, 5.8))
     if runs["every"] is None:
         axes[0].text(0.5, 0.5, f"no record of {VARIANTS['every'].label}", transform=axes[0].transAxes,
                      ha="center", color="0.4")
