@@ -468,7 +468,7 @@ def plot_gates_lr_histograms(ablation: list[dict], lmbda: float = 0.001) -> list
     figures = []
     for run in ablation:
         if run["params"]["method"] == "penalized" and run["params"]["lmbda"] == lmbda:
-            fig = plot_gate_histograms(run)
+            fig = plot_gate_histograms(run, width=7)
             fig.suptitle(f"gates' learning rate {run['params']['gates_lr']:g}", y=1.05)
             figures.append(fig)
     return figures
