@@ -11,7 +11,8 @@ The finding: a fast-growing multiplier pushes all of fc2's gates down together, 
 median's threshold P(z ≠ 0) = ½ (Eq. 9, Appendix A.1) as a block and the test-time model loses fc2,
 while the expected density (Eq. 8), which the constraint controls, still counts them. The functions
 below compute each step of that account from the records; ``*_numbers`` give the page's prose its
-numbers, formatted as the page prints them.
+numbers, formatted as the page prints them (numbers, never clauses: the page writes the sentences), and
+:func:`missing_runs` the commands of the runs without a record.
 """
 
 import json

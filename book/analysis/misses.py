@@ -1,4 +1,4 @@
-"""Why some CIFAR-10 runs miss their targets (book/results_cifar10_misses.md).
+"""Why some CIFAR-10 runs miss their targets (book/results_cifar10_misses.md): tables, numbers and figures.
 
 The control table's constrained runs (:mod:`analysis.control`) miss in two ways,
 and each has a test of its cause:
@@ -9,13 +9,19 @@ and each has a test of its cause:
   The cause test decays the gates' learning rate with the weights'
   (:data:`CAUSE_GRID`, :func:`cause_numbers`).
 * **Under, with the constraint holding.** After the multiplier's last push the task
-  loss alone goes on closing gates (:func:`inactive_misses`, :func:`drift_rows`).
-  The tests: the same model with a constraint that never binds, at the gates'
-  learning rates of 6 (:data:`FREE_GATES_GRID`) and 0.1 (the ablation's), and the
-  80% constraints at 0.1 (:data:`UNDER_CAUSE_GRID`, :func:`under_cause_rows`).
+  loss alone goes on closing gates (:func:`inactive_misses`, :func:`drift_rows`,
+  :func:`drift_numbers`). The tests: the same model with a constraint that never
+  binds, at the gates' learning rates of 6 (:data:`FREE_GATES_GRID`) and 0.1 (the
+  ablation's; :func:`free_runs`), beside the paper's (:func:`paper_free_densities`),
+  and the 80% constraints at 0.1 (:data:`UNDER_CAUSE_GRID`, :func:`under_cause_rows`,
+  :func:`under_cause_numbers`).
 
 Every choice reads training-time densities and multipliers; the test split is
-never used to decide anything.
+never used to decide anything. The page writes the prose; these functions give it
+numbers (Python ints, floats and condition names, for MyST-NB's glue) and tables.
+
+>>> sorted(paper_free_densities())
+[0.1, 6]
 """
 
 import math
@@ -25,8 +31,8 @@ import pandas as pd
 
 from paperlib import rules, studies
 from paperlib.paper_rows import constrained_densities
-from .control import (ABLATION_GRID, CONTROL_GRIDS, condition_link, constraint_names, dense_run, dual_lr_rows,
-                      final_gaps, run_label, run_link, run_rows, short_layer_name, step_log)
+from .control import (ABLATION_GRID, condition_link, constraint_names, dense_run, dual_lr_rows, final_gaps,
+                      run_label, run_rows, short_layer_name, step_log)
 from paperlib.models import gate_counts
 from paperlib.paper_results import paper_cell
 from .report import complete_records, notebook_link
