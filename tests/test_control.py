@@ -269,7 +269,7 @@ def test_a_run_settles_from_the_step_after_its_last_violation_of_more_than_a_poi
     always = with_steps(record("constrained", "model", 0.8), [(0.79,), (0.75,)], epochs=2)
     assert control.settling_epoch(always) == 0.0
     rows = control.stability_rows([model, layer, always, record("penalized", "model", lmbda=0.1)])
-    assert rows["setting"].tolist() == ["model-wise target 20%", "layer-wise target 20%", "model-wise target 80%"]
+    assert rows["setting"].tolist() == ["model-wise 20%", "layer-wise 20%", "model-wise 80%"]
     assert rows["first held (epoch)"].tolist() == pytest.approx([1.0, 1.0, 0.0])
     assert rows["share of training (%)"].iloc[0] == pytest.approx(50.0) and pd.isna(rows["settled from epoch"].iloc[1])
     assert rows["largest violation between (points)"].iloc[0] == pytest.approx(3.0)  # epoch 1.5, after first holding
@@ -278,7 +278,7 @@ def test_a_run_settles_from_the_step_after_its_last_violation_of_more_than_a_poi
     assert (numbers["settled"], numbers["runs"], numbers["unsettled"]) == (2, 3, 1)
     assert (numbers["latest"], numbers["latest share"], numbers["median"], numbers["between"]) == pytest.approx(
         (2.0, 50.0, 1.0, 3.0))
-    assert numbers["latest run"] == "model-wise target 20%" and numbers["unsettled runs"] == "layer-wise target 20%"
+    assert numbers["latest run"] == "model-wise 20%" and numbers["unsettled runs"] == "layer-wise 20%"
     assert numbers["unsettled violation"] == pytest.approx(2.0)
     fig = control.plot_stability([model, layer, always])
     left, right = fig.axes[:2]

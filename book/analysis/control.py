@@ -289,7 +289,7 @@ def stability_rows(runs: list[dict]) -> pd.DataFrame:
         between = late[(late.index > held[0]) & (late.index < (settled if settled is not None else math.inf))] \
             if len(held) else late.iloc[:0]
         epochs = m["epochs_completed"]
-        rows.append({"run": condition_link(run), "setting": run_label(run),
+        rows.append({"run": condition_link(run), "setting": condition(m),
                      "first held (epoch)": float(held[0]) if len(held) else None, "settled from epoch": settled,
                      "share of training (%)": None if settled is None else 100 * settled / epochs,
                      "largest violation between (points)": between.max() if len(between) else None,
