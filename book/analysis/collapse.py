@@ -11,7 +11,8 @@ The finding: a fast-growing multiplier pushes all of fc2's gates down together, 
 median's threshold P(z ≠ 0) = ½ (Eq. 9, Appendix A.1) as a block and the test-time model loses fc2,
 while the expected density (Eq. 8), which the constraint controls, still counts them. The functions
 below compute each step of that account from the records; ``*_numbers`` give the page's prose its
-numbers, formatted as the page prints them.
+numbers, formatted as the page prints them (numbers, never clauses: the page writes the sentences), and
+:func:`missing_runs` the commands of the runs without a record.
 """
 
 import json
@@ -141,10 +142,12 @@ def load_runs() -> dict[str, dict | None]:
     return {name: load(variant) for name, variant in VARIANTS.items()}
 
 
-def no_record_lines(runs: dict[str, dict | None], names: tuple[str, ...]) -> list[str]:
-    """A Markdown line for each of these runs without a complete record, with the command that makes it."""
-    return [f"No record yet of *{VARIANTS[name].label}*: `{command(VARIANTS[name])}`."
-            for name in names if runs[name] is None]
+def missing_runs(runs: dict[str, dict | None], names: tuple[str, ...] | None = None) -> pd.DataFrame:
+    """One row per run of ``names`` (default: every run) without a complete record: what it is and the command
+    that makes it (empty when every run has a record)."""
+    rows = [{"what": VARIANTS[name].label, "command": command(VARIANTS[name])}
+            for name in (names or tuple(runs)) if runs[name] is None]
+    return pd.DataFrame(rows, columns=["what", "command"])
 
 
 def _record(runs: dict[str, dict | None], name: str) -> dict:
@@ -299,18 +302,9 @@ def closest_epoch(run: dict, density: float, layer: str = "fc2") -> int:
     return (by_epoch(run)[f"density[{layer}]"] - density).abs().idxmin()
 
 
-def layer_crossings(run: dict) -> str:
-    """When each layer's expected density first went below 50% (:func:`crossing_epoch`), in words: the conv
-    layers with their density at that epoch, the two fc layers together when they crossed at once."""
-    history = by_epoch(run)
-    epochs = {layer: crossing_epoch(run, layer) for layer in LAYERS}
-    conv = [f"{layer} {_fixed(100 * history.loc[epochs[layer], f'density[{layer}]'])}% at epoch {epochs[layer]}"
-            for layer in ("conv1", "conv2")]
-    if epochs["fc1"] == epochs["fc2"]:
-        fc = f"fc1 and fc2 at epoch {epochs['fc1']}"
-    else:
-        fc = f"fc1 at epoch {epochs['fc1']}, fc2 at epoch {epochs['fc2']}"
-    return ", ".join([*conv, fc])
+def crossing_epochs(run: dict) -> dict[str, int]:
+    """When each layer's expected density first went below 50% (:func:`crossing_epoch`), by layer."""
+    return {layer: int(crossing_epoch(run, layer)) for layer in LAYERS}
 
 
 # --------------------------------------------------------------------------- #
@@ -354,8 +348,9 @@ def variant_table(runs: dict[str, dict | None], names: tuple[str, ...]) -> pd.Da
 def plot_descent(runs: dict[str, dict | None]) -> plt.Figure:
     """The runs of :data:`DESCENT` against epochs: fc2's expected density (lines) and test-time share of
     gates kept (circles, at the saved epochs), fc2's multiplier, and the test-time model's error. A run
-    without a record is left out (:func:`no_record_lines` says which)."""
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.7), sharex=True)
+    without a record is left out (:func:`missing_runs` lists it)."""
+    fig, grid = plt.subplots(2, 2, figsize=(7, 4.7))
+    axes = grid.flat
     for i, name in enumerate(DESCENT):
         run = runs[name]
         if run is None:
@@ -371,37 +366,41 @@ def plot_descent(runs: dict[str, dict | None]) -> plt.Figure:
         axes[2].plot(history.index[1:], history["val_error"].iloc[1:], color=color, ls=style)
     axes[0].axhline(50, color="k", lw=0.8, ls=":")
     axes[0].axhline(10, color="k", lw=0.8, ls="--")
-    axes[0].set(ylabel="fc2 density (%)", ylim=(0, 100), title="fc2: expected (lines), test-time (circles)")
-    axes[0].annotate("P(z≠0) = ½ for equal gates", (40, 51), ha="right", va="bottom", fontsize=8)
-    axes[0].annotate("target", (0, 11), ha="left", va="bottom", fontsize=8)
-    axes[1].set(ylabel="λ of fc2's constraint", title="multiplier of fc2 (every ~1/20 epoch)")
-    axes[2].set(ylabel="validation error (%)", yscale="log", title="test-time model's error")
-    for ax in axes:
+    axes[0].set(ylabel="fc2 density (%)", ylim=(0, 100))
+    axes[0].set_title("fc2: expected (lines), test-time (○)", fontsize=9)
+    axes[0].annotate("½ (equal gates)", (40, 51), ha="right", va="bottom", fontsize=9)
+    axes[0].annotate("target", (0, 11), ha="left", va="bottom", fontsize=9)
+    axes[1].set(ylabel="λ of fc2")
+    axes[1].set_title("fc2's multiplier", fontsize=9)
+    axes[2].set(ylabel="test error (%)", yscale="log")
+    axes[2].set_title("test-time model's error", fontsize=9)
+    for ax in axes[:3]:
         ax.set_xlabel("epoch")
         ax.grid(alpha=0.3)
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=4, fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    axes[3].axis("off")
+    axes[3].legend(*axes[0].get_legend_handles_labels(), loc="center", fontsize=9, frameon=False)
+    fig.tight_layout()
     return fig
 
 
 def plot_error_against_density(runs: dict[str, dict | None]) -> plt.Figure:
     """Each epoch's error against fc2's expected density for the runs of :data:`ERROR_AGAINST_DENSITY`, the
     paper-protocol run drawn thick under the others; a run without a record is left out."""
-    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    fig, ax = plt.subplots(figsize=(7, 4.4))
     for name, color, width in zip(ERROR_AGAINST_DENSITY, ("C4", "C0", "C2", "C3"), (2.5, 0.8, 0.8, 0.8)):
         run = runs[name]
         if run is None:
             continue
         history = by_epoch(run).iloc[1:]
         ax.plot(100 * history["density[fc2]"], history["val_error"], color=color, marker=".", ms=3, lw=width,
-                label=f"{VARIANTS[name].label}, {len(history)} epochs")
+                label=VARIANTS[name].label if name == "paper" else f"{VARIANTS[name].label}, {len(history)} epochs")
     ax.axvline(50, color="k", lw=0.8, ls=":")
     ax.axvline(10, color="k", lw=0.8, ls="--")
     ax.set(xlabel="fc2 expected density (%), decreasing as training goes on", ylabel="validation error (%)",
            yscale="log", xlim=(88, 0), ylim=(0.15, 120))
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower center")
-    fig.tight_layout()
+    fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=1, fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.25, 1, 1))
     return fig
 
 
@@ -412,12 +411,12 @@ def _plot_median_band(ax: plt.Axes, run: dict) -> None:
     for epoch in range(int(history.index.max()) + 1):
         values = medians(run, epoch)
         ax.scatter(epoch + rng.uniform(-0.3, 0.3, len(values)), values, s=2, alpha=0.4, color="C0")
-        ax.annotate(f"{(values == 0).sum()}", (epoch, -0.06), ha="center", fontsize=7, color="C3")
+        ax.annotate(f"{(values == 0).sum()}", (epoch, -0.07), ha="center", fontsize=9, color="C3")
     error = ax.twinx()
     error.plot(history.index[1:], history["val_error"].iloc[1:], color="k", lw=1)
-    error.set(yscale="log", ylabel="validation error (%), black line")
-    ax.set(xlabel="epoch", ylabel="median of fc2's gates", ylim=(-0.1, 0.6),
-           title="dual lr 3e-3: fc2's 500 gate medians (red: how many are 0)")
+    error.set(yscale="log", ylabel="test error (%), black")
+    ax.set(xlabel="epoch", ylabel="median of fc2's gates", ylim=(-0.1, 0.6))
+    ax.set_title("dual lr 3e-3: fc2's 500 gate medians (red: how many are 0)", fontsize=9)
 
 
 #: The runs of the right panel of :func:`plot_fc2_medians`: legend, marker, colour and the epochs named.
@@ -440,18 +439,19 @@ def _plot_kept_against_expected(ax: plt.Axes, runs: dict[str, dict | None]) -> N
         for epoch, point in zip(epochs, points):
             if epoch in named:
                 ax.annotate(f"ep. {epoch}", point, textcoords="offset points",
-                            xytext=(4, -10 if name == "every" else 4), fontsize=7, color=color)
+                            xytext=(4, -10 if name == "every" else 4), fontsize=9, color=color)
     ax.plot([0, 100], [0, 100], color="k", lw=0.8, ls="--", label="decided gates (0 or 1)")
     ax.plot([0, 50, 50, 100], [0, 0, 100, 100], color="grey", lw=0.8, label="all gates equal")
     ax.set(xlabel="fc2 expected density (%)", ylabel="fc2 gates kept at test time (%)",
-           xlim=(100, 0), ylim=(-3, 103), title="test-time vs expected density of fc2")
-    ax.legend(fontsize=7, loc="lower left")
+           xlim=(100, 0), ylim=(-3, 103))
+    ax.set_title("fc2: test-time against expected density", fontsize=9)
+    ax.legend(fontsize=9, loc="lower left")
 
 
 def plot_fc2_medians(runs: dict[str, dict | None]) -> plt.Figure:
     """fc2's gates epoch by epoch in the run that saved them every epoch (left), and fc2's test-time against
     expected density in the runs of :data:`FC2_MEDIANS` (right); a run without a record is left out."""
-    fig, axes = plt.subplots(1, 2, figsize=(12, 3.9))
+    fig, axes = plt.subplots(2, 1, figsize=(7, 5.8))
     if runs["every"] is None:
         axes[0].text(0.5, 0.5, f"no record of {VARIANTS['every'].label}", transform=axes[0].transAxes,
                      ha="center", color="0.4")
@@ -486,10 +486,10 @@ def _plateau_numbers(name: str, run: dict) -> dict[str, str]:
 
 
 def _layer_numbers(name: str, run: dict) -> dict[str, str]:
-    """Every layer's final expected density and test-time share of groups kept, in words."""
+    """Every layer's final expected density and test-time share of groups kept, conv1 / conv2 / fc1 / fc2."""
     kept = layers(run)
-    return {f"{name}_expected": report.in_words(_fixed(v) for v in kept["expected L0-density (%)"]),
-            f"{name}_kept": report.in_words(f"{round(v, 1):g}" for v in kept["groups kept at test time (%)"])}
+    return {f"{name}_expected": " / ".join(_fixed(v) for v in kept["expected L0-density (%)"]),
+            f"{name}_kept": " / ".join(f"{round(v, 1):g}" for v in kept["groups kept at test time (%)"])}
 
 
 def intro_numbers(runs: dict[str, dict | None]) -> dict[str, str]:
@@ -564,13 +564,10 @@ def gate_numbers(runs: dict[str, dict | None]) -> dict[str, str]:
     width = band.loc[[7, 8], 95] - band.loc[[7, 8], 5]
     drops = band_drops(band, from_epoch=6)
     lambdas = by_epoch(every).loc[7:12, f"lambda_{FC2}"]  # fc2's multiplier over the epochs of those falls
-    numbers = {"band_widths": report.in_words(_fixed(w, 2) for w in width), "band_width": _fixed(width.mean()),
+    numbers = {"band_width": _fixed(width.mean()),
                "band_drops": f"{drops.min():.2f} to {drops.max():.2f}",
                "band_lambdas": f"{lambdas.min():.0f} to {lambdas.max():.0f}",
-               "p95_first": _fixed(band.loc[6, 95], 2),
-               "p95_rest": report.in_words(_fixed(v, 2) for v in band.loc[7:12, 95]),
-               "zero_medians": report.in_words(f"{(medians(every, e) == 0).sum()} at epoch {e}"
-                                               for e in (7, 9, 10, 11, 12, 14)),
+               "p95_first": _fixed(band.loc[6, 95], 2), "p95_last": _fixed(band.loc[12, 95], 2),
                "open_at_11": str((medians(every, 11) > 0).sum()),
                "p75_below_at_11": _just_above(band.loc[11, 75], 3)}
     slow_density = by_epoch(slow).loc[20, "density[fc2]"]
@@ -611,19 +608,6 @@ def cause_numbers(runs: dict[str, dict | None]) -> dict[str, str]:
     return numbers
 
 
-def _control_paper_outcome(run: dict | None) -> str:
-    """The end of the sentence "At the paper's protocol, the cell ...": the 20% layer-wise cell of Table 11."""
-    if run is None:
-        return f"has no record yet (`{command(VARIANTS['control_paper'])}`)"
-    kept = layers(run)
-    gaps = kept["expected L0-density (%)"] - kept["target (%)"]
-    cell = paper_cell("tab:lenet_control", model="LeNet5", method="constrained", grouping="layer", target=0.2,
-                      metric="val_error_final")
-    return (f"does not collapse either: it ends at {_fixed(run['metrics']['val_error_final'], 2)}% error "
-            f"(the paper: {cell.value} ± {cell.ci}%), every layer's expected density "
-            f"within {_fixed(gaps.abs().max(), 2)} points of its target (last row of the table above)")
-
-
 def control_numbers(runs: dict[str, dict | None]) -> dict[str, str]:
     """Those of "`lenet_control`: the same cause": the 20% record of the old preset (multipliers, jump,
     crossings, plateau, final densities), the 35% one's dip, and the 20% cell at today's preset and at
@@ -636,10 +620,16 @@ def control_numbers(runs: dict[str, dict | None]) -> dict[str, str]:
     peak, peak_epoch = peak_error(at_35)
     lambdas = slow["metrics"]["multipliers_final"]
     above = layers(slow)["expected L0-density (%)"] - layers(slow)["target (%)"]
+    crossings = crossing_epochs(old)
+    paper = _record(runs, "control_paper")
+    paper_gaps = layers(paper)["expected L0-density (%)"] - layers(paper)["target (%)"]
+    cell = paper_cell("tab:lenet_control", model="LeNet5", method="constrained", grouping="layer", target=0.2,
+                      metric="val_error_final")
     return {"control_max_lambdas": f"{min(maxima):.0f} to {max(maxima):.0f}",
             "control_error_8": _fixed(history.loc[8, "val_error"]),
             "control_error_11": _fixed(history.loc[11, "val_error"], 0),
-            "control_crossings": layer_crossings(old),
+            "control_crossing_first": str(min(crossings.values())),
+            "control_crossing_last": str(max(crossings.values())),
             **_plateau_numbers("control_plateau", old),
             "control_plateau_train": f"{train.min():.0f}–{train.max():.0f}",
             **_layer_numbers("control", old),
@@ -651,7 +641,8 @@ def control_numbers(runs: dict[str, dict | None]) -> dict[str, str]:
             **_layer_numbers("control_slow", slow),
             "control_slow_lambdas": f"{min(lambdas):.2f} to {max(lambdas):.2f}",
             "control_slow_above": f"{above.min():.0f} to {above.max():.0f}",
-            "control_paper_outcome": _control_paper_outcome(runs["control_paper"])}
+            "control_paper_final": _fixed(paper["metrics"]["val_error_final"], 2),
+            "control_paper_printed": f"{cell.value} ± {cell.ci}", "control_paper_gap": _fixed(paper_gaps.abs().max(), 2)}
 
 
 def fix_numbers(runs: dict[str, dict | None]) -> dict[str, str]:
@@ -671,7 +662,6 @@ def unverified_numbers() -> dict[str, str]:
     lenet = report.final_errors(PAPER_GRIDS, "paper").query("model == 'lenet5'")
     grid = report.grid_table(_CONTROL_PAPER)
     done, total = (grid["status"] == "complete").sum(), len(grid)
-    status = (f"is complete: all its {total} runs have records" if done == total
-              else f"is still being run: {done} of its {total} runs are complete")
     return {"paper_lenet_runs": str(len(lenet)), "paper_lenet_layer_runs": str((lenet["grouping"] == "layer").sum()),
-            "paper_lenet_worst": _fixed(lenet["val. error final (%)"].max(), 2), "lenet_control_paper_status": status}
+            "paper_lenet_worst": _fixed(lenet["val. error final (%)"].max(), 2),
+            "lenet_control_paper_done": str(done), "lenet_control_paper_total": str(total)}

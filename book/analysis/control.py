@@ -1,24 +1,23 @@
 """Control of the density: does a constraint end at its target in one run, where a penalty must be tuned?
 
-The paper's headline claim (§5.5; the control tables and the comparison figure of
-App. K): a constrained run ends at the density it was asked for, model-wise or on
-every layer, while the density a penalized run reaches depends on lambda_pen in a
-way that cannot be known before training. This module turns a control table's
-records into the page's answer (book/results_cifar10.md): one row per run
-(:func:`run_rows`), the per-layer densities of layer-wise runs
-(:func:`layer_rows`), the paper's points (:func:`paper_points`), the figure
-(:func:`plot_comparison`) and the findings in words (:func:`findings`; each run judged by
-:func:`paperlib.harness.rules.judge_record`), with
-whether a target or a lambda_pen means the same density on the paper's model
-and ours (:func:`transfer_in_words`), and whether the constraint dynamics settle
-(§5.4, Figure 3; :func:`stability_rows`). Why some runs miss is
-:mod:`analysis.misses`.
+The paper's headline claim (§5.5; the control tables and the comparison figure of App. K): a constrained
+run ends at the density it was asked for, model-wise or on every layer, while the density a penalized run
+reaches depends on lambda_pen in a way that cannot be known before training. This module turns a control
+table's records into tables, numbers and figures for book/results_cifar10.md (and the MNIST pages' control
+figure): one row per run (:func:`run_rows`, each constrained run judged by
+:func:`paperlib.harness.rules.judge_record`), the per-layer densities (:func:`layer_rows`), the paper's points
+(:func:`paper_points`), the figure (:func:`plot_comparison`), the answer's numbers (:func:`outcome_numbers`),
+whether a setting means the same density on both models (:func:`transfer_summary`), seeds by device
+(:func:`device_seeds`), measured times (:func:`epoch_times`) and whether the dynamics settle (§5.4,
+Figure 3; :func:`stability_rows`). Why some runs miss is :mod:`analysis.misses`.
 
-Errors of a smaller model trained for fewer epochs are not the paper's, so the
-comparable quantity is each run's error *cost*: its final error minus the final
-error of a dense model trained at the same protocol (:func:`run_rows`). The
-paper prints no dense WideResNet-28-10; its cost is taken against its own
-densest run of the table (:func:`paper_reference_error`).
+Errors of a smaller model trained for fewer epochs are not the paper's, so the comparable quantity is each
+run's error *cost*: its final error minus the final error of a dense model trained at the same protocol
+(:func:`run_rows`). The paper prints no dense WideResNet-28-10; its cost is taken against its own densest run
+of the table (:func:`paper_reference_error`).
+
+>>> condition({"method": "constrained", "grouping": "model", "target": 0.2, "seed": 0})
+'model-wise 20%'
 """
 
 import math
@@ -31,8 +30,7 @@ from paperlib.harness import rules, studies
 from paperlib.harness.paper_rows import constrained_densities, largest_gap, target_label
 from paperlib.paper.paper_results import paper_results
 from paperlib.harness.plots import plot_gate_histograms
-from .report import (complete_records, count_of, in_words, no_record_line, notebook_link, plot_density_traces,
-                     show)
+from .report import complete_records, grid_table, notebook_link, sweep_command
 from paperlib.harness.vocabulary import METRIC_LABELS
 
 def short_layer_name(layer: str) -> str:
@@ -60,8 +58,31 @@ def setting(metrics: dict) -> str:
     return metrics["method"]
 
 
+def condition(metrics: dict, seed: bool = False) -> str:
+    """A run named by its condition, as the page's rows name it (with its seed if ``seed``).
+
+    >>> condition({"method": "constrained", "grouping": "layer", "target": 0.35, "seed": 1}, seed=True)
+    'layer-wise 35%, seed 1'
+    >>> condition({"method": "penalized", "grouping": "model", "lmbda": 0.1, "seed": 0})
+    'model-wise λ_pen 0.1'
+    """
+    if metrics["method"] == "dense":
+        text = "dense"
+    elif metrics["method"] == "constrained":
+        text = f"{metrics['grouping']}-wise {target_label(metrics['target'])}"
+    else:
+        text = f"{metrics['grouping']}-wise λ_pen {metrics['lmbda']:g}"
+    return text + (f", seed {metrics['seed']}" if seed else "")
+
+
+def condition_link(run: dict, seed: bool = False) -> str:
+    """:func:`condition`, linked to the run's executed notebook where it has one."""
+    text = condition(run["metrics"], seed)
+    return notebook_link(run["path"], text) or text
+
+
 #: The columns of :func:`run_rows`.
-RUN_COLUMNS = ["run", "method", "grouping", "setting", "target", "lmbda", "seed", "L0-density (%)",
+RUN_COLUMNS = ["run", "condition", "method", "grouping", "setting", "target", "lmbda", "seed", "L0-density (%)",
                "largest gap (points)", "outcome", "over target (points)", "params (%)", "MACs (%)",
                "val. error final (%)", "cost (points)", "epochs", "ran on"]
 
@@ -87,7 +108,7 @@ def run_rows(runs: list[dict], dense: dict | None, free: list[dict] | None = Non
         m = run["metrics"]
         gap = largest_gap(run) if m["method"] == "constrained" else None
         rows.append({
-            "run": run_link(run),
+            "run": run_link(run), "condition": condition_link(run, seed=m["seed"] != 0),
             "method": m["method"], "grouping": m["grouping"] if m["method"] != "dense" else None,
             "setting": setting(m), "target": m["target"], "lmbda": m["lmbda"], "seed": m["seed"],
             "L0-density (%)": 100 * m["l0_density"] if m["l0_density"] is not None else 100.0,
@@ -102,30 +123,6 @@ def run_rows(runs: list[dict], dense: dict | None, free: list[dict] | None = Non
     return pd.DataFrame(rows, columns=RUN_COLUMNS)
 
 
-def devices_in_words(runs: list[dict]) -> str:
-    """How the seeds of each constrained setting that was trained on both devices ended, CPU first: the
-    nearest check of whether a GPU run differs from a CPU run of the same protocol more than a seed does."""
-    settings: dict[tuple, dict[str, list[dict]]] = {}
-    for run in runs:
-        m = run["metrics"]
-        if m["method"] == "constrained":
-            target = tuple(m["target"]) if isinstance(m["target"], list) else m["target"]  # per-layer targets
-            settings.setdefault((m["grouping"], target), {}).setdefault(ran_on(m), []).append(m)
-
-    def ends(device: str, seeds: list[dict]) -> str:
-        seeds = sorted(seeds, key=lambda m: m["seed"])
-        numbers = ", ".join(f"{100 * m['l0_density']:.2f}% ({m['val_error_final']:.2f}% error)" for m in seeds)
-        return f"{device} seed{'s' if len(seeds) > 1 else ''} {in_words(m['seed'] for m in seeds)} at {numbers}"
-
-    parts = [f"{grouping}-wise {target_label(list(target) if isinstance(target, tuple) else target)}: "
-             + " and ".join(ends(device, seeds) for device, seeds in sorted(by_device.items()))
-             for (grouping, target), by_device in sorted(settings.items(), key=lambda item: str(item[0]))
-             if len(by_device) > 1]
-    if not parts:
-        return "No constrained setting has been trained on both the CPU and a GPU yet."
-    return "Seeds of one setting on the two devices, final density (final error): " + "; ".join(parts) + "."
-
-
 def layer_rows(runs: list[dict]) -> pd.DataFrame:
     """The final expected density of every gated layer of each layer-wise run (%), beside its setting."""
     rows = []
@@ -133,7 +130,7 @@ def layer_rows(runs: list[dict]) -> pd.DataFrame:
         m = run["metrics"]
         if m["grouping"] != "layer" or m["method"] == "dense":
             continue
-        row = {"run": run_link(run), "setting": setting(m),
+        row = {"run": condition_link(run, seed=m["seed"] != 0), "setting": setting(m),
                "seed": m["seed"]}
         row.update({short_layer_name(layer): 100 * density for layer, density in m["l0_density_per_layer"].items()})
         if m["method"] == "constrained":
@@ -174,136 +171,63 @@ def paper_reference_error(points: pd.DataFrame) -> tuple[float, str]:
     return densest["val. error final (%)"], f"{densest['method']}, {densest['grouping']}-wise, {setting(densest)}"
 
 
-def plot_comparison(ours: pd.DataFrame, paper: pd.DataFrame, title: str = "") -> plt.Figure:
-    """The control figure: density, parameters and MACs against the target (constrained) and against
-    lambda_pen (penalized), ours filled and the paper's hollow; and each run's error cost against its
-    density: ours against the reference run given to :func:`run_rows` (our dense run, or the densest
-    where a table has none), the paper's against its densest run (:func:`paper_reference_error`). In
-    the cost panel a triangle marks a penalized run.
+#: How :func:`plot_comparison` draws each source: colour and marker.
+SOURCE_STYLES = {"ours": ("C0", "o"), "paper": ("C1", "D")}
+
+
+def plot_comparison(ours: pd.DataFrame, paper: pd.DataFrame, title: str = "", ours_label: str = "ours",
+                    paper_label: str = "paper") -> plt.Figure:
+    """The control figure: L0-density and MACs against the target (top row, constrained) and against λ_pen
+    (bottom row, penalized), and each run's error cost against its density (right): ours against the reference
+    run given to :func:`run_rows` (our dense run, or the densest where a table has none), the paper's against
+    its densest run (:func:`paper_reference_error`).
+
+    Ours and the paper's differ in colour and marker (:data:`SOURCE_STYLES`), model-wise points are filled and
+    layer-wise ones hollow; the legend names ``ours_label`` and ``paper_label``.
     """
-    fig, axes = plt.subplots(2, 4, figsize=(10.5, 5.8))
-    metrics = ["L0-density (%)", "params (%)", "MACs (%)"]
-    styles = {"model": ("o", "C0"), "layer": ("s", "C3")}
-    for row, (method, x_key, x_label) in enumerate((("constrained", "target", "target density (%)"),
+    reference, _ = paper_reference_error(paper)
+    paper = paper.assign(**{"cost (points)": paper["val. error final (%)"] - reference})
+    fig, axes = plt.subplots(2, 3, figsize=(7, 4.8))
+    columns = (("L0-density (%)", "L0-density (%)"), ("MACs (%)", "MACs (%)"), ("cost (points)", "error cost (pts)"))
+    for row, (method, x_key, x_label) in enumerate((("constrained", "target", "target (%)"),
                                                     ("penalized", "lmbda", "λ_pen"))):
-        for col, metric in enumerate(metrics):
+        for col, (metric, label) in enumerate(columns):
             ax = axes[row, col]
-            for grouping, (marker, color) in styles.items():
-                for frame, filled in ((ours, True), (paper, False)):
+            for (source, frame), name in zip((("ours", ours), ("paper", paper)), (ours_label, paper_label)):
+                colour, marker = SOURCE_STYLES[source]
+                for grouping in ("model", "layer"):
                     chosen = frame[(frame["method"] == method) & (frame["grouping"] == grouping)].dropna(
                         subset=[metric])
                     if chosen.empty:
                         continue
-                    x = 100 * chosen[x_key] if method == "constrained" else chosen[x_key]
-                    ax.scatter(x, chosen[metric], marker=marker, s=36, linewidths=1.2,
-                               facecolors=color if filled else "none", edgecolors=color)
-            if method == "constrained":
+                    if metric == "cost (points)":
+                        x = chosen["L0-density (%)"]
+                    else:
+                        x = 100 * chosen[x_key] if method == "constrained" else chosen[x_key]
+                    ax.scatter(x, chosen[metric], marker=marker, s=30, linewidths=1.2, edgecolors=colour,
+                               facecolors=colour if grouping == "model" else "none",
+                               label=f"{name}, {method}, {grouping}-wise")
+            if metric == "cost (points)":
+                ax.axhline(0, ls=":", color="k", lw=0.8)
+                ax.set(xlabel="L0-density (%)", xlim=(0, 100))
+            elif method == "constrained":
                 ax.plot([0, 100], [0, 100], ls="--", lw=0.8, color="0.4")
-                ax.set(xlim=(0, 100))
+                ax.set(xlim=(0, 100), ylim=(0, 105), xlabel=x_label)
             else:
-                ax.set(xscale="log")
-            ax.set(ylim=(0, 105), xlabel=x_label, ylabel=metric if col == 0 else None,
-                   title=f"{method}: {metric.split(' (')[0]}")
+                ax.set(xscale="log", ylim=(0, 105), xlabel=x_label)
+            ax.set_title(f"{method}: {label}", fontsize=9)
+            ax.tick_params(labelsize=9)
+            ax.xaxis.label.set_size(9)
             ax.grid(alpha=0.3)
-    costs = axes[0, 3]
-    reference, _ = paper_reference_error(paper)
-    paper = paper.assign(**{"cost (points)": paper["val. error final (%)"] - reference})
-    for method in ("constrained", "penalized"):
-        for grouping, (marker, color) in styles.items():
-            for source, frame, filled in (("ours", ours, True), ("paper", paper, False)):
-                chosen = frame[(frame["method"] == method) & (frame["grouping"] == grouping)].dropna(
-                    subset=["cost (points)"])
-                costs.scatter(chosen["L0-density (%)"], chosen["cost (points)"], s=30,
-                              marker=marker if method == "constrained" else "^", linewidths=1.2,
-                              facecolors=color if filled else "none", edgecolors=color,
-                              label=f"{source}, {method}, {grouping}-wise")
-    costs.axhline(0, ls=":", color="k", lw=1)
-    costs.set(xlabel="L0-density (%)", ylabel="error cost (points)", xlim=(0, 100),
-              title="error cost against density")
-    costs.grid(alpha=0.3)
-    key = [Line2D([], [], ls="", marker=marker, color=color, label=f"{grouping}-wise")
-           for grouping, (marker, color) in styles.items()]
-    key += [Line2D([], [], ls="", marker="^", color="0.4", label="penalized (cost panel)"),
-            Line2D([], [], ls="", marker="o", color="0.4", label="filled: ours"),
-            Line2D([], [], ls="", marker="o", markerfacecolor="none", color="0.4", label="hollow: paper")]
-    axes[1, 3].axis("off")
-    axes[1, 3].legend(handles=key, loc="center", fontsize=9)
-    fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
+    handles = [Line2D([], [], ls="", marker=SOURCE_STYLES[source][1], color=SOURCE_STYLES[source][0],
+                      markerfacecolor=SOURCE_STYLES[source][0] if grouping == "model" else "none",
+                      label=f"{name}, {grouping}-wise")
+               for source, name in (("ours", ours_label), ("paper", paper_label)) for grouping in ("model", "layer")]
+    fig.legend(handles=handles, loc="lower center", ncol=2, fontsize=9, frameon=False)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     return fig
-
-
-def findings(rows: pd.DataFrame, expected: dict[str, int], paper: pd.DataFrame | None = None) -> str:
-    """The page's answer in a few sentences, from :func:`run_rows`: how many constrained runs end with each
-    outcome of :func:`paperlib.harness.rules.judge_run`, how far the penalized runs' densities scatter, whether a setting means the same density on
-    the paper's model and ours (:func:`transfer_in_words`, with the paper's points), and what the densities
-    cost in error.
-
-    ``expected`` is the number of runs of each method the table asks for; a missing run is said to be
-    missing, so a page never claims more than its records show.
-    """
-    sentences = []
-    constrained = rows[rows["method"] == "constrained"]
-    if len(constrained):
-        count = {outcome: constrained[constrained["outcome"] == outcome.value] for outcome in rules.Outcome}
-        judged = len(constrained) - len(count[rules.Outcome.DOES_NOT_BIND])
-        text = (f"**Constraint.** {len(count[rules.Outcome.ON_TARGET])} of the {judged} constrained runs whose "
-                f"targets bind ended on target (within {rules.ON_TARGET_POINTS:g} point, or half a gate, of every "
-                f"binding constraint, none more than {rules.FEASIBLE_POINTS:g} point over).")
-        under, over = count[rules.Outcome.UNDER], count[rules.Outcome.VIOLATED]
-        if len(under):
-            worst = under.loc[under["largest gap (points)"].idxmin()]
-            text += (f" {len(under)} ended further under a binding target, their constraints holding (the largest: "
-                     f"{worst['largest gap (points)']:+.2f} points, {worst['grouping']}-wise {worst['setting']}).")
-        if len(over):
-            worst = over.loc[over["over target (points)"].idxmax()]
-            text += (f" {len(over)} ended more than {rules.FEASIBLE_POINTS:g} point over a target (the largest: "
-                     f"{worst['over target (points)']:+.2f} points, {worst['grouping']}-wise {worst['setting']}).")
-        free = count[rules.Outcome.DOES_NOT_BIND]
-        if len(free):
-            text += (f" {len(free)} {'was' if len(free) == 1 else 'were'} asked for a target at or above the density "
-                     f"the same model reaches with free gates ({in_words(sorted(set(free['setting'])))}, "
-                     f"{in_words(sorted(set(free['grouping'] + '-wise')))}): the target does not bind there, and the "
-                     f"run is neither a hit nor a miss.")
-        sentences.append(text)
-    penalized = rows[rows["method"] == "penalized"]
-    if len(penalized) == 1:
-        only = penalized.iloc[0]
-        sentences.append(f"**Penalty.** The one penalized run so far, {only['grouping']}-wise "
-                         f"λ_pen {only['lmbda']:g}, ended at {only['L0-density (%)']:.1f}% density.")
-    elif len(penalized):
-        by_grouping = "; ".join(
-            f"{grouping}-wise " + ", ".join(f"{row['lmbda']:g}: {row['L0-density (%)']:.1f}%"
-                                           for _, row in group.sort_values("lmbda").iterrows())
-            for grouping, group in penalized.groupby("grouping", sort=False))
-        sentences.append(
-            f"**Penalty.** The {len(penalized)} penalized runs ended between "
-            f"{penalized['L0-density (%)'].min():.1f}% and {penalized['L0-density (%)'].max():.1f}% density "
-            f"(λ_pen: density, {by_grouping}).")
-    transfer = transfer_in_words(rows, paper) if paper is not None else None
-    if transfer:
-        sentences.append(transfer)
-    costs = rows.dropna(subset=["cost (points)"])
-    costs = costs[costs["method"] != "dense"]
-    if len(costs):
-        def extremes(group: pd.DataFrame) -> str:
-            low, high = group.loc[group["cost (points)"].idxmin()], group.loc[group["cost (points)"].idxmax()]
-            return (f"{low['cost (points)']:+.2f} ({low['grouping']}-wise {low['setting']}) to "
-                    f"{high['cost (points)']:+.2f} points ({high['grouping']}-wise {high['setting']})")
-
-        parts = [f"the {method} runs' final errors differ by {extremes(group)}"
-                 for method, group in costs.groupby("method", sort=False)]
-        sentences.append(f"**Cost.** Against the dense model at the same budget, {'; '.join(parts)}.")
-    missing = {method: count - int((rows["method"] == method).sum()) for method, count in expected.items()}
-    missing = {method: count for method, count in missing.items() if count > 0}
-    if missing:
-        parts = [f"{count} {method}" for method, count in missing.items()]
-        sentences.append(f"**Not yet run:** {', '.join(parts)} (the command is below the table).")
-    return " ".join(sentences) if sentences else "No run of this table has a complete record yet."
-
-
-#: The fewest penalized cells on which :func:`transfer_in_words` says whether a λ_pen carries over.
-TRANSFER_CELLS = 3
 
 
 def transfer_rows(rows: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
@@ -319,35 +243,6 @@ def transfer_rows(rows: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
              for _, row in rows[rows["method"].isin(["constrained", "penalized"])].iterrows() if key(row) in theirs]
     table = pd.DataFrame(found, columns=["method", "grouping", "setting", "ours (%)", "paper (%)"])
     return table.assign(**{"ours − paper (points)": table["ours (%)"] - table["paper (%)"]})
-
-
-def transfer_in_words(rows: pd.DataFrame, paper: pd.DataFrame) -> str | None:
-    """Whether a setting means the same density on the paper's model and on ours: how far our constrained
-    runs end from the paper's density at the same target, and our penalized runs at the same λ_pen
-    (:func:`transfer_rows`; the median distance, and the range); None before a penalized run has a record.
-    A target is said to carry over and a λ_pen not when at least :data:`TRANSFER_CELLS` penalized cells have a
-    record and their median is over :data:`~paperlib.harness.rules.AGREE_POINTS` and over three times the constrained one."""
-    table = transfer_rows(rows, paper)
-    medians, spans = {}, {}
-    for method in ("constrained", "penalized"):
-        differences = table.loc[table["method"] == method, "ours − paper (points)"]
-        if len(differences):
-            medians[method] = differences.abs().median()
-            spans[method] = (f"{differences.iloc[0]:+.1f} points, one cell" if len(differences) == 1 else
-                             f"{differences.min():+.1f} to {differences.max():+.1f} points over {len(differences)} cells")
-    if "penalized" not in spans:
-        return None
-    said = []
-    for method, median in medians.items():
-        verb, where = ("", "") if said else ("end ", " from the paper's density")
-        said.append(f"our {method} runs {verb}a median {median:.1f} points{where} ({spans[method]})")
-    text = f"**Transfer.** At the paper's own settings, {' and '.join(said)}."
-    penalized = int((table["method"] == "penalized").sum())
-    carries = "constrained" in medians and medians["penalized"] > max(rules.AGREE_POINTS, 3 * medians["constrained"])
-    if carries and penalized >= TRANSFER_CELLS:
-        text += (" A target means about the same density on the paper's WideResNet-28-10 and on ours; the same "
-                 "λ_pen does not, so a λ_pen tuned on one model has to be searched for again on another.")
-    return text
 
 
 def first_feasible_epoch(record: dict) -> int | None:
@@ -394,7 +289,7 @@ def stability_rows(runs: list[dict]) -> pd.DataFrame:
         between = late[(late.index > held[0]) & (late.index < (settled if settled is not None else math.inf))] \
             if len(held) else late.iloc[:0]
         epochs = m["epochs_completed"]
-        rows.append({"run": run_link(run), "setting": run_label(run),
+        rows.append({"run": condition_link(run), "setting": condition(m),
                      "first held (epoch)": float(held[0]) if len(held) else None, "settled from epoch": settled,
                      "share of training (%)": None if settled is None else 100 * settled / epochs,
                      "largest violation between (points)": between.max() if len(between) else None,
@@ -410,48 +305,25 @@ def plot_stability(runs: list[dict]) -> plt.Figure:
     targets dashed."""
     constrained = [run for run in runs if (run["metrics"]["method"], run["metrics"]["seed"]) == ("constrained", 0)]
     colours = {target: f"C{i}" for i, target in enumerate(sorted({run["metrics"]["target"] for run in constrained}))}
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(7, 2.9), sharey=True)
     for ax, grouping in zip(axes, ("model", "layer")):
         chosen = [run for run in constrained if run["metrics"]["grouping"] == grouping]
         for run in chosen:
             steps, last, target = step_log(run), len(constraint_names(run)) - 1, run["metrics"]["target"]
             ax.plot(steps["epoch"], 100 * steps[f"constrained_density_{last}"], color=colours[target], lw=1)
             ax.axhline(100 * target, color=colours[target], ls="--", lw=0.8)
-        name = f"block {constraint_names(chosen[0])[-1]}, the last gated one" if grouping == "layer" and chosen else (
+        name = f"block {constraint_names(chosen[0])[-1]} (last gated)" if grouping == "layer" and chosen else (
             "the model" if grouping == "model" else "the last gated block")
-        ax.set(xlabel="epoch", title=f"{grouping}-wise constraints: {name}", ylim=(0, 100))
+        ax.set(xlabel="epoch", ylim=(0, 100))
+        ax.set_title(f"{grouping}-wise: {name}", fontsize=9)
         ax.grid(alpha=0.3)
     axes[0].set(ylabel="expected L0-density (%)")
     handles = [Line2D([], [], color=colour, label=target_label(target)) for target, colour in colours.items()]
     if handles:
         fig.legend(handles=handles, title="target (dashed)", loc="center right", fontsize=9, title_fontsize=9,
                    frameon=False)
-    fig.tight_layout(rect=(0, 0, 0.9, 1))
+    fig.tight_layout(rect=(0, 0, 0.86, 1))
     return fig
-
-
-def stability_in_words(rows: pd.DataFrame) -> str:
-    """What :func:`stability_rows` shows: how many runs settle and how soon, how far the constraints are
-    violated between first holding and settling, and which runs end violating one."""
-    if rows.empty:
-        return no_record_line("the constrained control runs", CONTROL_GRIDS)
-    settled = rows.dropna(subset=["settled from epoch"])
-    share = count_of(len(settled), len(rows), "constrained run").capitalize()
-    text = f"{share} {'settles' if len(settled) == 1 else 'settle'}"
-    if len(settled):
-        latest = settled.loc[settled["settled from epoch"].idxmax()]
-        between = settled["largest violation between (points)"].dropna()
-        text += (f": from some epoch on, every constraint stays within {rules.FEASIBLE_POINTS:g} point above its target to the "
-                 f"end, by epoch {latest['settled from epoch']:.1f} at the latest ({latest['share of training (%)']:.0f}% "
-                 f"of training, {latest['setting']}; median epoch {settled['settled from epoch'].median():.1f})")
-        if len(between):
-            text += (f". Between first holding and settling, constraints are violated by up to {between.max():.1f} "
-                     f"points, while the multipliers, set to zero by dual restarts, build up again")
-    text += "."
-    for _, row in rows[rows["settled from epoch"].isna()].iterrows():
-        text += (f" {row['setting'].capitalize()} ends violating a constraint by more than {rules.FEASIBLE_POINTS:g} point "
-                 f"(largest violation in the second half {row['largest violation, 2nd half (points)']:+.2f} points).")
-    return text
 
 
 def dual_lr_rows(runs: list[dict]) -> pd.DataFrame:
@@ -464,7 +336,7 @@ def dual_lr_rows(runs: list[dict]) -> pd.DataFrame:
                  and int(row["epoch"]) > first]
         violations = [max(100 * (density - target) for density, target in constrained_densities(run, row))
                       for row in later]
-        rows.append({"run": run_link(run),
+        rows.append({"run": notebook_link(run["path"], f"dual lr {run['params']['dual_lr']:g}") or run_label(run),
                      "dual lr": f"{run['params']['dual_lr']:g}", "first feasible epoch": first,
                      "largest violation after it (points)": max(violations) if violations else None,
                      "final largest gap (points)": largest_gap(run),
@@ -479,7 +351,8 @@ def dual_lr_rows(runs: list[dict]) -> pd.DataFrame:
 def plot_layer_traces(runs: list[dict]) -> plt.Figure:
     """Each gated layer's expected density (top) and multiplier (bottom) against epochs, one column per run
     (layer-wise constrained runs, e.g. at several dual learning rates); the targets dashed."""
-    fig, axes = plt.subplots(2, len(runs), figsize=(3.3 * len(runs), 5.4), sharex=True, sharey="row", squeeze=False)
+    fig, axes = plt.subplots(2, len(runs), figsize=(min(7, 2.4 * len(runs)), 4.6), sharex=True, sharey="row",
+                             squeeze=False)
     for column, run in enumerate(runs):
         frame = pd.DataFrame(run["history"]).apply(pd.to_numeric, errors="coerce")
         layers = list(run["metrics"]["l0_density_per_layer"])
@@ -490,13 +363,14 @@ def plot_layer_traces(runs: list[dict]) -> plt.Figure:
                 axes[1, column].plot(frame["epoch"], frame[f"lambda_{index}"], lw=1.2)
         for target in {t for _, t in constrained_densities(run, run["history"][-1])}:
             axes[0, column].axhline(100 * target, ls="--", color="k", lw=0.8)
-        axes[0, column].set(title=f"dual lr {run['params']['dual_lr']:g}", ylim=(0, 100))
+        axes[0, column].set(ylim=(0, 100))
+        axes[0, column].set_title(f"dual lr {run['params']['dual_lr']:g}", fontsize=9)
         axes[1, column].set(xlabel="epoch")
         for ax in axes[:, column]:
             ax.grid(alpha=0.3)
-    axes[0, 0].set(ylabel="expected L0-density (%)")
-    axes[1, 0].set(ylabel="multiplier λ (end of epoch)")
-    axes[0, -1].legend(fontsize=8, ncol=2, loc="upper right", title="gated block", title_fontsize=8)
+    axes[0, 0].set(ylabel="L0-density (%)")
+    axes[1, 0].set(ylabel="multiplier λ")
+    axes[0, -1].legend(fontsize=9, ncol=2, loc="upper right", title="block", title_fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -522,9 +396,11 @@ def epoch_minutes(runs: list[dict]) -> pd.Series:
     return pd.Series([r["metrics"]["wall_time_s"] / r["metrics"]["epochs_completed"] / 60 for r in runs], dtype=float)
 
 
-#: The columns of the control table the page shows.
-TABLE_COLUMNS = ["run", "grouping", "setting", "L0-density (%)", "largest gap (points)", "outcome", "params (%)",
-                 "MACs (%)", "val. error final (%)", "cost (points)", "ran on"]
+#: The columns of the control table the page shows, and their short names (the parameters kept are in the
+#: page's folded comparison with the paper).
+TABLE_COLUMNS = {"condition": "run", "L0-density (%)": "density (%)", "largest gap (points)": "gap (pts)",
+                 "outcome": "outcome", "MACs (%)": "MACs (%)",
+                 "val. error final (%)": "error (%)", "cost (points)": "cost (pts)", "ran on": "ran on"}
 
 #: The grids of the CIFAR-10 control table at the CPU protocol, and how many runs of each kind seed 0 has.
 CONTROL_GRIDS = studies.grids("tab:cifar10_control", preset="cpu")
@@ -561,16 +437,6 @@ def densest_run(runs: list[dict]) -> dict | None:
     return max(runs, key=lambda run: run["metrics"]["l0_density"] or 1.0, default=None)
 
 
-def epoch_sentence(runs: list[dict]) -> str:
-    """The measured minutes per epoch of ``runs`` (:func:`epoch_minutes`) and per run, in one sentence."""
-    if not runs:
-        return no_record_line("the control table", CONTROL_GRIDS)
-    minutes = epoch_minutes(runs)
-    epochs = runs[0]["metrics"]["epochs_completed"]
-    return (f"{len(runs)} runs: {minutes.median():.1f} minutes per epoch (median; {minutes.min():.1f} to "
-            f"{minutes.max():.1f}), {epochs * minutes.median():.0f} minutes per run.")
-
-
 def plot_dense_curve(dense: dict) -> plt.Figure:
     """The dense model's test error against epochs: where the schedule ends it."""
     fig, ax = plt.subplots(figsize=(6, 3))
@@ -602,7 +468,7 @@ def plot_gates_lr_histograms(ablation: list[dict], lmbda: float = 0.001) -> list
     figures = []
     for run in ablation:
         if run["params"]["method"] == "penalized" and run["params"]["lmbda"] == lmbda:
-            fig = plot_gate_histograms(run)
+            fig = plot_gate_histograms(run, width=7)
             fig.suptitle(f"gates' learning rate {run['params']['gates_lr']:g}", y=1.05)
             figures.append(fig)
     return figures
@@ -684,21 +550,150 @@ def run_label(run: dict) -> str:
 # The sections of book/results_cifar10.md (report.display_all shows each)
 # --------------------------------------------------------------------------- #
 
-def dual_lr_section(dual: list[dict]) -> list:
-    """The dual-lr test of layer-wise 20% (:func:`layer_runs_at`): its table and traces, and what is missing."""
-    shown = [show(dual_lr_rows(dual)), plot_layer_traces(dual)] if dual else []
-    missing = no_record_line("all 3 dual learning rates", [DUAL_LR_GRID, *CONTROL_GRIDS]) if len(dual) < 3 else None
-    return [*shown, missing]
+
+# --------------------------------------------------------------------------- #
+# The tables and numbers of book/results_cifar10.md
+# --------------------------------------------------------------------------- #
+
+def control_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """:func:`run_rows` as the page shows them: rows named by their condition, :data:`TABLE_COLUMNS`' short names."""
+    return rows[list(TABLE_COLUMNS)].rename(columns=TABLE_COLUMNS)
 
 
-def ablation_section(runs: list[dict]) -> list:
-    """Figure 7's gate-median histograms and Figure 8's density traces, with and without the stop-gradient."""
-    ablation = complete_records(ABLATION_GRID)
-    histograms = plot_gates_lr_histograms(ablation)
-    pairs = detach_pairs(ablation, runs)
-    missing = (no_record_line("Figure 7's or Figure 8's runs", [ABLATION_GRID])
-               if not histograms or not pairs else None)
-    checks = ablation_checks(ablation, runs)
-    checked = show(pd.DataFrame(checks, columns=["App. H's finding, at our protocol", "holds"]),
-                   caption="The gates' learning rate and the stop-gradient, tested") if checks else None
-    return [*histograms, plot_density_traces(pairs) if pairs else None, checked, missing]
+def outcome_numbers(rows: pd.DataFrame) -> dict:
+    """The numbers of the page's answer, from :func:`run_rows`: how many constrained runs end with each
+    :class:`~paperlib.harness.rules.Outcome` (keys ``on target``, ``under``, ``violated``, ``does not bind``; ``judged``:
+    those whose targets bind), the furthest under (``under gap``, ``under run``) and over (``over gap``, ``over
+    run``) a target, the penalized runs' lowest and highest density, and each method's lowest and highest cost.
+
+    >>> outcome_numbers(pd.DataFrame(columns=RUN_COLUMNS))["judged"]
+    0
+    """
+    constrained = rows[rows["method"] == "constrained"]
+    numbers = {outcome.value: int((constrained["outcome"] == outcome.value).sum()) for outcome in rules.Outcome}
+    numbers["judged"] = len(constrained) - numbers[rules.Outcome.DOES_NOT_BIND.value]
+    under = constrained[constrained["outcome"] == rules.Outcome.UNDER.value]
+    over = constrained[constrained["outcome"] == rules.Outcome.VIOLATED.value]
+    if len(under):
+        worst = under.loc[under["largest gap (points)"].idxmin()]
+        numbers.update({"under gap": float(worst["largest gap (points)"]), "under run": condition(worst)})
+    if len(over):
+        worst = over.loc[over["over target (points)"].idxmax()]
+        numbers.update({"over gap": float(worst["over target (points)"]), "over run": condition(worst)})
+    penalized = rows.loc[rows["method"] == "penalized", "L0-density (%)"]
+    if len(penalized):
+        numbers.update({"penalized lowest": float(penalized.min()), "penalized highest": float(penalized.max())})
+    for method in ("constrained", "penalized"):
+        costs = rows.loc[rows["method"] == method, "cost (points)"].dropna()
+        if len(costs):
+            numbers.update({f"{method} cost lowest": float(costs.min()), f"{method} cost highest": float(costs.max())})
+    return numbers
+
+
+def penalty_table(rows: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
+    """The penalized runs' final L0-density (%) by λ_pen (rows, smallest first) and grouping, ours beside the
+    paper's (:func:`paper_points`; a row the paper reports as collapsed has none)."""
+    table = {}
+    for source, frame in (("ours", rows), ("paper", paper)):
+        for _, row in frame[frame["method"] == "penalized"].iterrows():
+            table.setdefault(f"{row['grouping']}-wise, {source}", {})[row["lmbda"]] = row["L0-density (%)"]
+    columns = [f"{g}-wise, {s}" for g in ("model", "layer") for s in ("ours", "paper") if f"{g}-wise, {s}" in table]
+    frame = pd.DataFrame(table)[columns].sort_index()
+    frame.index = [f"{lmbda:g}" for lmbda in frame.index]
+    return frame.rename_axis("λ_pen")
+
+
+#: The fewest penalized cells on which :func:`transfer_summary` says whether a setting carries over.
+TRANSFER_CELLS = 3
+
+
+def transfer_summary(rows: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
+    """Whether a setting means the same density on the paper's model and on ours, by method (rows:
+    ``constrained``, ``penalized``): the cells both ran (:func:`transfer_rows`), the median and range of ours
+    minus the paper's (points), and ``carries over``: with at least :data:`TRANSFER_CELLS` penalized cells, ✓
+    for the targets and ✗ for λ_pen when the penalized median is over :data:`~paperlib.harness.rules.AGREE_POINTS` and
+    three times the constrained one, "–" otherwise."""
+    table = transfer_rows(rows, paper)
+    summary = {}
+    for method in ("constrained", "penalized"):
+        differences = table.loc[table["method"] == method, "ours − paper (points)"]
+        if len(differences):
+            summary[method] = {"cells": len(differences), "median |ours − paper| (pts)": differences.abs().median(),
+                               "lowest (pts)": differences.min(), "highest (pts)": differences.max()}
+    frame = pd.DataFrame.from_dict(summary, orient="index")
+    medians = frame.get("median |ours − paper| (pts)", pd.Series(dtype=float))
+    decided = ("penalized" in frame.index and "constrained" in frame.index
+               and frame.loc["penalized", "cells"] >= TRANSFER_CELLS
+               and medians["penalized"] > max(rules.AGREE_POINTS, 3 * medians["constrained"]))
+    if len(frame):
+        frame["carries over"] = [("✓" if method == "constrained" else "✗") if decided else "–"
+                                 for method in frame.index]
+    return frame
+
+
+def device_seeds(runs: list[dict]) -> pd.DataFrame:
+    """Each constrained setting trained on both devices (rows: :func:`condition`), its seeds side by side
+    (columns ``seed 0, CPU``...): final L0-density / final error (%), the nearest check of whether a GPU run
+    differs from a CPU run of the same protocol more than a seed does."""
+    cells: dict[str, dict[str, str]] = {}
+    devices: dict[str, set] = {}
+    for run in sorted(runs, key=lambda run: run["metrics"]["seed"]):
+        m = run["metrics"]
+        if m["method"] != "constrained":
+            continue
+        name = condition(m)
+        devices.setdefault(name, set()).add(ran_on(m))
+        cells.setdefault(name, {})[f"seed {m['seed']}, {ran_on(m)}"] = (
+            f"{100 * m['l0_density']:.2f} / {m['val_error_final']:.2f}")
+    both = {name: row for name, row in cells.items() if len(devices[name]) > 1}
+    return pd.DataFrame.from_dict(both, orient="index").rename_axis("setting").reset_index()
+
+
+def epoch_times(runs: list[dict]) -> pd.DataFrame:
+    """Measured training time by protocol (preset and model) and device (:func:`ran_on`): how many runs, the
+    median and range of their minutes per epoch (:func:`epoch_minutes`, evaluation included) and the median
+    minutes per run."""
+    frame = pd.DataFrame([{"protocol": f"{r['metrics'].get('preset', '?')}, {r['metrics']['model']}",
+                           "ran on": ran_on(r["metrics"]), "epochs": r["metrics"]["epochs_completed"]} for r in runs])
+    if frame.empty:
+        return pd.DataFrame(columns=["protocol", "ran on", "runs", "min/epoch", "range", "min/run"])
+    frame["minutes"] = epoch_minutes(runs)
+    rows = []
+    for (protocol, device), group in frame.groupby(["protocol", "ran on"], sort=True):
+        rows.append({"protocol": protocol, "ran on": device, "runs": len(group),
+                     "min/epoch": group["minutes"].median(),
+                     "range": f"{group['minutes'].min():.1f}–{group['minutes'].max():.1f}",
+                     "min/run": (group["minutes"] * group["epochs"]).median()})
+    return pd.DataFrame(rows)
+
+
+def stability_numbers(rows: pd.DataFrame) -> dict:
+    """The numbers of the page's Figure 3 section, from :func:`stability_rows`: how many runs settle, the
+    latest settling epoch (its share of training and its run) and the median one, the largest violation
+    between first holding and settling, and the runs that never settle with their largest violation in the
+    second half."""
+    settled = rows.dropna(subset=["settled from epoch"])
+    numbers = {"settled": len(settled), "runs": len(rows), "unsettled": len(rows) - len(settled)}
+    if len(settled):
+        latest = settled.loc[settled["settled from epoch"].idxmax()]
+        numbers.update({"latest": float(latest["settled from epoch"]),
+                        "latest share": float(latest["share of training (%)"]), "latest run": latest["setting"],
+                        "median": float(settled["settled from epoch"].median()),
+                        "between": float(settled["largest violation between (points)"].max())})
+    unsettled = rows[rows["settled from epoch"].isna()]
+    if len(unsettled):
+        numbers.update({"unsettled runs": ", ".join(unsettled["setting"]),
+                        "unsettled violation": float(unsettled["largest violation, 2nd half (points)"].max())})
+    return numbers
+
+
+def missing_runs(grids) -> pd.DataFrame:
+    """One row per grid with runs not complete: the grid, how many of its runs are missing and the sweep that
+    makes them (it skips the complete ones). Empty when every run is in."""
+    rows = []
+    for grid in dict.fromkeys(grids):
+        status = grid_table(grid)["status"]
+        missing = int((status != "complete").sum())
+        if missing:
+            rows.append({"grid": str(grid), "missing": f"{missing} of {len(status)}", "command": sweep_command([grid])})
+    return pd.DataFrame(rows, columns=["grid", "missing", "command"])
