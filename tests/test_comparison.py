@@ -189,13 +189,14 @@ def test_missing_commands_name_each_command_once_with_the_rows_it_produces():
     table.attrs["missing"] = {"MLP constrained model 20%": "python -m paperlib.harness.sweeps grids/a.yaml",
                               "MLP constrained model 35%": "python -m paperlib.harness.sweeps grids/a.yaml",
                               "MLP dense": "papermill book/unstructured.ipynb out.ipynb -p method dense"}
-    text = comparison.missing_commands(table)
-    assert text.count("grids/a.yaml") == 1 and text.count("method dense") == 1
-    assert "`python -m paperlib.harness.sweeps grids/a.yaml`: 2 rows (MLP constrained model 20%; MLP constrained model 35%)" \
-        in text
-    assert "`papermill book/unstructured.ipynb out.ipynb -p method dense`: 1 row (MLP dense)" in text
+    missing = comparison.missing_commands(table)
+    assert len(missing) == 2 and missing["command"].str.contains("grids/a.yaml").sum() == 1
+    by_command = dict(zip(missing["command"], missing["rows"]))
+    assert by_command["<code>python -m paperlib.harness.sweeps grids/a.yaml</code>"].split("; ") == \
+        ["MLP constrained model 20%", "MLP constrained model 35%"]
+    assert by_command["<code>papermill book/unstructured.ipynb out.ipynb -p method dense</code>"] == "MLP dense"
     table.attrs["missing"] = {}
-    assert comparison.missing_commands(table) == ""
+    assert comparison.missing_commands(table).empty
 
 
 def test_every_compared_table_is_a_result_table_of_the_paper_shown_on_its_page():
@@ -308,7 +309,8 @@ def test_beside_gives_the_compacted_table_and_the_commands_of_its_missing_rows_u
     monkeypatch.setattr(comparison, "compare_table", lambda label, metrics=None: table)
     shown, commands = comparison.beside("tab:mlp_control")
     assert shown.data["row"].tolist() == ["constrained, model-wise 20%"]
-    assert "`python -m paperlib.harness.sweeps grids/x.yaml`: 1 row" in commands
+    assert commands.data["rows"].tolist() == ["constrained, model-wise 20%"]
+    assert "grids/x.yaml" in commands.data["command"].iloc[0]
     assert comparison.beside("tab:mlp_control", commands=False)[1] is None
 
 
@@ -319,8 +321,10 @@ def test_missing_commands_give_each_alternative_with_the_protocol_its_grid_runs(
                                                     "python -m paperlib.harness.sweeps grids/cifar10_control_paper.yaml",
         "MLP dense": "python -m paperlib.harness.sweeps grids/unstructured_mnist.yaml ; at the paper's protocol: "
                      "papermill book/unstructured.ipynb out.ipynb -p method dense"}
-    lines = comparison.missing_commands(table).splitlines()[2:]
-    assert lines[0] == ("- 1 row (WideResNet-28-10 penalized model λ_pen 1): `python -m paperlib.harness.sweeps "
-                        "grids/cifar10_control.yaml` (at the CPU protocol) or `python -m paperlib.harness.sweeps "
-                        "grids/cifar10_control_paper.yaml` (at the paper's protocol)")
-    assert lines[1].endswith("or `papermill book/unstructured.ipynb out.ipynb -p method dense` (at the paper's protocol)")
+    missing = comparison.missing_commands(table)
+    assert len(missing) == 4  # two alternatives for each row
+    wrn = missing[missing["rows"] == "WideResNet-28-10 penalized model λ_pen 1"]
+    assert list(wrn["protocol"]) == ["CPU", "paper"]
+    assert wrn["command"].iloc[1] == "<code>python -m paperlib.harness.sweeps grids/cifar10_control_paper.yaml</code>"
+    dense = missing[missing["rows"] == "MLP dense"]
+    assert dense["protocol"].iloc[1] == "paper" and dense["command"].iloc[1].startswith("<code>papermill")

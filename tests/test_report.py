@@ -99,30 +99,14 @@ def test_grid_to_show_draws_one_protocol_the_most_faithful_complete_one(workspac
         training.run_experiment(progress=False, dataset="mnist", experiment="budget", lmbda=lmbda, **common)
     training.run_experiment(progress=False, dataset="mnist", experiment="faithful", lmbda=0.1, **common)
 
-    chosen, sentence = report.grid_to_show(grids)
+    chosen, progress = report.grid_to_show(grids)
     assert chosen == grids[1]
-    assert "2 of 2 runs complete" in sentence and f"`{grids[0]}` has 1 of 2" in sentence
+    assert progress[["complete", "planned"]].values.tolist() == [[1, 2], [2, 2]]
+    assert progress["shown"].tolist() == [False, True]
 
     training.run_experiment(progress=False, dataset="mnist", experiment="faithful", lmbda=0.2, **common)
-    chosen, sentence = report.grid_to_show(grids)
-    assert chosen == grids[0] and "Not yet shown" not in sentence
-
-
-def test_count_of_writes_a_share_as_prose_never_as_11_of_11():
-    assert report.count_of(3, 11, "cell") == "3 of the 11 cells"
-    assert report.count_of(11, 11, "constraint") == "all 11 constraints"
-    assert report.count_of(0, 4, "cell") == "none of the 4 cells"
-    assert report.count_of(1, 1, "cell") == "the one cell" and report.count_of(0, 1, "cell") == "no cell"
-    with pytest.raises(ValueError, match="a count of 5 out of 4 cells"):
-        report.count_of(5, 4, "cell")
-
-
-def test_in_words_lists_items_as_a_sentence_would():
-    assert report.in_words(["1.00"]) == "1.00"
-    assert report.in_words(["10%", "5%"]) == "10% and 5%"
-    assert report.in_words(f"{v:.1f}" for v in (1, 2, 3)) == "1.0, 2.0 and 3.0"
-    with pytest.raises(ValueError, match="nothing to list"):
-        report.in_words([])
+    chosen, progress = report.grid_to_show(grids)
+    assert chosen == grids[0] and progress["shown"].tolist() == [True, False]
 
 
 def test_final_errors_lists_each_record_of_the_preset_once_largest_first(workspace):
@@ -255,11 +239,6 @@ def test_density_traces_name_every_run_with_steps_under_the_panels():
     assert fig.axes[0].lines[0].get_ydata().tolist() == [90.0, 40.0]
 
 
-def test_a_missing_finding_names_what_is_missing_and_the_sweep_that_makes_it():
-    assert report.no_record_line("the fan-out runs", ["grids/a.yaml", "grids/b.yaml"]) == \
-        "No record yet of the fan-out runs: `python -m paperlib.harness.sweeps grids/a.yaml grids/b.yaml`."
-
-
 def _synthetic_record(folder, params: dict, error: float) -> None:
     """A complete record with these parameters (nothing trained): what the report reads of one."""
     metrics = {"status": "complete", "run_name": folder.name, "l0_density": 0.5, "params_pct": 50.0, "macs_pct": 40.0,
@@ -287,7 +266,7 @@ def test_records_are_found_by_their_parameters_never_by_their_name_alone(workspa
     table = report.grid_table(grid)
     assert list(table["status"]) == [report.OTHER_PARAMETERS, "complete", "not run"]
     assert table["val. error final (%)"].tolist()[1] == 6.0 and table["val. error final (%)"].isna()[[0, 2]].all()
-    assert "1 of 3 runs complete" in report.grid_to_show([grid])[1]
+    assert report.grid_to_show([grid])[1][["complete", "planned"]].values.tolist() == [[1, 3]]
 
     rerun = own4.parent / "t0.4-rerun"  # today's parameters, run under a name of their own
     _synthetic_record(rerun, {**t4.to_dict(), "run_name": rerun.name}, 4.0)

@@ -311,36 +311,32 @@ def distance_to_target(grid_files: list[str | Path]) -> pd.DataFrame:
                                        "largest gap (points)", "within 1 point"])
 
 
-def _labelled(command: str) -> str:
-    """One alternative of :func:`_command` for a page: the command in code, with the protocol its grid runs."""
+def _protocol_of(command: str) -> tuple[str, str]:
+    """(the protocol a missing row's command runs, the command itself): ``paper`` or ``CPU``, from the label
+    :func:`_command` gives it or from the preset its grid file names ("" when neither says)."""
     import yaml
 
     label, _, command = command.rpartition(": ") if command.startswith("at the paper") else ("", "", command)
-    if not label and command.startswith("python -m paperlib.harness.sweeps "):
+    if label:
+        return "paper", command
+    if command.startswith("python -m paperlib.harness.sweeps "):
         grid = records.project_root() / command.split()[-1]
         preset = (yaml.safe_load(grid.read_text()).get("base") or {}).get("preset") if grid.exists() else None
-        label = {"cpu": "at the CPU protocol", "paper": "at the paper's protocol"}.get(preset, "")
-    return f"`{command}`" + (f" ({label})" if label else "")
+        return {"cpu": "CPU", "paper": "paper"}.get(preset, ""), command
+    return "", command
 
 
-def missing_commands(table: pd.DataFrame) -> str:
-    """Markdown for the rows of a :func:`compare` table without a record: each command once, with the
-    rows it produces (empty when every row has a record); where a row can be made at either protocol, both
-    commands, each with its protocol."""
+def missing_commands(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a :func:`compare` table without a record, as a table: one line per command that produces
+    some of them (``rows``), with the protocol it runs; a row that either protocol can make has both
+    commands, one line each. Empty when every row has a record."""
     rows_by_command: dict[str, list[str]] = {}
     for row, command in table.attrs["missing"].items():
         rows_by_command.setdefault(command, []).append(row)
-    if not rows_by_command:
-        return ""
-    lines = []
-    for command, rows in rows_by_command.items():
-        listed = f"{len(rows)} row{'s' if len(rows) > 1 else ''} ({'; '.join(rows)})"
-        alternatives = command.split(" ; ")
-        if len(alternatives) == 1:
-            lines.append(f"- `{command}`: {listed}")
-        else:
-            lines.append(f"- {listed}: {' or '.join(_labelled(part) for part in alternatives)}")
-    return "Rows without a complete record, and the command that produces them:\n\n" + "\n".join(lines)
+    lines = [{"rows": "; ".join(rows), "protocol": protocol, "command": f"<code>{command}</code>"}
+             for alternatives, rows in rows_by_command.items()
+             for protocol, command in map(_protocol_of, alternatives.split(" ; "))]
+    return pd.DataFrame(lines, columns=["rows", "protocol", "command"])
 
 
 def compact(table: pd.DataFrame) -> pd.DataFrame:
@@ -387,4 +383,6 @@ def beside(table: str, metrics: list[str] | None = None, commands: bool = True) 
     :func:`~analysis.report.display_all`): the table, then, unless ``commands`` is False (the same rows follow
     in another table), the commands of the rows without a record."""
     compared = compare_table(table, metrics)
-    return [show(compact(compared)), missing_commands(compared) if commands and compared.attrs["missing"] else None]
+    missing = show(missing_commands(compared), caption="Rows without a complete record, and the command that "
+                   "produces them") if commands and compared.attrs["missing"] else None
+    return [show(compact(compared)), missing]

@@ -27,35 +27,12 @@ def _fmt(value) -> str:
     return f"{value:g}"
 
 
-def in_words(items) -> str:
-    """Items for a sentence of prose: "a", "a and b", "a, b and c"."""
-    items = [str(item) for item in items]
-    if not items:
-        raise ValueError("nothing to list")
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
-
-
-def count_of(count: int, total: int, noun: str) -> str:
-    """A share for a sentence of prose: "3 of the 11 cells", "all 11 cells", "none of the 11 cells",
-    "the one cell", "no cell" (a share such as "11 of 11" or "1 of 1 cells" reads as a glitch)."""
-    if not 0 <= count <= total:
-        raise ValueError(f"a count of {count} out of {total} {noun}s")
-    plural = f"{noun}s"
-    if total == 1:
-        return f"the one {noun}" if count else f"no {noun}"
-    if count == total:
-        return f"all {total} {plural}"
-    return f"none of the {total} {plural}" if count == 0 else f"{count} of the {total} {plural}"
 
 
 def sweep_command(grids) -> str:
     """The command that makes the records of these grid files."""
     return f"python -m paperlib.harness.sweeps {' '.join(map(str, grids))}"
 
-
-def no_record_line(what: str, grids) -> str:
-    """A page's line where ``what`` has no record yet, with the command that makes it."""
-    return f"No record yet of {what}: `{sweep_command(grids)}`."
 
 
 #: Parameters that grid tables always show (or that only name the run's place).
@@ -164,25 +141,23 @@ def complete_searches(grid_file: str | Path) -> list[dict]:
             for _, run_dir in grid_runs(grid_file) if records.record_status(run_dir) == "complete"]
 
 
-def grid_to_show(grid_files: list[str | Path]) -> tuple[str | Path, str]:
-    """Which of several grids of one figure to draw, and a sentence saying which.
+def grid_to_show(grid_files: list[str | Path]) -> tuple[str | Path, pd.DataFrame]:
+    """Which of several grids of one figure to draw, and each grid's progress (``grid``, ``complete``,
+    ``planned``, ``shown``: ✓ for the one drawn).
 
     ``grid_files`` go from the most faithful protocol to the least (the
     ``*_paper.yaml`` grid first, then the ``cpu`` one). A figure draws one
     protocol, never a mix: the first grid whose runs are all complete, else the
-    first with any complete run; the sentence names it and says how far the
-    more faithful ones are.
+    first with any complete run.
     """
     done = []
     for grid_file in grid_files:
         found = [run_dir for _, run_dir in grid_records(grid_file)]
         done.append((grid_file, sum(run_dir is not None for run_dir in found), len(found)))
     chosen = next((d for d in done if d[1] == d[2]), None) or next((d for d in done if d[1]), done[0])
-    sentence = f"Shown: `{chosen[0]}` ({chosen[1]} of {chosen[2]} runs complete)."
-    better = [f"`{g}` has {n} of {total}" for g, n, total in done[:done.index(chosen)]]
-    if better:
-        sentence += " Not yet shown, because not complete: " + "; ".join(better) + "."
-    return chosen[0], sentence
+    progress = pd.DataFrame([{"grid": str(g), "complete": n, "planned": total, "shown": (g, n, total) == chosen}
+                             for g, n, total in done])
+    return chosen[0], progress
 
 
 #: Columns with one value in every row that move to the caption (``epochs``: in every complete row).
