@@ -297,3 +297,11 @@ def test_show_writes_yes_and_no_as_ticks_and_crosses_never_true_false():
     html = report.show(table).to_html()
     assert "True" not in html and "False" not in html
     assert html.count("✓") == 2 and html.count("✗") == 1
+
+
+def test_a_run_index_folds_one_table_per_experiment_with_every_run():
+    index = pd.DataFrame({"run": ["a", "b", "c"], "experiment": ["mnist", "mnist", "mlp_control"],
+                          "protocol": ["paper, 200 of 200 ep"] * 3, "status": ["complete"] * 3})
+    html = report.folded_by_experiment(index).data
+    assert html.count("<details>") == 2 and "mnist</code> (2)" in html and "mlp_control</code> (1)" in html
+    assert all(f">{run}<" in html for run in "abc")

@@ -325,6 +325,18 @@ def run_index(experiments: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def folded_by_experiment(index: pd.DataFrame):
+    """A run index (:func:`run_index`) as one folded table per experiment folder (``<details>``, its summary the
+    folder and, in brackets, its number of runs), so that an index page stays short however many runs it lists."""
+    from IPython.display import HTML
+
+    parts = []
+    for experiment, rows in index.groupby("experiment", sort=False):
+        table = show(rows.drop(columns="experiment").reset_index(drop=True)).to_html()
+        parts.append(f"<details><summary><code>{experiment}</code> ({len(rows)})</summary>{table}</details>")
+    return HTML("".join(parts))
+
+
 def fractional_medians(record: dict) -> tuple[str, float]:
     """The first gated layer of a record and the share of its gate medians (eq. 9) strictly between 0 and 1
     at the last saved epoch: the gates that scale their weights at test time instead of keeping or
