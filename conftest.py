@@ -77,7 +77,7 @@ def _run_experiment_calls(source: str) -> int:
 
 def _stale_reason(notebook: Path) -> str | None:
     """Why re-executing this run notebook would not simply load its record, or None if it would."""
-    from paperlib import records, sweeps, training
+    from paperlib.harness import records, sweeps, training
 
     nb = json.loads(notebook.read_text())
     if sum(_run_experiment_calls("".join(cell["source"])) for cell in nb["cells"] if cell["cell_type"] == "code") != 1:
@@ -104,8 +104,8 @@ def _stale_reason(notebook: Path) -> str | None:
 
 def _stale_search_reason(run_dir: Path, metrics: dict) -> str | None:
     """Why re-executing a bisection search would not simply load its trainings, or None if it would."""
-    from paperlib import bisection, records, training
-    from paperlib.presets import resolve_config
+    from paperlib.harness import bisection, records, training
+    from paperlib.harness.presets import resolve_config
 
     search = bisection.Search.from_parameters(metrics)
     for evaluation in metrics["evaluations"]:

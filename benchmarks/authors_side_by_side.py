@@ -12,7 +12,7 @@ uses (``utils.basic_utils.get_final_features``).
 Both sides run the MNIST setting of Table 1 with structured gates and
 layer-wise constraints, batch 128, one thread:
 
-* ours: :class:`paperlib.benchmark.TrainStep` (the runner's step: fused Adam on
+* ours: :class:`paperlib.harness.benchmark.TrainStep` (the runner's step: fused Adam on
   weights and gates, channels_last for LeNet5, multipliers updated outside autograd);
 * theirs, written out from ``core_exp.py``, ``utils/exp_utils.train``,
   ``utils/cmp_utils.py`` and Cooper's Lagrangian formulation: forward,
@@ -43,10 +43,10 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from paperlib.benchmark import (WORKLOADS, TrainStep, config_for, medians_ms, random_batch,  # noqa: E402
+from paperlib.harness.benchmark import (WORKLOADS, TrainStep, config_for, medians_ms, random_batch,  # noqa: E402
                                 time_interleaved)
-from paperlib.models import layer_densities  # noqa: E402
-from paperlib.training import device_name  # noqa: E402
+from paperlib.paper.models import layer_densities  # noqa: E402
+from paperlib.harness.training import device_name  # noqa: E402
 
 
 def _load_their_files(root: Path, folder: str, names: tuple[str, ...], stubs: dict) -> dict[str, types.ModuleType]:

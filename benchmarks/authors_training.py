@@ -20,7 +20,7 @@ their DistributedDataParallel launch). With ``--lmbda`` it trains their model
 with their penalized objective instead (``TheirPenalizedStep``: the same Adam, the
 penalty ``lambda_pen`` times each layer's expected L0-density, or the model's);
 their own penalized class raises ``TypeError`` when it is constructed, which the
-record keeps (``their_penalized_class``). Data is ours (:mod:`paperlib.data`,
+record keeps (``their_penalized_class``). Data is ours (:mod:`paperlib.harness.data`,
 batch 128, the same seeded order as our runs); their launch split each batch
 over two GPUs with one gate sample for both.
 
@@ -34,7 +34,7 @@ penalized run) with this command.
 
 After every epoch the run saves its state (their model, both optimisers, the
 multipliers, the loader's position, the random generator and the history) to
-``<checkpoints>/authors_code/<name>.pt`` (:func:`paperlib.records.checkpoints_dir`);
+``<checkpoints>/authors_code/<name>.pt`` (:func:`paperlib.harness.records.checkpoints_dir`);
 the same command resumes from there, to the same numbers.
 """
 
@@ -51,9 +51,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from authors_side_by_side import (TheirPenalizedStep, TheirStep, load_authors, their_model,  # noqa: E402
                                   their_penalized_class_error)
 
-from paperlib import records  # noqa: E402
-from paperlib.data import load_dataset  # noqa: E402
-from paperlib.presets import resolve_config  # noqa: E402
+from paperlib.harness import records  # noqa: E402
+from paperlib.harness.data import load_dataset  # noqa: E402
+from paperlib.harness.presets import resolve_config  # noqa: E402
 
 
 def kept_groups(model: torch.nn.Module) -> list[int]:

@@ -1,6 +1,6 @@
 #!/bin/bash
 # One call on a lent GPU machine (the device tool; README, "On a machine without Jupyter"): the GPU step
-# timings of paperlib.benchmark, eager and compiled gate pass, then CIFAR-10 runs of the CPU protocol
+# timings of paperlib.harness.benchmark, eager and compiled gate pass, then CIFAR-10 runs of the CPU protocol
 # from a commands file, several sharing the GPU (benchmarks/device_queue.py), until a deadline.
 #   bash benchmarks/device_cifar10.sh DATA.tar.xz COMMANDS.txt SECONDS GIT_COMMIT [BENCHMARK_SECONDS]
 # BENCH_MODELS (default: lenet5 resnet18 wrn-28-10) are the benchmark's models.
@@ -22,7 +22,7 @@ tar -xJf "$data" -C $PAPERLIB_DATA
   # decode the JPEGs once (the runs read the cache) and print the pixels' hashes, to compare with the CPU's
   python3 -c "
 import hashlib
-from paperlib.data import load_dataset
+from paperlib.harness.data import load_dataset
 pair = load_dataset('cifar10')
 for name, split in (('train', pair.train), ('test', pair.val)):
     print(name, 'pixels sha256', hashlib.sha256(split.images.numpy().tobytes()).hexdigest()[:16])
@@ -31,7 +31,7 @@ for name, split in (('train', pair.train), ('test', pair.val)):
 # the step timings first, on an idle GPU (bounded, so that the runs keep their time)
 for gates in never always; do
   [ "$bench" -gt 0 ] || break
-  timeout $bench python3 -m paperlib.benchmark --models ${BENCH_MODELS:-lenet5 resnet18 wrn-28-10} --device cuda --repeats 3 --steps 10 \
+  timeout $bench python3 -m paperlib.harness.benchmark --models ${BENCH_MODELS:-lenet5 resnet18 wrn-28-10} --device cuda --repeats 3 --steps 10 \
     --compile-gates $gates 2>&1 | tee -a $logs/benchmark.log
 done
 # several processes' small kernels can run side by side under MPS; without it the GPU time-slices them

@@ -1,12 +1,12 @@
 """Run a list of training commands on a lent GPU machine, several at a time, until a deadline.
 
-    python -m paperlib.sweeps grids/cifar10_control.yaml --commands > commands.txt   # here
+    python -m paperlib.harness.sweeps grids/cifar10_control.yaml --commands > commands.txt   # here
     python3 benchmarks/device_queue.py commands.txt --epochs 20 --workers 14 --seconds 400   # there
 
 A lent GPU machine is held for minutes, and one WideResNet-16-1 run at the CPU
 protocol leaves an H100 mostly idle (its kernels are small), so several runs share
 the GPU, one process each. Runs start in the file's order (``python -m
-paperlib.sweeps --commands`` prints them in the grids' order: put the runs that
+paperlib.harness.sweeps --commands`` prints them in the grids' order: put the runs that
 matter most first), at most ``--workers`` at a time. Runs sharing a GPU progress
 together, so too many of them would all be cut at the deadline: every few seconds
 the queue reads each run's progress from its log (the runner's per-epoch line and

@@ -11,13 +11,15 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 grids=("$@")
 [ ${#grids[@]} -gt 0 ] || grids=(grids/cifar10_gpu_free_gates.yaml grids/cifar10_device_check.yaml
                                  grids/cifar10_gpu_control.yaml)
-mkdir -p .git/info; grep -qsx '/.devcarry/' .git/info/exclude || echo /.devcarry/ >> .git/info/exclude
+exclude=$(git rev-parse --git-path info/exclude)  # .git/info/exclude, also from a worktree (where .git is a file)
+mkdir -p "$(dirname "$exclude")"; grep -qsx '/.devcarry/' "$exclude" || echo /.devcarry/ >> "$exclude"
 mkdir -p .devcarry
 data=${PAPERLIB_DATA:-../shared/data}
 [ -s .devcarry/cifar10-jpeg.tar.xz ] || tar -cJf .devcarry/cifar10-jpeg.tar.xz -C "$data" cifar10-jpeg
-PAPERLIB_DATA=$data python -m paperlib.sweeps "${grids[@]}" --commands | sed 's/^python /python3 /' \
+PAPERLIB_DATA=$data python -m paperlib.harness.sweeps "${grids[@]}" --commands | sed 's/^python /python3 /' \
   > .devcarry/commands.txt
-tracked=$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
+# every tracked file's size, summed (xargs may split the list, so du's last total is not the whole tree's)
+tracked=$(git ls-files -z | xargs -0 stat -c %s | awk '{s += $1} END {print s}')
 carried=$(du -cb .devcarry | tail -1 | cut -f1)
 mib() { echo $(( $1 / 1048576 )); }
 echo "$(wc -l < .devcarry/commands.txt) commands; tracked files $(mib $tracked) MiB + carried $(mib $carried) MiB"

@@ -49,10 +49,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from authors_training import validation_error  # noqa: E402
 
-from paperlib import comparison, pruning, records, training  # noqa: E402
-from paperlib.layers import init_weights_  # noqa: E402
-from paperlib.models import gated_layer_names  # noqa: E402
-from paperlib.presets import resolve_config  # noqa: E402
+from paperlib.harness import paper_rows, records, training
+from paperlib.paper import pruning  # noqa: E402
+from paperlib.method.layers import init_weights_  # noqa: E402
+from paperlib.paper.models import gated_layer_names  # noqa: E402
+from paperlib.harness.presets import resolve_config  # noqa: E402
 
 DENSITIES = (0.2, 0.1, 0.05, 0.01)
 #: The record whose dense model this script retrains (its pruned error at 20% is checked).
@@ -133,7 +134,7 @@ def main() -> None:
               "dense_model": source, "dense_val_error": round(validation_error(model, runner.val_loader), 2),
               "pruned_val_error": {f"{d:g}": row for d, row in errors.items()}}
     record = records.run_folder(config)
-    pruned_row = comparison.finetuning_row(records.load_record(record), 0) if record.exists() else None
+    pruned_row = paper_rows.finetuning_row(records.load_record(record), 0) if record.exists() else None
     if records_model and pruned_row:
         result["record"] = {"path": f"runs/{config.experiment}/{config.run_name}",
                             "pruned_val_error": float(pruned_row["val_error"])}

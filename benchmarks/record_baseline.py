@@ -23,7 +23,7 @@ RUNS = [dict(model="mlp", grouping="layer", target=[0.3, 0.3, 0.3]),
 def record(folder: Path) -> None:
     os.environ["PAPERLIB_RUNS"] = str(folder)
     os.environ["PAPERLIB_CHECKPOINTS"] = str(folder / ".checkpoints")
-    from paperlib.training import run_experiment
+    from paperlib.harness.training import run_experiment
 
     for run in RUNS:
         run_experiment(progress=False, experiment="baseline", dataset="mnist", preset="cpu", epochs=2, seed=0,
@@ -40,8 +40,8 @@ def _strip(value):
 
 def compare(a: Path, b: Path) -> list[str]:
     """Differences between two baseline folders (empty when bit-identical but for volatile fields)."""
-    from paperlib.presets import ExperimentConfig
-    from paperlib.records import load_record
+    from paperlib.harness.presets import ExperimentConfig
+    from paperlib.harness.records import load_record
 
     defaults = ExperimentConfig().to_dict()
     problems = []

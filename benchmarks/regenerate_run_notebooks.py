@@ -5,9 +5,9 @@
     python benchmarks/regenerate_run_notebooks.py runs/mnist/mlp-constrained-model-t0.33-s0-paper  # just these
 
 Each record's notebook is executed again with the parameters papermill recorded in it
-(``metadata.papermill``) through :func:`paperlib.sweeps.execute` with ``renew``: the record
+(``metadata.papermill``) through :func:`paperlib.harness.sweeps.execute` with ``renew``: the record
 is complete, so the notebook only loads it, and the new notebook replaces the old one only
-once it has run (then its header is written from the record, :mod:`paperlib.run_pages`).
+once it has run (then its header is written from the record, :mod:`paperlib.harness.run_pages`).
 
 Resumable: a notebook whose cells are already its template's (after its header)
 is skipped, so a stopped regeneration picks up where it was. A notebook whose parameters no longer
@@ -25,20 +25,20 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from paperlib import records, run_pages, sweeps, training
+from paperlib.harness import records, run_pages, sweeps, training
 
 STALE = "stale: made with other parameters than its own now resolve to; only its header is rewritten"
 
 
 def _template_sources(cells: list[dict]) -> list[tuple[str, list[str]]]:
     """The sources and tags of the cells a run notebook takes unchanged from its template: all but the
-    first (its header, :func:`paperlib.run_pages.write_header`) and papermill's injected cell."""
+    first (its header, :func:`paperlib.harness.run_pages.write_header`) and papermill's injected cell."""
     tags = [c.get("metadata", {}).get("tags", []) for c in cells]
     return [("".join(c["source"]), t) for c, t in zip(cells[1:], tags[1:]) if "injected-parameters" not in t]
 
 
 def plan(run_dir: Path, force: bool = False) -> tuple[str, dict | None]:
-    """(why it is skipped, or ``run``; the arguments of :func:`paperlib.sweeps.execute`) for one record;
+    """(why it is skipped, or ``run``; the arguments of :func:`paperlib.harness.sweeps.execute`) for one record;
     ``force`` executes an up-to-date notebook too (after a change of the plotting code, say)."""
     notebook = run_dir / "notebook.ipynb"
     content = json.loads(notebook.read_text())

@@ -22,11 +22,11 @@ __version__ = "0.1.0"
 
 # The method, for any model (torch only). ``purge`` and ``sparsify`` are also the names of modules: binding the
 # functions here, after their modules were imported, makes ``paperlib.purge`` and ``paperlib.sparsify`` the functions,
-# while ``from paperlib.purge import keep_first`` still reads the module.
-from .constrained import ConstrainedStep, StepRecord, weight_parameters  # noqa: E402  (after __version__)
-from .counting import count_macs, count_params  # noqa: E402
-from .purge import purge  # noqa: E402
-from .sparsify import sparsify  # noqa: E402
+# while ``from paperlib.paper.purge import keep_first`` still reads the module.
+from .method.constrained import ConstrainedStep, StepRecord, weight_parameters  # noqa: E402  (after __version__)
+from .method.counting import count_macs, count_params  # noqa: E402
+from .paper.purge import purge  # noqa: E402
+from .method.sparsify import sparsify  # noqa: E402
 
 __all__ = ["ConstrainedStep", "StepRecord", "count_macs", "count_params", "purge", "sparsify", "weight_parameters",
            "__version__"]

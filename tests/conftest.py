@@ -1,6 +1,15 @@
-"""Fixtures shared by the tests of several modules (the root conftest.py decides what nbval collects)."""
+"""Fixtures shared by the tests of several modules (the root conftest.py decides what nbval collects).
+
+The book's analysis (``book/analysis``) is imported as the pages import it, with ``book/`` on the path.
+"""
+
+import sys
+from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "book"))
+
 from fake_data import make_mnist
 
 

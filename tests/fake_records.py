@@ -1,4 +1,4 @@
-"""Records as records.load_record returns them, made here for the tests of paperlib.control and paperlib.misses."""
+"""Records as records.load_record returns them, made here for the tests of analysis.control and analysis.misses."""
 
 #: Two gated blocks of a WideResNet-16-1, by their layer names.
 LAYERS = ["stage1.0.conv1.conv", "stage2.0.conv1.conv"]

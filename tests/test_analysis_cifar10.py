@@ -1,12 +1,8 @@
-import sys
-from pathlib import Path
-
 import pytest
 
-from paperlib import rules
+from paperlib.harness import rules
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "book"))
-from analysis import cifar10  # noqa: E402
+from analysis import cifar10
 
 
 def test_gates_per_block_are_the_blocks_gate_counts():

@@ -1,11 +1,7 @@
-import sys
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "book"))
-from analysis import intro  # noqa: E402
+from analysis import intro
 
 
 def _points():

@@ -1,4 +1,4 @@
-"""paperlib.benchmark: its step is the runner's step, and its timing interleaves and takes medians."""
+"""paperlib.harness.benchmark: its step is the runner's step, and its timing interleaves and takes medians."""
 
 import copy
 
@@ -6,8 +6,8 @@ import pytest
 import torch
 from fake_data import make_mnist
 
-from paperlib import benchmark, training
-from paperlib.presets import resolve_config
+from paperlib.harness import benchmark, training
+from paperlib.harness.presets import resolve_config
 
 
 @pytest.mark.parametrize("model, method, extra", [

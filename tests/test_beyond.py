@@ -1,11 +1,13 @@
-"""paperlib.beyond: App. L's pruned copies and records, Table 4's counts and App. E's searches, on records made here."""
+"""analysis.beyond: App. L's pruned copies and records, Table 4's counts and App. E's searches, on records made here."""
 
 import json
+import math
 from types import SimpleNamespace
 
 import pytest
 
-from paperlib import beyond, records, report
+from paperlib.harness import records
+from analysis import beyond, report
 
 LAYERS = ["fc1", "fc2", "fc3"]
 
@@ -76,28 +78,29 @@ def test_the_pruning_variants_table_puts_each_dense_models_copies_under_the_pape
 
 def test_pruned_copies_give_ours_and_the_papers_at_20_10_and_5_percent():
     numbers = beyond.pruned_copies("mlp", variants(dense=1.456))
-    assert numbers == {"mlp_dense": "1.46", "mlp_just_pruned": "2.00, 1.00 and 0.50",
-                       "mlp_paper_just_pruned": "3.81, 9.31 and 30.68", "mlp_global": "1.00, 0.50 and 0.25",
-                       "mlp_paper_dense": "1.72"}
+    assert numbers["mlp_dense"] == 1.456 and numbers["mlp_paper_dense"] == 1.72
+    assert [numbers[f"mlp_just_pruned_{d}"] for d in (20, 10, 5)] == pytest.approx([2.0, 1.0, 0.5])
+    assert [numbers[f"mlp_paper_just_pruned_{d}"] for d in (20, 10, 5)] == [3.81, 9.31, 30.68]
+    assert [numbers[f"mlp_global_{d}"] for d in (20, 10, 5)] == pytest.approx([1.0, 0.5, 0.25])
+    assert "mlp_just_pruned_1" not in numbers  # at 1% every pruned model is near chance
 
 
 def test_the_mlps_layers_pruned_alone_and_the_first_two_layers_cost():
     errors = {d: {"fc1 alone": 1.5 + d, "fc2 alone": 1.6 + 0.1 / d, "fc3 alone": 4.0 + 100 * d,
                   "all but the output layer": 2.0 + 10 * d} for d in beyond.DENSITIES}
     numbers = beyond.mlp_layers_pruned_alone(variants(dense=1.5, by_density=errors))
-    assert numbers["mlp_out_20"] == "24.0" and numbers["mlp_out_10"] == "14"
-    assert numbers["mlp_first_two_cost"] == "1.1"  # fc2 alone at 10%: 2.6 against 1.5; at 5% and 1% not counted
-    assert numbers["mlp_but_output"] == "4.00, 3.00 and 2.50" and numbers["mlp_but_output_1"] == "2.1"
-    assert numbers["mlp_paper_1"] == "90.45"
+    assert numbers["mlp_out_20"] == 24.0 and numbers["mlp_out_10"] == 14.0
+    assert numbers["mlp_first_two_cost"] == pytest.approx(1.1)  # fc2 alone at 10%: 2.6 against 1.5; 5% and 1% not
+    assert [numbers[f"mlp_but_output_{d}"] for d in (20, 10, 5, 1)] == pytest.approx([4.0, 3.0, 2.5, 2.1])
+    assert numbers["mlp_paper_1"] == 90.45
 
 
 def test_other_initialisations_and_lenet5s_first_convolution():
     authors = variants(init="authors", dense=1.6, by_density={0.2: {"every layer": 19.0}})
     assert beyond.initialisations([variants(init="fan_out", dense=1.7), authors]) == {
-        "mlp_fan_out_dense": "1.70", "mlp_fan_out_pruned_20": "2.00",
-        "mlp_authors_dense": "1.60", "mlp_authors_pruned_20": "19.00"}
+        "mlp_fan_out_dense": 1.7, "mlp_fan_out_pruned_20": 2.0, "mlp_authors_dense": 1.6, "mlp_authors_pruned_20": 19.0}
     lenet5 = variants("lenet5", by_density={0.2: {"conv1 alone": 35.421}})
-    assert beyond.lenet5_first_convolution(lenet5) == {"lenet5_conv1_20": "35.42"}
+    assert beyond.lenet5_first_convolution(lenet5) == {"lenet5_conv1_20": 35.421}
 
 
 def test_constrained_runs_keep_the_constrained_records_at_the_target_by_the_key(monkeypatch):
@@ -111,13 +114,14 @@ def test_constrained_runs_keep_the_constrained_records_at_the_target_by_the_key(
 
 def test_the_constrained_models_at_one_percent_layer_by_layer():
     mlp = constrained_record("mlp", (0.011, 0.009, 0.0643), final_error=2.346)
-    assert beyond.mlp_at_one_percent(mlp) == {"mlp1_density": "2.81", "mlp1_first_two": "1.1 and 0.9",
-                                              "mlp1_output": "6.4", "mlp1_final_error": "2.35"}
+    assert beyond.mlp_at_one_percent(mlp) == pytest.approx({"mlp1_density": 2.81, "mlp1_first_two": 1.1,
+                                                            "mlp1_output": 6.43, "mlp1_final_error": 2.346})
     # Its best error counts only the epochs at which every layer is at most 1 point above its 1% target.
     lenet5 = constrained_record("lenet5", (0.016, 0.0105, 0.0153), history=[
         (0.9, (0.5, 0.5, 0.5)), (1.3, (0.019, 0.01, 0.01)), (1.4, (0.021, 0.01, 0.01)), (1.2, (0.016, 0.0105, 0.0153))])
-    assert beyond.lenet5_at_one_percent(lenet5) == {"lenet1_density": "1.39", "lenet1_layers": "1.05 and 1.60",
-                                                    "lenet1_best": "1.20"}
+    assert beyond.lenet5_at_one_percent(lenet5) == pytest.approx({
+        "lenet1_density": 100 * (0.016 + 0.0105 + 0.0153) / 3, "lenet1_lowest": 1.05, "lenet1_highest": 1.6,
+        "lenet1_best": 1.2})
 
 
 def test_magnitude_pruning_runs_are_the_models_records(monkeypatch):
@@ -139,8 +143,8 @@ def test_the_mlps_pruning_against_the_paper_reads_the_rows_of_the_comparison_tab
         "protocol": ["paper, 200 ep, 1 seed", "paper, 400 ep, 3 seeds", "paper, 400 ep, 3 seeds", "not run",
                      "paper, 400 ep, 3 seeds", "paper, 400 ep, 3 seeds"]})
     assert beyond.mlp_pruning_against_paper(table) == {
-        "mlp_pruned_seeds": "3 seeds", "mlp_just_pruned_mean": "16.31", "mlp_finetuned_deltas": "-0.33 to -0.33",
-        "mlp1_finetuned_deltas": "-8.19 to -7.82"}
+        "mlp_pruned_seeds": 3, "mlp_finetuned_low": -0.33, "mlp_finetuned_high": -0.33,
+        "mlp1_finetuned_low": -8.19, "mlp1_finetuned_high": -7.82}
 
 
 def test_finetuned_errors_are_the_best_so_far_and_the_mlp_at_one_percent_seed_by_seed():
@@ -151,34 +155,27 @@ def test_finetuned_errors_are_the_best_so_far_and_the_mlp_at_one_percent_seed_by
     assert beyond.finetuned_errors(seed_1) == [60.0, 60.0, 55.0]
     assert beyond.finetuned_errors(seed_1, (0, 1)) == [90.0, 60.0]
     numbers = beyond.mlp_one_percent_by_seed([seed_1, pruning_record("mlp", 0.2, [5.0]), seed_0])
-    assert numbers == {"mlp1_ft_seeds": "seed 0: 58.00, 58.00 and 53.00; seed 1: 60.00, 60.00 and 55.00",
-                       "mlp1_ft_paper": "60.82, 60.69 and 55.45", "mlp1_paper_drop": "5.2",
-                       "mlp1_seed_spread": "2.0"}
+    assert numbers == pytest.approx({"mlp1_paper_drop": 60.69 - 55.45, "mlp1_seed_spread": 2.0})
     with pytest.raises(ValueError, match="no magnitude-pruning record at 1%"):
         beyond.mlp_one_percent_by_seed([pruning_record("mlp", 0.2, [5.0])])
 
 
-def test_lenet5s_finetuning_says_where_a_record_is_missing():
+def test_lenet5s_finetuning_gives_nan_where_a_record_is_missing():
     at_20 = pruning_record("lenet5", 0.2, [4.0, 1.1] + [0.9] * 199)
     numbers = beyond.lenet5_finetuning([at_20])
-    assert numbers["lenet5_ft_1"] == "1.10" and numbers["lenet5_ft"] == "0.90, 0.90 and 0.90"
-    assert numbers["lenet5_paper_ft"] == "0.98, 0.92 and 0.92"
-    assert numbers["lenet5_1_ft"] == beyond.NO_RECORD and numbers["lenet5_1_paper"] == "88.76, 88.76, 88.76 and 88.76"
-    assert beyond.missing_pruning_records([at_20], "LeNet5") == (
-        "No record yet of the magnitude-pruned LeNet5 at 10%, 5% and 1% at the paper's protocol: "
-        "`python -m paperlib.sweeps grids/magnitude_pruning_mnist_paper.yaml`.")
-    done = [pruning_record("lenet5", d, [1.0]) for d in beyond.DENSITIES]
-    assert beyond.missing_pruning_records(done, "LeNet5") == ""
+    assert numbers["lenet5_ft_1"] == 1.1 and numbers["lenet5_ft_200"] == 0.9
+    assert numbers["lenet5_paper_ft_200"] == 0.92 and numbers["lenet5_1_paper"] == 88.76
+    assert math.isnan(numbers["lenet5_1_ft_200"])  # no record at 1%
 
 
 def test_dense_phases_compare_each_records_own_dense_phase_with_the_baseline():
-    own = pruning_record("lenet5", 0.1, [30.0], dense_errors=("50.0", "1.2"))
+    own = pruning_record("lenet5", 0.1, [30.0], dense_errors=("50.0", "1.2"), run_name="lenet5-t0.1")
     shared = pruning_record("lenet5", 0.2, [20.0], first_phase_of="lenet5-t0.1")
     retrained = pruning_record("lenet5", 0.05, [40.0], dense_errors=("50.0", "1.3"))
     baseline = {"history": [row for row in own["history"] if row["phase"] == "train"]}
     table = beyond.dense_phases([own, shared, retrained], baseline)
     assert table["target"].tolist() == ["10%", "20%", "5%"]
-    assert table["dense phase"].tolist() == ["its own", "lenet5-t0.1", "its own"]
+    assert table["dense phase"].tolist() == ["its own", "the 10% run's", "its own"]  # named by its condition
     assert table["dense error (%)"].tolist() == [1.2, 2.0, 1.3] and table["just pruned (%)"].tolist() == [30, 20, 40]
     assert table["dense phase = dense baseline record"].tolist() == [True, None, False]
     assert beyond.dense_phases([own], None)["dense phase = dense baseline record"].tolist() == [None]
@@ -231,20 +228,73 @@ def test_bisection_rows_give_the_closest_training_and_the_command_for_a_missing_
     assert rows["grouping"].tolist() == ["model", "layer"] and rows["trainings paper"].tolist() == [">= 6", ">= 6"]
     model = rows.iloc[0]
     assert model["trainings ours"] == 8 and model["λ_pen found"] == "1" and model["L0-density (%)"] == 50.5
-    assert rows.iloc[1]["run"] == "not run" and rows.attrs["command"] == "python -m paperlib.sweeps grids/searches.yaml"
+    assert rows.iloc[1]["run"] == "not run" and rows.attrs["command"] == "python -m paperlib.harness.sweeps grids/searches.yaml"
     done.append(search("layer", 6))
     assert "command" not in beyond.bisection_rows("grids/searches.yaml").attrs
 
 
-def test_the_bisection_sentence_or_what_it_lacks():
+def test_the_bisection_against_the_constraint_counts_trainings_for_each():
     searches = [search("model", 8), search("layer", 6)]
     constrained = {grouping: {"metrics": {"l0_density": density, "val_error_final": error, "epochs_completed": 200}}
                    for grouping, density, error in (("layer", 0.5003, 1.86), ("model", 0.5026, 1.8))}
-    assert beyond.bisection_against_constraint(searches, constrained) == (
-        "Our searches took 8 trainings (model-wise) and 6 trainings (layer-wise) of 150 epochs each; the paper says "
-        "at least 6. The constrained MLP asked for 50% ends at 50.26% (model-wise, final error 1.80%) and 50.03% "
-        "(layer-wise, final error 1.86%) in one run each, at its own protocol of 200 epochs (Table 10).")
-    assert beyond.bisection_against_constraint([], constrained) == (
-        "No record yet of a bisection search: `python -m paperlib.sweeps grids/bisection_paper.yaml`.")
-    assert beyond.bisection_against_constraint(searches, {}) == (
-        "No record yet of the constrained MLP at 50%: `python -m paperlib.sweeps grids/mlp_control_paper.yaml`.")
+    table = beyond.bisection_against_constraint(searches, constrained)
+    assert table["grouping"].tolist() == ["model", "layer", "model", "layer"]
+    assert table["trainings"].tolist() == [8, 6, 1, 1] and table["epochs each"].tolist() == [150, 150, 200, 200]
+    assert table["L0-density (%)"].tolist() == pytest.approx([50.5, 50.5, 50.26, 50.03])  # the searches' closest
+    assert table["error final (%)"].tolist()[2:] == [1.8, 1.86]
+    assert len(beyond.bisection_against_constraint([], constrained)) == 2
+
+
+def test_what_was_not_run_is_one_command_per_row_with_a_loop_over_targets(monkeypatch):
+    import pandas as pd
+
+    papermill = "papermill book/x.ipynb out.ipynb -p model m -p method constrained -p grouping layer -p preset paper"
+    table = pd.DataFrame({"model": ["m"] * 4, "method": ["constrained", "constrained", "magnitude_pruning", "dense"],
+                          "grouping": ["layer", "layer", "layer", "—"], "target / λ_pen": ["20%", "10%", "20%", ""],
+                          "protocol": ["not run", "not run", "not run", "paper, 1 ep, 1 seed"]})
+    table.attrs["missing"] = {"m constrained layer 20%": f"python -m paperlib.harness.sweeps grids/tinyimagenet.yaml ; at the "
+                                                          f"paper's protocol: {papermill} -p target 0.2",
+                              "m constrained layer 10%": f"{papermill} -p target 0.1",
+                              "m magnitude_pruning layer 20%": "python -m paperlib.harness.sweeps grids/imagenet_magnitude_pruning.yaml"}
+    monkeypatch.setattr(beyond, "compare_table", lambda label: table)
+    rows = beyond.not_run({"tab:mp_comparison_imagenet": "needs a GPU"})
+    assert rows["command"].tolist() == [f"for v in 0.2 0.1; do {papermill} -p target $v; done",
+                                        "python -m paperlib.harness.sweeps grids/imagenet_magnitude_pruning.yaml"]
+    assert rows["what"].tolist() == ["L0, constrained, layer-wise 20%, 10%", "magnitude pruning, layer-wise 20%"]
+    assert rows["why not"].unique().tolist() == ["needs a GPU"] and rows["table"].unique().tolist() == ["Table 2"]
+
+
+def test_the_error_density_table_and_figure_put_the_papers_and_ours_apart():
+    table = beyond.error_density("mlp")
+    paper = table[table["source"] == "paper"].set_index(["method", "target (%)"])
+    assert paper.loc[("constrained", 1.0), "density (%)"] == 2.62 and paper.loc[("constrained", 1.0), "error (%)"] == 1.92
+    assert paper.loc[("magnitude_pruning", 1.0), "error (%)"] == 55.45  # after 200 epochs of fine-tuning
+    assert len(table) == 2 * 2 * len(beyond.DENSITIES)
+    fig = beyond.plot_error_density({"MLP": table})
+    styles = {(line.get_color(), line.get_marker()) for line in fig.axes[0].lines}
+    assert len(styles) == 4  # paper and ours, each method: distinct colours and markers
+    assert [text.get_text() for text in fig.legends[0].get_texts()][0].startswith("paper: ")
+    assert min(text.get_fontsize() for text in fig.legends[0].get_texts()) >= 9
+    summary = beyond.unstructured_summary("mlp")
+    assert summary["target"].tolist() == ["20%", "10%", "5%", "1%"]
+    assert summary[("magnitude pruning, just pruned", "paper")].tolist() == [3.81, 9.31, 30.68, 90.45]
+
+
+def test_readable_tables_name_methods_in_words():
+    import pandas as pd
+
+    table = pd.DataFrame({"row": ["magnitude_pruning, layer-wise 20%", "constrained, model-wise 10%"]})
+    assert beyond.readable(table)["row"].tolist() == ["magnitude pruning, layer-wise 20%", "L0, constrained, model-wise 10%"]
+
+
+def test_marks_turn_yes_no_cells_into_ticks_and_crosses_and_leave_numbers():
+    import numpy as np
+    import pandas as pd
+
+    from analysis.comparison import marks
+
+    table = pd.DataFrame({"on target": [True, np.bool_(False), None], "cells": [1, 0, 2], "name": ["a", "b", "c"]})
+    marked = marks(table)
+    assert marked["on target"].tolist()[:2] == ["✓", "✗"] and pd.isna(marked["on target"].iloc[2])  # shown as "—"
+    assert marked["cells"].tolist() == [1, 0, 2] and marked["name"].tolist() == ["a", "b", "c"]  # 1 and 0 stay numbers
+    assert table["on target"].tolist()[0] is True  # the table given is not changed

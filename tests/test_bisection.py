@@ -8,7 +8,7 @@ import time
 import pytest
 import yaml
 
-from paperlib.bisection import BisectionResult, bisect_lambda
+from paperlib.harness.bisection import BisectionResult, bisect_lambda
 
 LAMBDA0, SLOPE = 0.37, 1.3
 
@@ -134,7 +134,7 @@ def test_bad_endpoints(low, high):
 
 
 def _search(**changes):
-    from paperlib.bisection import Search
+    from paperlib.harness.bisection import Search
 
     fields = dict(grouping="model", target=0.5, tolerance=0.01, lambda_low=1e-3, lambda_high=1.0,
                   max_iterations=8, epochs=150, seed=0, preset="cpu", experiment="bisection")
@@ -146,14 +146,14 @@ def test_a_search_has_its_own_folder_beside_its_trainings(workspace):
     assert search.folder == workspace / "runs" / "bisection" / "search-mlp-model-t0.5-tol0.01-l0.001_1-epochs150-s0-cpu"
     assert _search(grouping="layer").folder != search.folder and _search(lambda_high=10.0).folder != search.folder
     assert _search(epochs=0).folder.name.endswith("-epochs100-s0-cpu")  # the cpu preset's MLP epochs
-    from paperlib.bisection import Search
+    from paperlib.harness.bisection import Search
     assert Search.from_parameters({**dataclasses.asdict(search), "threads": 1, "rerun": False}) == search
 
 
 def test_a_grids_search_folder_does_not_follow_the_smoke_variable(workspace, monkeypatch):
     """$PAPERLIB_SMOKE makes the notebook's search a smoke one, but the record a grid or a page asks for
     stays the grid's, as a training's does (CI exports the variable and builds the pages)."""
-    from paperlib import records, sweeps
+    from paperlib.harness import records, sweeps
 
     notebook = str(records.project_root() / "book" / "bisection.ipynb")
     params = {"experiment": "bisection", "preset": "cpu", "epochs": 150, "grouping": "model"}
@@ -168,7 +168,7 @@ def test_a_grids_search_folder_does_not_follow_the_smoke_variable(workspace, mon
 
 
 def test_write_search_lists_every_training_and_rewrites_nothing_identical(workspace):
-    from paperlib.bisection import write_search
+    from paperlib.harness.bisection import write_search
 
     search = _search(max_iterations=3)
     result = bisect_lambda(density, 0.5, 1e-3, 1.0, 0.01, 3)
@@ -187,7 +187,7 @@ def test_write_search_lists_every_training_and_rewrites_nothing_identical(worksp
 
 def test_a_sweep_runs_a_search_once_and_then_skips_it(workspace, monkeypatch, capsys):
     """The sweep knows a search is done from the search's record, not from one training's."""
-    from paperlib import records, sweeps
+    from paperlib.harness import records, sweeps
 
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     notebook = str(records.project_root() / "book" / "bisection.ipynb")

@@ -1,11 +1,13 @@
-"""paperlib.collapse: the LeNet5 collapse's runs, findings and numbers, on records made here."""
+"""analysis.collapse: the LeNet5 collapse's runs, findings and numbers, on records made here."""
 
 import matplotlib
 import numpy as np
 import pytest
 import torch
 
-from paperlib import collapse, gates, records
+from paperlib.harness import records
+from paperlib.method import gates
+from analysis import collapse
 
 matplotlib.use("Agg")
 
@@ -139,14 +141,11 @@ def test_closest_epoch_matches_an_expected_density():
     assert collapse.closest_epoch(run, 0.62) == 2
 
 
-def test_layer_crossings_name_each_layers_first_epoch_below_half():
+def test_crossing_epochs_give_each_layers_first_epoch_below_half():
     densities = {"conv1": [0.8, 0.6, 0.496, 0.4, 0.3, 0.3], "conv2": [0.8, 0.6, 0.55, 0.493, 0.3, 0.3],
-                 "fc1": [0.8, 0.7, 0.6, 0.55, 0.45, 0.4], "fc2": [0.8, 0.7, 0.6, 0.55, 0.45, 0.4]}
-    assert collapse.layer_crossings(record([90] * 6, densities=densities)) == (
-        "conv1 49.6% at epoch 2, conv2 49.3% at epoch 3, fc1 and fc2 at epoch 4")
-    densities["fc2"] = [0.8, 0.7, 0.6, 0.55, 0.52, 0.4]
-    assert collapse.layer_crossings(record([90] * 6, densities=densities)).endswith(
-        "fc1 at epoch 4, fc2 at epoch 5")
+                 "fc1": [0.8, 0.7, 0.6, 0.55, 0.45, 0.4], "fc2": [0.8, 0.7, 0.6, 0.55, 0.52, 0.4]}
+    assert collapse.crossing_epochs(record([90] * 6, densities=densities)) == {"conv1": 2, "conv2": 3, "fc1": 4,
+                                                                               "fc2": 5}
 
 
 def test_a_variants_row_gives_its_errors_densities_and_multipliers(no_records):
@@ -161,7 +160,7 @@ def test_a_variants_row_gives_its_errors_densities_and_multipliers(no_records):
     assert row["final λ"] == "0.0172, 0.2, 0.00129, 0.589"
     table = collapse.variant_table({"fast": run, "slow": None}, ("fast", "slow"))
     assert table["variant"].tolist()[1] == "dual lr 1e-4, unclamped (today's cpu preset): not run"
-    assert table.attrs["command"] == "python -m paperlib.sweeps grids/lenet5_collapse.yaml"
+    assert table.attrs["command"] == "python -m paperlib.harness.sweeps grids/lenet5_collapse.yaml"
 
 
 def test_the_runs_are_found_from_their_grids_and_a_hand_made_one_by_its_parameters(no_records):
@@ -173,7 +172,7 @@ def test_the_runs_are_found_from_their_grids_and_a_hand_made_one_by_its_paramete
         no_records / "lenet_control" / "lenet5-constrained-layer-t0.2-s0-paper")
     every = collapse.VARIANTS["every"]
     made_here = no_records / "lenet5_collapse" / f"{CELL}-epochs14-dual_lr0.003-clamp_log_alphaTrue-s0-cpu"
-    assert collapse.folder(every) == made_here  # where python -m paperlib.run would write it
+    assert collapse.folder(every) == made_here  # where python -m paperlib.harness.run would write it
     named_by_hand = no_records / "lenet5_collapse" / "medians-every-epoch"
     records.write_json(named_by_hand / "params.json", {**every.params, "run_name": "medians-every-epoch"})
     records.write_json(named_by_hand / "metrics.json", {"status": "complete"})
@@ -187,11 +186,12 @@ def test_the_runs_are_found_from_their_grids_and_a_hand_made_one_by_its_paramete
 
 
 def test_a_run_without_a_record_is_named_with_the_command_that_makes_it(no_records):
-    lines = collapse.no_record_lines({"every": None, "slow": record([90, 5])}, ("every", "slow"))
-    assert len(lines) == 1 and lines[0].startswith("No record yet of *dual lr 3e-3, every epoch*: `python -m "
-                                                   "paperlib.run experiment=lenet5_collapse dataset=mnist")
-    assert "target=[0.5,0.3,0.7,0.1] dual_lr=0.003 clamp_log_alpha=true epochs=14" in lines[0]
-    with pytest.raises(FileNotFoundError, match="`python -m paperlib.sweeps grids/table1_mnist.yaml`"):
+    missing = collapse.missing_runs({"every": None, "slow": record([90, 5])})
+    assert missing["what"].tolist() == ["dual lr 3e-3, every epoch"]
+    assert missing["command"].iloc[0].startswith("python -m paperlib.harness.run experiment=lenet5_collapse dataset=mnist")
+    assert "target=[0.5,0.3,0.7,0.1] dual_lr=0.003 clamp_log_alpha=true epochs=14" in missing["command"].iloc[0]
+    assert collapse.missing_runs({"slow": record([90, 5])}).empty
+    with pytest.raises(FileNotFoundError, match="`python -m paperlib.harness.sweeps grids/table1_mnist.yaml`"):
         collapse.intro_numbers({"old": None, "control_old": record([90, 5])})
 
 
@@ -223,29 +223,27 @@ def test_the_control_numbers_as_the_page_prints_them():
             "control_slow": record([90, *[2.0] * 9, 2.05, 1.81], densities=slow_densities, target=0.2,
                                    val_error_best=1.05, multipliers_final=[0.73, 0.8, 0.85, 0.91]),
             "control_paper": None}
+    with pytest.raises(FileNotFoundError, match="`python -m paperlib.harness.sweeps grids/lenet_control_paper.yaml`"):
+        collapse.control_numbers(runs)  # the paper-protocol cell has no record yet
+    on_target = {layer: [0.8, 0.2093 if layer == "conv1" else 0.2] for layer in LAYERS}
+    runs["control_paper"] = record([90, 1.19], densities=on_target, target=0.2)
     numbers = collapse.control_numbers(runs)
     assert numbers["control_max_lambdas"] == "7 to 10"
     assert [numbers["control_error_8"], numbers["control_error_11"]] == ["6.7", "83"]
-    assert numbers["control_crossings"] == "conv1 49.6% at epoch 8, conv2 49.3% at epoch 9, fc1 and fc2 at epoch 12"
+    assert (numbers["control_crossing_first"], numbers["control_crossing_last"]) == ("8", "12")
     assert [numbers[f"control_plateau_{part}"] for part in ("errors", "first", "last", "train")] == [
         "88.64 to 88.65", "10", "12", "21–25"]
-    assert numbers["control_expected"] == "30.0, 30.0, 45.0 and 45.0" and numbers["control_kept"] == "50, 50, 50 and 50"
+    assert numbers["control_expected"] == "30.0 / 30.0 / 45.0 / 45.0" and numbers["control_kept"] == "50 / 50 / 50 / 50"
     assert [numbers["control_35_peak"], numbers["control_35_peak_epoch"]] == ["65.7", "10"]
     assert [numbers[f"control_slow_{part}"] for part in ("peak", "final", "best", "lambdas", "above")] == [
         "2.05", "1.81", "1.05", "0.73 to 0.91", "6 to 17"]
-    assert numbers["control_paper_outcome"] == (
-        "has no record yet (`python -m paperlib.sweeps grids/lenet_control_paper.yaml`)")
-    on_target = {layer: [0.8, 0.2093 if layer == "conv1" else 0.2] for layer in LAYERS}
-    runs["control_paper"] = record([90, 1.19], densities=on_target, target=0.2)
-    assert collapse.control_numbers(runs)["control_paper_outcome"].startswith(
-        "does not collapse either: it ends at 1.19% error (the paper: 1.20 ± 0.08%), every layer's expected density "
-        "within 0.93 points of its target")
+    assert [numbers[f"control_paper_{part}"] for part in ("final", "printed", "gap")] == ["1.19", "1.20 ± 0.08", "0.93"]
 
 
 def test_the_unverified_numbers_say_how_far_the_paper_protocol_grid_is(no_records):
     numbers = collapse.unverified_numbers()
     assert numbers["paper_lenet_runs"] == "0"
-    assert numbers["lenet_control_paper_status"] == "is still being run: 0 of its 20 runs are complete"
+    assert (numbers["lenet_control_paper_done"], numbers["lenet_control_paper_total"]) == ("0", "20")
 
 
 def test_the_figures_leave_out_a_run_without_a_record():

@@ -7,9 +7,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from paperlib import comparison, intervals, records, studies
-from paperlib.paper_results import paper_cell
-from paperlib.report import grid_runs
+from paperlib.harness import paper_rows, records, studies
+from analysis import comparison, intervals
+from paperlib.paper.paper_results import paper_cell
+from analysis.report import grid_runs
 
 
 @pytest.fixture
@@ -42,20 +43,20 @@ def test_best_error_is_taken_only_where_every_constraint_holds():
                           "val_error_best": 0.5, "l0_density_per_layer": {"fc1": 0, "fc2": 0, "fc3": 0}},
               "history": _history([90.0, 0.5, 1.2, 0.9, 1.0], [0.9, 0.8, 0.305, 0.311, 0.309])}
     # 0.311 is more than 1 point above 0.3, so epoch 3 does not count; epochs 2 and 4 do.
-    assert comparison.best_feasible_error(record) == 1.0
+    assert paper_rows.best_feasible_error(record) == 1.0
     record["metrics"]["grouping"] = "layer"
     record["metrics"]["target"] = [0.3, 0.3, 0.2]  # fc3 never gets within a point of 20%
-    assert comparison.best_feasible_error(record) is None
+    assert paper_rows.best_feasible_error(record) is None
     record["metrics"].update(method="penalized")  # no constraint: the best error over training
-    assert comparison.best_feasible_error(record) == 0.5
+    assert paper_rows.best_feasible_error(record) == 0.5
 
 
 def test_the_authors_best_error_is_the_lowest_of_any_epoch_of_any_seed():
     """comparison_tables.py: per seed the minimum over epochs, then the minimum over seeds, feasible or not."""
     dense_early = {"history": _history([90.0, 0.5, 1.2], [0.9, 0.8, 0.3])}  # 0.5 while far too dense
     other_seed = {"history": _history([80.0, 0.7, 0.6], [0.9, 0.4, 0.3])}
-    assert comparison.authors_best_error([dense_early, other_seed]) == 0.5
-    assert comparison.authors_best_error([other_seed]) == 0.6
+    assert paper_rows.authors_best_error([dense_early, other_seed]) == 0.5
+    assert paper_rows.authors_best_error([other_seed]) == 0.6
 
 
 def test_a_missing_dense_row_is_named_by_model_and_method_alone(runs):
@@ -94,7 +95,7 @@ def test_compare_prefers_paper_protocol_records_and_names_missing_rows(runs):
     # LeNet5 model-wise is in the grid but not run; the layer-wise rows are in no grid.
     assert table.loc[("LeNet5", "constrained", "model"), "protocol"] == "not run"
     missing = table.attrs["missing"]
-    assert missing["LeNet5 constrained model 10%"] == f"python -m paperlib.sweeps {grid}"
+    assert missing["LeNet5 constrained model 10%"] == f"python -m paperlib.harness.sweeps {grid}"
     assert missing["LeNet5 constrained layer [50, 30, 70, 10]%"].startswith(
         f"papermill {records.project_root() / 'book' / 'mnist.ipynb'} out.ipynb -p experiment cmp -p model lenet5 "
         "-p method constrained -p grouping layer -p preset paper -p target '[0.5, 0.3, 0.7, 0.1]'")
@@ -158,13 +159,13 @@ def test_magnitude_pruning_is_read_at_the_papers_fine_tuning_checkpoints():
                + [{"phase": "pruned", "val_error": 30.0}]
                + [{"phase": "finetune", "val_error": e} for e in finetuned])
     record = {"metrics": {"method": "magnitude_pruning", "target": 0.1}, "history": history}
-    assert comparison.our_value(record, "val_error_best", 0) == 30.0  # the pruned model, dense epochs excluded
-    assert comparison.our_value(record, "val_error_best", 1) == 29.0
-    assert comparison.our_value(record, "val_error_best", 4) == 26.0  # best so far, not the checkpoint's 28
-    assert comparison.our_value(record, "val_error_final", 4) == 28.0
-    assert comparison.our_value(record, "val_error_best", 5) == 25.0
-    assert comparison.our_value(record, "val_error_best", 6) is None  # not fine-tuned that long
-    assert comparison.our_value(record, "l0_density", 3) == 10.0
+    assert paper_rows.our_value(record, "val_error_best", 0) == 30.0  # the pruned model, dense epochs excluded
+    assert paper_rows.our_value(record, "val_error_best", 1) == 29.0
+    assert paper_rows.our_value(record, "val_error_best", 4) == 26.0  # best so far, not the checkpoint's 28
+    assert paper_rows.our_value(record, "val_error_final", 4) == 28.0
+    assert paper_rows.our_value(record, "val_error_best", 5) == 25.0
+    assert paper_rows.our_value(record, "val_error_best", 6) is None  # not fine-tuned that long
+    assert paper_rows.our_value(record, "l0_density", 3) == 10.0
 
 
 def test_compact_puts_each_difference_next_to_our_value():
@@ -185,22 +186,23 @@ def test_compact_puts_each_difference_next_to_our_value():
 
 def test_missing_commands_name_each_command_once_with_the_rows_it_produces():
     table = pd.DataFrame({"row": [1, 2, 3]})
-    table.attrs["missing"] = {"MLP constrained model 20%": "python -m paperlib.sweeps grids/a.yaml",
-                              "MLP constrained model 35%": "python -m paperlib.sweeps grids/a.yaml",
+    table.attrs["missing"] = {"MLP constrained model 20%": "python -m paperlib.harness.sweeps grids/a.yaml",
+                              "MLP constrained model 35%": "python -m paperlib.harness.sweeps grids/a.yaml",
                               "MLP dense": "papermill book/unstructured.ipynb out.ipynb -p method dense"}
-    text = comparison.missing_commands(table)
-    assert text.count("grids/a.yaml") == 1 and text.count("method dense") == 1
-    assert "`python -m paperlib.sweeps grids/a.yaml`: 2 rows (MLP constrained model 20%; MLP constrained model 35%)" \
-        in text
-    assert "`papermill book/unstructured.ipynb out.ipynb -p method dense`: 1 row (MLP dense)" in text
+    missing = comparison.missing_commands(table)
+    assert len(missing) == 2 and missing["command"].str.contains("grids/a.yaml").sum() == 1
+    by_command = dict(zip(missing["command"], missing["rows"]))
+    assert by_command["<code>python -m paperlib.harness.sweeps grids/a.yaml</code>"].split("; ") == \
+        ["MLP constrained model 20%", "MLP constrained model 35%"]
+    assert by_command["<code>papermill book/unstructured.ipynb out.ipynb -p method dense</code>"] == "MLP dense"
     table.attrs["missing"] = {}
-    assert comparison.missing_commands(table) == ""
+    assert comparison.missing_commands(table).empty
 
 
 def test_every_compared_table_is_a_result_table_of_the_paper_shown_on_its_page():
     """studies.TABLES is the one home of which grids fill which table: each label is one of the paper's
     tables, each grid file exists, and the page it names shows that table."""
-    from paperlib.paper_results import paper_results
+    from paperlib.paper.paper_results import paper_results
 
     tables = set(paper_results().query("source_kind == 'table'")["table"])
     for label, source in studies.TABLES.items():
@@ -271,7 +273,7 @@ def test_agreement_tests_each_difference_against_the_spread_behind_the_papers_ci
 
 
 def test_a_run_sits_above_the_papers_rows_for_its_setting_and_nowhere_else():
-    from paperlib.presets import resolve_config
+    from paperlib.harness.presets import resolve_config
 
     config = resolve_config(dataset="mnist", model="mlp", method="constrained", grouping="model", target=0.5,
                             preset="paper")
@@ -279,7 +281,7 @@ def test_a_run_sits_above_the_papers_rows_for_its_setting_and_nowhere_else():
                {"epoch": "2", "phase": "train", "l0_density": "0.505", "val_error": "1.40"}]  # within 1 point
     metrics = {"model": "mlp", "method": "constrained", "grouping": "model", "target": 0.5, "l0_density": 0.505,
                "params_pct": 60.0, "macs_pct": 59.0, "val_error_best": 1.20, "val_error_final": 1.40}
-    rows = comparison.paper_rows_for({"params": config.to_dict(), "metrics": metrics, "history": history})
+    rows = paper_rows.paper_rows_for({"params": config.to_dict(), "metrics": metrics, "history": history})
     assert rows[""].tolist() == ["ours, mlp", "Table 10, MLP"]
     paper = paper_cell("tab:mlp_control", method="constrained", grouping="model", target=0.5, metric="l0_density")
     assert rows.loc[1, "L0-density (%)"] == f"{paper.value} ± {paper.ci}"
@@ -287,11 +289,11 @@ def test_a_run_sits_above_the_papers_rows_for_its_setting_and_nowhere_else():
     assert rows.loc[0, "val. error best (%)"] == "1.40"  # the best error of the epochs that met the constraint
     other = resolve_config(dataset="mnist", model="mlp", method="constrained", grouping="model", target=0.42,
                            preset="paper")
-    assert comparison.paper_rows_for({"params": other.to_dict(), "metrics": metrics, "history": history}).empty
+    assert paper_rows.paper_rows_for({"params": other.to_dict(), "metrics": metrics, "history": history}).empty
 
 
 def test_a_tables_number_of_runs_is_the_papers_own():
-    from paperlib.paper_results import paper_runs
+    from paperlib.paper.paper_results import paper_runs
 
     assert paper_runs("tab:mnist") == 5 and paper_runs("app:all_comparisons:tiny_imagenet") == 3
     assert paper_runs("tab:tiny_unstructured_comparison") is None  # its caption does not say
@@ -303,23 +305,26 @@ def test_beside_gives_the_compacted_table_and_the_commands_of_its_missing_rows_u
     table = pd.DataFrame({"model": ["mlp"], "method": ["constrained"], "grouping": ["model"],
                           "target / λ_pen": ["20%"], "L0-density (%) paper": ["20.10"],
                           "L0-density (%) ours": [None], "L0-density (%) Δ": [None]})
-    table.attrs["missing"] = {"constrained, model-wise 20%": "python -m paperlib.sweeps grids/x.yaml"}
+    table.attrs["missing"] = {"constrained, model-wise 20%": "python -m paperlib.harness.sweeps grids/x.yaml"}
     monkeypatch.setattr(comparison, "compare_table", lambda label, metrics=None: table)
     shown, commands = comparison.beside("tab:mlp_control")
     assert shown.data["row"].tolist() == ["constrained, model-wise 20%"]
-    assert "`python -m paperlib.sweeps grids/x.yaml`: 1 row" in commands
+    assert commands.data["rows"].tolist() == ["constrained, model-wise 20%"]
+    assert "grids/x.yaml" in commands.data["command"].iloc[0]
     assert comparison.beside("tab:mlp_control", commands=False)[1] is None
 
 
 def test_missing_commands_give_each_alternative_with_the_protocol_its_grid_runs():
     table = pd.DataFrame({"row": [1]})
     table.attrs["missing"] = {
-        "WideResNet-28-10 penalized model λ_pen 1": "python -m paperlib.sweeps grids/cifar10_control.yaml ; "
-                                                    "python -m paperlib.sweeps grids/cifar10_control_paper.yaml",
-        "MLP dense": "python -m paperlib.sweeps grids/unstructured_mnist.yaml ; at the paper's protocol: "
+        "WideResNet-28-10 penalized model λ_pen 1": "python -m paperlib.harness.sweeps grids/cifar10_control.yaml ; "
+                                                    "python -m paperlib.harness.sweeps grids/cifar10_control_paper.yaml",
+        "MLP dense": "python -m paperlib.harness.sweeps grids/unstructured_mnist.yaml ; at the paper's protocol: "
                      "papermill book/unstructured.ipynb out.ipynb -p method dense"}
-    lines = comparison.missing_commands(table).splitlines()[2:]
-    assert lines[0] == ("- 1 row (WideResNet-28-10 penalized model λ_pen 1): `python -m paperlib.sweeps "
-                        "grids/cifar10_control.yaml` (at the CPU protocol) or `python -m paperlib.sweeps "
-                        "grids/cifar10_control_paper.yaml` (at the paper's protocol)")
-    assert lines[1].endswith("or `papermill book/unstructured.ipynb out.ipynb -p method dense` (at the paper's protocol)")
+    missing = comparison.missing_commands(table)
+    assert len(missing) == 4  # two alternatives for each row
+    wrn = missing[missing["rows"] == "WideResNet-28-10 penalized model λ_pen 1"]
+    assert list(wrn["protocol"]) == ["CPU", "paper"]
+    assert wrn["command"].iloc[1] == "<code>python -m paperlib.harness.sweeps grids/cifar10_control_paper.yaml</code>"
+    dense = missing[missing["rows"] == "MLP dense"]
+    assert dense["protocol"].iloc[1] == "paper" and dense["command"].iloc[1].startswith("<code>papermill")

@@ -1,4 +1,4 @@
-"""paperlib.constrained.ConstrainedStep: one object owns the step (eq. 4-6), on any model with gated layers."""
+"""paperlib.method.constrained.ConstrainedStep: one object owns the step (eq. 4-6), on any model with gated layers."""
 
 import copy
 import csv
@@ -13,14 +13,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import paperlib
-from paperlib import methods, training
-from paperlib.data import load_dataset
-from paperlib.constrained import ConstrainedStep, weight_parameters
-from paperlib.gate_pass import ModelGates
-from paperlib.layers import ConvBN, L0Conv2d, L0Layer, L0Linear
-from paperlib.models import layer_densities, memory_format, model_density
-from paperlib.objective import ConstrainedObjective, PenalizedObjective, augmented_lagrangian_term, parameter_groups
-from paperlib.presets import resolve_config
+from paperlib.harness import methods, training
+from paperlib.harness.data import load_dataset
+from paperlib.method.constrained import ConstrainedStep, weight_parameters
+from paperlib.method.gate_pass import ModelGates
+from paperlib.method.layers import ConvBN, L0Conv2d, L0Layer, L0Linear
+from paperlib.paper.models import layer_densities, memory_format, model_density
+from paperlib.method.objective import ConstrainedObjective, PenalizedObjective, augmented_lagrangian_term, parameter_groups
+from paperlib.harness.presets import resolve_config
 
 
 class Toy(nn.Module):
@@ -132,7 +132,7 @@ RECORD = Path(__file__).resolve().parents[1] / "runs" / "mlp_control" / "mlp-con
 def test_the_runners_step_gives_a_committed_records_first_logged_steps_again(tmp_path, monkeypatch):
     """The first three rows of the record's steps log (steps 0, 23 and 46 on real MNIST), recomputed with
     today's step, agree to the six significant digits the log keeps. Float sums differ across CPUs'
-    instruction sets (:func:`paperlib.training.device_name`), so the test runs on a CPU like the record's."""
+    instruction sets (:func:`paperlib.harness.training.device_name`), so the test runs on a CPU like the record's."""
     metrics = json.loads((RECORD / "metrics.json").read_text())
     if metrics["device_name"] != training.device_name(torch.device("cpu")):
         pytest.skip(f"record made on {metrics['device_name']}")

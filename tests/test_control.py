@@ -1,4 +1,4 @@
-"""paperlib.control: the control table's rows, layer densities, paper points and verdict, on records made here."""
+"""analysis.control: the control table's rows, layer densities, paper points and verdict, on records made here."""
 
 import math
 
@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from fake_records import LAYERS, record
-from paperlib import control, misses
+from analysis import control, misses
 
 
 def test_largest_gap_is_the_worst_layer_of_a_layer_wise_run_and_the_model_of_a_model_wise_one():
@@ -58,7 +58,7 @@ def test_paper_points_of_the_cifar10_control_table_match_its_printed_cells():
     assert label.startswith("penalized") and error == points.loc[points["L0-density (%)"].idxmax(), "val. error final (%)"]
 
 
-def test_the_findings_count_each_outcome_scatter_cost_and_what_is_missing():
+def test_the_answers_numbers_count_each_outcome_and_find_the_furthest_misses_and_the_costs():
     dense = record("dense", error=8.0)
     runs = [record("constrained", "layer", 0.2, densities=(0.205, 0.195), error=9.5),
             record("constrained", "model", 0.5, densities=(0.53, 0.53), error=8.5),
@@ -67,7 +67,13 @@ def test_the_findings_count_each_outcome_scatter_cost_and_what_is_missing():
             record("penalized", "model", lmbda=1.0, densities=(0.05, 0.05), error=12.0), dense]
     rows = control.run_rows(runs, dense, free=[])
     assert rows["outcome"].tolist()[:3] == ["on target", "violated", "under"]  # no free record: 80% binds
-    assert control.findings(rows, {"constrained": 10, "penalized": 2, "dense": 1})
+    numbers = control.outcome_numbers(rows)
+    assert (numbers["on target"], numbers["violated"], numbers["under"], numbers["judged"]) == (1, 1, 1, 3)
+    assert numbers["under gap"] == pytest.approx(-10.0) and numbers["under run"] == "model-wise 80%"
+    assert numbers["over gap"] == pytest.approx(3.0) and numbers["over run"] == "model-wise 50%"
+    assert (numbers["penalized lowest"], numbers["penalized highest"]) == pytest.approx((5.0, 35.0))
+    assert (numbers["constrained cost lowest"], numbers["constrained cost highest"]) == pytest.approx((0.5, 1.5))
+    assert (numbers["penalized cost lowest"], numbers["penalized cost highest"]) == pytest.approx((1.0, 4.0))
     free = record("constrained", "model", 1.0, densities=(0.75, 0.75))
     for run in [*runs, free]:
         run["params"] = {"model": "wrn-16-1", "method": run["metrics"]["method"], "preset": "cpu",
@@ -75,22 +81,31 @@ def test_the_findings_count_each_outcome_scatter_cost_and_what_is_missing():
         run["metrics"]["preset"] = "cpu"
     rows = control.run_rows(runs, dense, free=[free])
     assert rows["outcome"].tolist()[:3] == ["on target", "violated", "does not bind"]  # 80% is above 75%
-    assert control.findings(control.run_rows([], None), {}) == "No run of this table has a complete record yet."
+    numbers = control.outcome_numbers(rows)
+    assert (numbers["does not bind"], numbers["judged"], numbers["under"]) == (1, 2, 0) and "under gap" not in numbers
+    assert control.outcome_numbers(control.run_rows([], None))["judged"] == 0
 
 
-def test_the_figure_has_the_papers_points_hollow_beside_ours():
+def test_the_figure_draws_ours_and_the_papers_in_distinct_colours_and_markers_and_costs_against_each_reference():
     dense = record("dense", error=8.0)
     ours = control.run_rows([record("constrained", "model", 0.5, densities=(0.5, 0.5), error=9.0), dense], dense)
     paper = control.paper_points("tab:cifar10_control")
-    fig = control.plot_comparison(ours, paper)
-    faces = [collection.get_facecolors() for collection in fig.axes[0].collections]
-    assert any(len(f) and f[0][3] > 0 for f in faces) and any(len(f) == 0 or f[0][3] == 0 for f in faces)
-    costs = {collection.get_label(): collection.get_offsets().tolist() for collection in fig.axes[3].collections}
-    assert costs["ours, constrained, model-wise"] == [[50.0, 1.0]]  # 9.0 - 8.0 at 50% density
+    fig = control.plot_comparison(ours, paper, ours_label="ours (small)", paper_label="paper (large)")
+    density = {c.get_label(): c for c in fig.axes[0].collections}
+    mine, theirs = density["ours (small), constrained, model-wise"], density["paper (large), constrained, model-wise"]
+    assert mine.get_offsets().tolist() == [[50.0, 50.0]]
+    assert tuple(mine.get_edgecolors()[0]) != tuple(theirs.get_edgecolors()[0])  # colours differ
+    assert (mine.get_paths()[0].vertices.tolist() != theirs.get_paths()[0].vertices.tolist())  # markers differ
+    layer = density["paper (large), constrained, layer-wise"]
+    assert len(layer.get_facecolors()) == 0 and theirs.get_facecolors()[0][3] > 0  # layer-wise hollow
+    costs = {c.get_label(): c.get_offsets().tolist() for c in fig.axes[2].collections}
+    assert costs["ours (small), constrained, model-wise"] == [[50.0, 1.0]]  # 9.0 - 8.0 at 50% density
     reference, _ = control.paper_reference_error(paper)
-    paper_constrained = costs["paper, constrained, model-wise"] + costs["paper, constrained, layer-wise"]
+    paper_constrained = costs["paper (large), constrained, model-wise"] + costs["paper (large), constrained, layer-wise"]
     assert len(paper_constrained) == 10 and min(y for _, y in paper_constrained) == pytest.approx(
         paper.loc[paper["method"] == "constrained", "val. error final (%)"].min() - reference)
+    assert fig.get_size_inches()[0] <= 7 and all(t.get_fontsize() >= 9 for t in fig.legends[0].get_texts())
+    assert [t.get_text() for t in fig.legends[0].get_texts()][0] == "ours (small), model-wise"
 
 
 def _trajectory(densities_by_epoch, dual_lr, target=0.2):
@@ -145,9 +160,6 @@ def test_the_pages_selections_of_the_control_records(monkeypatch):
     found = control.layer_runs_at([model20, other_seed, scaled, dense])
     assert found == [scaled, fast]  # seed 0's layer-wise 20%, by dual learning rate
     assert control.preset_run(found) is scaled and control.dense_run([scaled, dense]) is dense
-    assert control.epoch_sentence([scaled, dense]) == (
-        "2 runs: 1.0 minutes per epoch (median; 1.0 to 1.0), 20 minutes per run.")
-    assert control.epoch_sentence([]).startswith("No record yet of the control table: `python -m paperlib.sweeps")
     undetached = run(grouping="model", detach_gates=False)
     assert control.detach_pairs([undetached, run(grouping="model")], [model20, scaled]) == [undetached, model20]
     tested = run(schedule_gates=True)
@@ -203,7 +215,7 @@ def test_the_control_runs_come_in_the_papers_order_of_table_13_after_the_dense_r
                      "constrained-model-0.5-None-s0", "penalized-model-None-1.0-s0"]
 
 
-def test_the_transfer_sentence_sets_our_distance_from_the_papers_density_at_its_settings_constrained_against_penalized():
+def test_the_transfer_summary_sets_our_distance_from_the_papers_density_at_its_settings_constrained_against_penalized():
     paper = pd.DataFrame([
         {"method": "constrained", "grouping": "model", "target": 0.2, "lmbda": None, "L0-density (%)": 20.2},
         {"method": "constrained", "grouping": "layer", "target": 0.8, "lmbda": None, "L0-density (%)": 80.0},
@@ -220,19 +232,20 @@ def test_the_transfer_sentence_sets_our_distance_from_the_papers_density_at_its_
     rows = control.run_rows(constrained + penalized, None)
     table = control.transfer_rows(rows, paper)
     assert table["ours − paper (points)"].tolist() == pytest.approx([-0.2, -10.0, -28.9, -18.1, -9.1])
-    text = control.transfer_in_words(rows, paper)
-    assert text == ("**Transfer.** At the paper's own settings, our constrained runs end a median 5.1 points from the "
-                    "paper's density (-10.0 to -0.2 points over 2 cells) and our penalized runs a median 18.1 points "
-                    "(-28.9 to -9.1 points over 3 cells). A target means about the same density on the paper's "
-                    "WideResNet-28-10 and on ours; the same λ_pen does not, so a λ_pen tuned on one model has to be "
-                    "searched for again on another.")
-    one = control.run_rows(constrained + penalized[:1], None)  # one penalized cell says nothing yet
-    assert control.transfer_in_words(one, paper).endswith("our penalized runs a median 28.9 points (-28.9 points, one cell).")
+    summary = control.transfer_summary(rows, paper)
+    assert summary["cells"].tolist() == [2, 3]
+    assert summary["median |ours − paper| (pts)"].tolist() == pytest.approx([5.1, 18.1])
+    assert summary[["lowest (pts)", "highest (pts)"]].values.ravel().tolist() == pytest.approx([-10.0, -0.2, -28.9, -9.1])
+    assert summary["carries over"].tolist() == ["✓", "✗"]  # 18.1 > max(1, 3 x 5.1): a target carries, λ_pen not
+    one = control.run_rows(constrained + penalized[:1], None)  # one penalized cell decides nothing yet
+    assert control.transfer_summary(one, paper)["carries over"].tolist() == ["–", "–"]
     close = control.run_rows(constrained + [record("penalized", "model", lmbda=lmbda, densities=(d, d))
                                             for lmbda, d in ((0.01, 0.85), (0.1, 0.45), (1.0, 0.12))], None)
-    assert control.transfer_in_words(close, paper).endswith("over 3 cells).")  # not over 3 x 5.1: no claim
-    assert control.transfer_in_words(control.run_rows(constrained, None), paper) is None
-    assert "**Transfer.**" in control.findings(rows, {"constrained": 2, "penalized": 4}, paper)
+    assert control.transfer_summary(close, paper)["carries over"].tolist() == ["–", "–"]  # not over 3 x 5.1
+    assert control.transfer_summary(control.run_rows(constrained, None), paper).index.tolist() == ["constrained"]
+    table = control.penalty_table(rows, paper)
+    assert table.index.tolist() == ["0.01", "0.1", "1"] and table.loc["1", "layer-wise, ours"] == pytest.approx(10.0)
+    assert table.loc["0.1", "model-wise, paper"] == 48.1 and pd.isna(table.loc["1", "layer-wise, paper"])
 
 
 def with_steps(run, densities_by_step, epochs=4):
@@ -256,18 +269,17 @@ def test_a_run_settles_from_the_step_after_its_last_violation_of_more_than_a_poi
     always = with_steps(record("constrained", "model", 0.8), [(0.79,), (0.75,)], epochs=2)
     assert control.settling_epoch(always) == 0.0
     rows = control.stability_rows([model, layer, always, record("penalized", "model", lmbda=0.1)])
-    assert rows["setting"].tolist() == ["model-wise target 20%", "layer-wise target 20%", "model-wise target 80%"]
+    assert rows["setting"].tolist() == ["model-wise 20%", "layer-wise 20%", "model-wise 80%"]
     assert rows["first held (epoch)"].tolist() == pytest.approx([1.0, 1.0, 0.0])
     assert rows["share of training (%)"].iloc[0] == pytest.approx(50.0) and pd.isna(rows["settled from epoch"].iloc[1])
     assert rows["largest violation between (points)"].iloc[0] == pytest.approx(3.0)  # epoch 1.5, after first holding
     assert rows["largest violation, 2nd half (points)"].tolist() == pytest.approx([0.0, 2.0, -5.0])
-    text = control.stability_in_words(rows)
-    assert text.startswith("2 of the 3 constrained runs settle: from some epoch on, every constraint stays within 1 "
-                           "point above its target to the end, by epoch 2.0 at the latest (50% of training, "
-                           "model-wise target 20%; median epoch 1.0). Between first holding and settling, constraints "
-                           "are violated by up to 3.0 points")
-    assert text.endswith("Layer-wise target 20% ends violating a constraint by more than 1 point (largest violation in "
-                         "the second half +2.00 points).")
+    numbers = control.stability_numbers(rows)
+    assert (numbers["settled"], numbers["runs"], numbers["unsettled"]) == (2, 3, 1)
+    assert (numbers["latest"], numbers["latest share"], numbers["median"], numbers["between"]) == pytest.approx(
+        (2.0, 50.0, 1.0, 3.0))
+    assert numbers["latest run"] == "model-wise 20%" and numbers["unsettled runs"] == "layer-wise 20%"
+    assert numbers["unsettled violation"] == pytest.approx(2.0)
     fig = control.plot_stability([model, layer, always])
     left, right = fig.axes[:2]
     assert len(left.lines) == 4 and len(right.lines) == 2  # a density and a dashed target per run
@@ -275,17 +287,51 @@ def test_a_run_settles_from_the_step_after_its_last_violation_of_more_than_a_poi
     assert "block s2.0" in right.get_title()
 
 
-def test_devices_in_words_sets_the_seeds_of_a_setting_on_each_device_side_by_side():
+def test_device_seeds_set_the_seeds_of_a_setting_trained_on_both_devices_side_by_side():
     cpu = record("constrained", "model", 0.8, densities=(0.72, 0.72), error=18.0)
     gpu = [record("constrained", "model", 0.8, densities=(d, d), error=e, seed=s)
            for s, d, e in ((2, 0.71, 17.5), (1, 0.70, 18.5))]
     alone = record("constrained", "model", 0.5)  # trained on one device only: not compared
     for run, device in zip([cpu, *gpu, alone], ["cpu", "cuda", "cuda:0", "cpu"]):
         run["metrics"]["device"] = device
-    assert control.devices_in_words([cpu, *gpu, alone]) == (
-        "Seeds of one setting on the two devices, final density (final error): model-wise 80%: CPU seed 0 at "
-        "72.00% (18.00% error) and GPU seeds 1 and 2 at 70.00% (18.50% error), 71.00% (17.50% error).")
-    assert control.devices_in_words([cpu, alone]).startswith("No constrained setting")
+    table = control.device_seeds([cpu, *gpu, alone])
+    assert table.columns.tolist() == ["setting", "seed 0, CPU", "seed 1, GPU", "seed 2, GPU"]
+    assert table.values.tolist() == [["model-wise 80%", "72.00 / 18.00", "70.00 / 18.50", "71.00 / 17.50"]]
+    assert control.device_seeds([cpu, alone]).empty
     per_layer = [record("constrained", "layer", [0.5, 0.3]), record("constrained", "layer", [0.5, 0.3], seed=1)]
     per_layer[1]["metrics"]["device"] = "cuda"
-    assert "layer-wise [50, 30]%: CPU seed 0 at " in control.devices_in_words(per_layer)
+    assert control.device_seeds(per_layer)["setting"].tolist() == ["layer-wise [50, 30]%"]
+
+
+def test_epoch_times_group_runs_by_protocol_and_device():
+    runs = [record("constrained", "model", 0.5, seed=s) for s in range(3)]
+    for run, (device, wall, epochs) in zip(runs, [("cpu", 4800.0, 20), ("cuda", 300.0, 20), ("cuda", 600.0, 20)]):
+        run["metrics"].update(device=device, wall_time_s=wall, epochs_completed=epochs, preset="cpu")
+    table = control.epoch_times(runs).set_index("ran on")
+    assert table.loc["CPU", "runs"] == 1 and table.loc["CPU", "min/epoch"] == pytest.approx(4.0)
+    assert table.loc["GPU", "runs"] == 2 and table.loc["GPU", "min/epoch"] == pytest.approx(0.375)
+    assert table.loc["GPU", "range"] == "0.2–0.5" and table.loc["GPU", "min/run"] == pytest.approx(7.5)
+    assert control.epoch_times([]).empty
+
+
+def test_a_run_is_named_by_its_condition_in_the_pages_rows():
+    rows = control.run_rows([record("constrained", "layer", 0.35, seed=1), record("penalized", lmbda=0.1),
+                             record("dense")], None, free=[])
+    assert rows["condition"].tolist() == ["layer-wise 35%, seed 1", "model-wise λ_pen 0.1", "dense"]
+    assert control.control_table(rows).columns.tolist() == list(control.TABLE_COLUMNS.values())
+
+
+def test_missing_runs_list_each_grid_with_runs_not_complete_and_its_sweep(monkeypatch):
+    statuses = {"a.yaml": ["complete", "not run", "partial"], "b.yaml": ["complete"]}
+    monkeypatch.setattr(control, "grid_table", lambda grid: pd.DataFrame({"status": statuses[grid]}))
+    table = control.missing_runs(["a.yaml", "b.yaml", "a.yaml"])
+    assert table.values.tolist() == [["a.yaml", "2 of 3", "python -m paperlib.harness.sweeps a.yaml"]]
+
+
+def test_the_glued_numbers_are_python_numbers_that_glue_can_format():
+    runs = [record("constrained", "model", 0.5, densities=(0.4, 0.4)), record("penalized", lmbda=0.1), record("dense")]
+    numbers = control.outcome_numbers(control.run_rows(runs, runs[2], free=[]))
+    assert all(type(value) in (int, float, str) for value in numbers.values())
+    model = with_steps(record("constrained", "model", 0.2), [(0.9,), (0.23,), (0.2,)], epochs=2)
+    numbers = control.stability_numbers(control.stability_rows([model]))
+    assert all(type(value) in (int, float, str) for value in numbers.values())

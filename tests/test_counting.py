@@ -1,7 +1,7 @@
 """Parameter and MAC counts of the dense models against App. J.1 (Table "Model Statistics").
 
 The "paper" convention is that of the ptflops ``pytorch`` backend used by the
-authors (see :mod:`paperlib.counting`). The "plain" convention (convolution and
+authors (see :mod:`paperlib.method.counting`). The "plain" convention (convolution and
 linear multiply-accumulates only) is cross-checked against PyTorch's own
 ``FlopCounterMode``, which counts 2 FLOPs per multiply-accumulate and nothing
 for bias additions, batch norm, activations, pooling or indexing.
@@ -14,12 +14,12 @@ import torch
 import torch.nn as nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from paperlib import gates
-from paperlib.counting import CONVENTIONS, count_macs, count_params
-from paperlib.layers import L0Layer
-from paperlib.models import build_model
-from paperlib.purge import purge
-from paperlib.sparsify import GatedConv2d, GatedLinear, sparsify
+from paperlib.method import gates
+from paperlib.method.counting import CONVENTIONS, count_macs, count_params
+from paperlib.method.layers import L0Layer
+from paperlib.paper.models import build_model
+from paperlib.paper.purge import purge
+from paperlib.method.sparsify import GatedConv2d, GatedLinear, sparsify
 
 # name, num_classes, input shape, exact parameters, exact MACs ("paper"), as printed in App. J.1
 TABLE = [

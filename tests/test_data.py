@@ -1,4 +1,4 @@
-"""Tests of paperlib.data on tiny datasets written in the real on-disk formats."""
+"""Tests of paperlib.harness.data on tiny datasets written in the real on-disk formats."""
 
 import itertools
 import json
@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from paperlib import data
-from paperlib.data import Augment, TensorLoader, hflip, load_dataset, normalize, random_crop
+from paperlib.harness import data
+from paperlib.harness.data import Augment, TensorLoader, hflip, load_dataset, normalize, random_crop
 
 from fake_data import (color_of, make_cifar10_batches, make_cifar10_jpeg, make_cifar100, make_mnist,  # noqa: E402
                        make_tinyimagenet, save_flat)

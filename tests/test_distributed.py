@@ -1,4 +1,4 @@
-"""Several processes (paperlib.distributed, paperlib.run): two CPU processes over gloo.
+"""Several processes (paperlib.harness.distributed, paperlib.harness.run): two CPU processes over gloo.
 
 (a) two processes with half of every batch each train the same model as one
 process with the whole batch (shared gate noise; the MLP has no batch norm);
@@ -16,12 +16,13 @@ import pytest
 import torch
 from fake_data import make_cifar10_batches, make_mnist
 
-from paperlib import counting, distributed, methods, records, training
-from paperlib.data import DeviceLoader, TensorLoader
-from paperlib.models import build_model
-from paperlib.presets import resolve_config
-from paperlib import run
-from paperlib.run import parse
+from paperlib.harness import distributed, methods, records, training
+from paperlib.method import counting
+from paperlib.harness.data import DeviceLoader, TensorLoader
+from paperlib.paper.models import build_model
+from paperlib.harness.presets import resolve_config
+from paperlib.harness import run
+from paperlib.harness.run import parse
 
 RUN = dict(experiment="ddp", dataset="mnist", model="mlp", preset="cpu", grouping="layer", target=[0.3, 0.3, 0.3],
            epochs=2, batch_size=16, dual_lr=0.05, gates_lr=0.05, seed=0, device="cpu")  # gloo, on any machine
@@ -119,7 +120,7 @@ def test_two_processes_with_half_batches_match_one_process(space, two_processes)
     _close(one["metrics"], two["metrics"], "metrics")
     _close(one["history"], two["history"], "history")
     _close(one["gate_medians"], two["gate_medians"], "gate_medians")
-    # steps.json: densities and multipliers are global; "loss" is rank 0's shard's (paperlib.distributed)
+    # steps.json: densities and multipliers are global; "loss" is rank 0's shard's (paperlib.harness.distributed)
     _close([{k: v for k, v in row.items() if k != "loss"} for row in one["steps"]],
            [{k: v for k, v in row.items() if k != "loss"} for row in two["steps"]], "steps")
     # Parameters: Adam divides by sqrt(v) + 1e-8, so a weight or gate whose gradients are ~1e-9 (pixels that are

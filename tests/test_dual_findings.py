@@ -1,4 +1,4 @@
-"""paperlib.dual_findings: nuPI's gain, each cell's records, the summary, the findings and the figure, on records
+"""analysis.dual_findings: nuPI's gain, each cell's records, the summary, the findings and the figure, on records
 made here."""
 
 import statistics
@@ -6,7 +6,7 @@ import statistics
 import pandas as pd
 import pytest
 
-from paperlib import dual_findings as findings
+from analysis import dual_findings as findings
 
 LAYERS = ["fc1", "fc2", "fc3"]
 
@@ -102,51 +102,60 @@ def _table(gaps_and_deltas: dict[str, list[tuple[float, float]]]) -> pd.DataFram
     return pd.DataFrame(rows)
 
 
-def test_the_findings_name_an_optimiser_only_when_every_cell_is_on_target_at_no_cost():
+def test_verdicts_name_an_optimiser_only_when_every_cell_is_on_target_at_no_cost():
     paper = [(1.5, 0.0), (1.2, 0.0)]
     table = _table({"paper": paper, "gradient_ascent": [(-9.0, 0.4), (-8.0, 0.5)], "nupi": [(0.2, 0.1), (-0.5, 0.15)],
                     "augmented_lagrangian": [(0.1, 0.5), (0.3, 0.0)]})
-    text = findings.findings(table, spread=0.1, n_cells=2)
-    assert "nuPI removes the overshoot at no cost in error" in text  # 0.15 <= 2 x 0.1; AL costs 0.5
-    assert "None of them" in findings.findings(table, spread=0.05, n_cells=2)  # 0.15 > 2 x 0.05
-    assert "no optimiser is judged" in findings.findings(table, spread=0.1, n_cells=3)  # a cell missing everywhere
-    assert findings.findings(table.iloc[:0], spread=0.1) == "No record of this comparison yet."
+    judged = findings.verdicts(table, spread=0.1, n_cells=2).set_index("dual optimiser")
+    nupi, al, ga = (judged.loc[findings.OPTIMIZERS[name]] for name in ("nupi", "augmented_lagrangian", "gradient_ascent"))
+    assert (nupi["on target"], nupi["cells"], nupi["Δ error low"], nupi["Δ error high"]) == (2, 2, 0.1, 0.15)
+    assert nupi["no cost"] and nupi["removes overshoot"]  # 0.15 <= 2 x 0.1
+    assert not al["no cost"] and not al["removes overshoot"]  # costs 0.5
+    assert ga["on target"] == 0 and ga["largest |gap| (points)"] == 9.0
+    assert judged.loc[findings.OPTIMIZERS["paper"], "removes overshoot"] is None  # the paper's is not a candidate
+    assert findings.winners(judged.reset_index()) == ["nuPI"]
+    tighter = findings.verdicts(table, spread=0.05, n_cells=2)  # 0.15 > 2 x 0.05
+    assert findings.winners(tighter) == []
+    pending = findings.verdicts(table, spread=0.1, n_cells=3)  # a cell missing everywhere: nothing judged
+    assert pending["removes overshoot"].isna().all() and findings.winners(pending) is None
+    assert findings.winners(findings.verdicts(table[table["dual optimiser"] != "nuPI"], 0.1, 2)) is None
 
 
-def test_the_trajectories_draw_every_constrained_layer_of_every_optimiser_as_distance_to_target():
+def test_the_gap_figure_draws_every_constrained_layer_of_every_optimiser_as_distance_to_target():
     cell = findings.Cell("tab:mlp_control", "layer", 0.2)
     found = {"paper": record("layer", 0.2, densities=(0.21, 0.2, 0.19), multipliers=(0.1, 0.3, 0.2)),
              "gradient_ascent": None, "nupi": record("layer", 0.2, densities=(0.2, 0.2, 0.2), optimizer="nupi", kp=10.0,
                                                      multipliers=(0.4, 0.4, 0.4)),
              "augmented_lagrangian": None}
-    fig = findings.plot_trajectories(cell, found)
-    density, multiplier = fig.axes
-    curves = [line for line in density.lines if len(line.get_xdata()) == 3]
-    assert len(curves) == 6 and len(multiplier.lines) == 6  # two optimisers, three layers
+    fig = findings.plot_gaps({cell: found, findings.CELLS[0]: {"paper": record()}}, columns=2)
+    first, second = fig.axes[:2]
+    curves = [line for line in first.lines if len(line.get_xdata()) == 3]
+    assert len(curves) == 6 and len([line for line in second.lines if len(line.get_xdata()) == 3]) == 1
     assert curves[0].get_ydata()[-1] == pytest.approx(1.0)  # fc1 of the paper's: 21% for a 20% target
+    assert curves[0].get_ydata()[0] == pytest.approx(21.0)  # 0.2 above at epoch 0 in the step log
+    assert first.get_yscale() == "symlog"
     assert [text.get_text() for text in fig.legends[0].get_texts()] == ["gradient ascent, dual restarts (paper)", "nuPI"]
+    assert min(text.get_fontsize() for text in fig.legends[0].get_texts()) >= 9
 
 
-def test_missing_lines_name_each_optimisers_missing_cells_and_wait_for_the_gain():
+def test_missing_runs_name_each_optimisers_missing_cells_and_the_gain_grid_while_no_gain_is_chosen():
     cells = {findings.CELLS[0]: {"paper": record(), "gradient_ascent": None, "nupi": None,
                                  "augmented_lagrangian": record(optimizer="augmented_lagrangian")}}
-    lines = findings.missing_lines(cells, kp=None)
-    assert len(lines) == 1 and "gradient ascent on Table 1" in lines[0]  # nuPI waits for its gain
-    lines = findings.missing_lines(cells, kp=10.0)
-    assert [line.split(" on ")[0] for line in lines] == ["No record yet of gradient ascent", "No record yet of nuPI"]
+    missing = findings.missing_runs(cells, kp=None)
+    assert missing["command"].tolist() == [f"python -m paperlib.harness.sweeps {findings.GRID}",
+                                           f"python -m paperlib.harness.sweeps {findings.GAIN_GRID}"]
+    assert missing["what"].str.startswith(("gradient ascent,", "nuPI,")).all()
+    assert findings.missing_runs(cells, kp=10.0)["command"].nunique() == 1
 
 
-def test_the_gain_section_measures_the_violations_step_against_its_size_and_names_the_gain():
-    runs = [record(densities=(0.32,) * 3, kp=kp, optimizer="nupi") for kp in (10.0, 1.0)]
+def test_the_gain_balance_measures_the_violations_step_against_its_size():
+    run = record(densities=(0.32,) * 3, kp=1.0, optimizer="nupi")
     # the step log's density falls by 0.1 an epoch of 100 / 10 = 10 steps: 0.01 a step; the gap is 1 point
-    assert findings.violation_change(runs[1]) == pytest.approx(0.01)
-    found = findings.Comparison(runs, 1.0, {}, findings.summary({}), 0.1)
-    table, ratio, chosen = found.gain_section()
-    at_edge = findings.Comparison(runs[:1], None, {}, findings.summary({}), 0.1).gain_section()[2]
-    assert at_edge.startswith("The best final distance so far is at the largest gain tried (kp = 10)")
-    assert "kp = 1 run the violation changes by 1.0e-02 a step" in ratio and "kp ≈ 1." in ratio
-    assert chosen == "Chosen gain: kp = 1." and table.data["kp"].tolist() == ["1", "10"]
-    assert "grids/nupi_gain_paper.yaml" in findings.Comparison([], None, {}, findings.summary({}), 0.1).gain_section()[2]
+    assert findings.violation_change(run) == pytest.approx(0.01)
+    change, violation, balance = findings.balance_gain(run)
+    assert (change, violation, balance) == (pytest.approx(0.01), pytest.approx(0.01), 1.0)
+    table = findings.gain_table([record(kp=kp, optimizer="nupi") for kp in (1e4, 1.0, 10.0)])
+    assert table["kp"].tolist() == ["1", "10", "10000"]  # sorted by gain, each as it is written
 
 
 def summary_rows(optimizer, gaps, hits=None):
@@ -179,69 +188,74 @@ def test_the_best_other_optimiser_hits_the_largest_share_of_its_cells_then_ends_
     assert findings.best_other(pd.DataFrame(columns=findings.SUMMARY_COLUMNS)) == (None, False)
 
 
-def test_the_lenet5_rows_name_the_chosen_optimiser_and_judge_each_row_against_the_papers_and_the_seed_spread(
-        monkeypatch):
+def lenet5(grouping, target, densities=(0.11,) * 3, error=1.0, optimizer=None, seed=0, kp=1e7):
+    """A LeNet5 record: :func:`record` with LeNet5's gated layers."""
+    run = record(grouping, target, densities, error, optimizer, kp=kp if optimizer else None, seed=seed)
+    run["params"]["model"] = "lenet5"
+    names = dict(zip(LAYERS, ["conv1", "conv2", "fc1"]))
+    run["metrics"]["l0_density_per_layer"] = {names[k]: v for k, v in run["metrics"]["l0_density_per_layer"].items()}
+    renamed = {f"density[{old}]": f"density[{new}]" for old, new in names.items()}
+    run["history"] = [{renamed.get(k, k): v for k, v in row.items()} for row in run["history"]]
+    return run
+
+
+def with_errors(run, errors):
+    """``run`` with one training epoch per test error (the last row keeps the final densities)."""
+    last = run["history"][-1]
+    run["history"] = [{"epoch": str(e), "phase": "train", "val_error": str(v), "params_pct": "30"}
+                      for e, v in enumerate(errors[:-1], 1)]
+    run["history"].append({**last, "epoch": str(len(errors)), "val_error": str(errors[-1]), "params_pct": "30"})
+    run["metrics"]["epochs_completed"] = len(errors)
+    return run
+
+
+def test_the_lenet5_verdicts_judge_each_row_against_the_papers_optimiser_and_the_seed_spread(monkeypatch):
     layer, model = findings.LENET5_CELLS
     assert layer.label == "Table 1, LeNet5 layer-wise [50, 30, 70, 10]%" and model.paper_grid == findings.TABLE1_GRID
     assert findings.grid_optimizer(findings.LENET5_GRID) == "nupi"
-
-    def lenet5(grouping, target, densities, error, optimizer=None, seed=0):
-        run = record(grouping, target, densities, error, optimizer, kp=1e7 if optimizer else None, seed=seed)
-        run["params"]["model"] = "lenet5"
-        names = dict(zip(LAYERS, ["conv1", "conv2", "fc1"]))  # LeNet5's gated layers
-        run["metrics"]["l0_density_per_layer"] = {names[k]: v for k, v in run["metrics"]["l0_density_per_layer"].items()}
-        renamed = {f"density[{old}]": f"density[{new}]" for old, new in names.items()}
-        run["history"] = [{renamed.get(k, k): v for k, v in row.items()} for row in run["history"]]
-        return run
-
     paper = [lenet5("model", 0.1, (0.11,) * 3, 0.80 + 0.1 * seed, seed=seed) for seed in range(3)]
-    ours = lenet5("model", 0.1, (0.10,) * 3, 1.10, "nupi")
     monkeypatch.setattr(findings, "records_of", lambda grids: paper)  # seed spread: errors 0.8, 0.9, 1.0 -> 0.1
-    table = pd.DataFrame(summary_rows("nupi", [-0.01, -1.25]))
-    lenet5_cells = {layer: {"paper": None, "gradient_ascent": None, "nupi": None, "augmented_lagrangian": None},
-                    model: {"paper": paper[0], "gradient_ascent": None, "nupi": ours, "augmented_lagrangian": None}}
-    found = findings.Comparison([], 1e7, {}, table, 0.1, lenet5_cells)
-    chosen, shown, layers, judged, collapsed, collapse_words, missing = found.lenet5_section()
-    assert layers is None  # the layer-wise row has no record here
-    assert collapsed.data.columns.tolist() == ["cell", "gradient ascent, dual restarts (paper)", "nuPI"]
-    assert collapse_words == "With gradient ascent, dual restarts (paper) and nuPI, the test-time model never collapses."
-    assert chosen.startswith("The best other optimiser on the MLP cells (2 of the 18 records so far;")
-    assert chosen.endswith("is nuPI.")
-    assert judged == ("With nuPI, Table 1, LeNet5 model-wise 10%: on target (largest gap +0.00), "
-                      "final error +0.30 points against the paper's optimiser, more than 2 seed spreads (0.20 "
-                      "points, Table 1's LeNet5 rows).")
-    assert "nuPI on Table 1, LeNet5 layer-wise [50, 30, 70, 10]%" in missing
-    assert shown.data["cell"].tolist() == ["Table 1, LeNet5 model-wise 10%"]
-    other = findings.Comparison([], 1e7, {}, pd.DataFrame(summary_rows("augmented_lagrangian", [0.2] * 6)), 0.1,
-                                lenet5_cells)
-    assert "set `dual_optimizer: augmented_lagrangian` in grids/dual_optimizers_lenet5_paper.yaml" in \
-        other.lenet5_section()[0]
+    ours = with_errors(lenet5("model", 0.1, (0.10,) * 3, 1.10, "nupi"), [7.0, 90.0, 85.0, 1.1])
+    layer_ours = with_errors(lenet5("layer", [0.5, 0.3, 0.7, 0.1], (0.485, 0.25, 0.70), 30.0, "nupi"),
+                             [7.0, 90.0, 88.0, 30.0])
+    cells = {layer: dict.fromkeys(findings.OPTIMIZERS) | {"paper": lenet5("layer", [0.5, 0.3, 0.7, 0.1],
+                                                                          (0.5, 0.3, 0.7), 0.9), "nupi": layer_ours},
+             model: dict.fromkeys(findings.OPTIMIZERS) | {"paper": paper[0], "nupi": ours}}
+    found = findings.Comparison([], 1e7, {}, pd.DataFrame(columns=findings.SUMMARY_COLUMNS), 0.1, cells)
+    table = found.lenet5_verdicts().set_index("cell")
+    assert table.attrs["cost"] == pytest.approx(0.2)  # two spreads of Table 1's LeNet5 seeds
+    row = table.loc[model.label]
+    assert row["on target"] and row["error paper's (%)"] == pytest.approx(0.8)
+    assert row["Δ error (points)"] == pytest.approx(0.3) and row["beyond the cost"]  # 0.3 > 0.2
+    assert row["epochs collapsed"] == 2 and not row["ends collapsed"]
+    row = table.loc[layer.label]
+    assert not row["on target"] and row["gap (points)"] == pytest.approx(-5.0)  # conv2 at 25% for 30%
+    assert row["Δ error (points)"] == pytest.approx(29.1) and row["epochs collapsed"] == 2
 
 
-@pytest.mark.parametrize("smaller_errors, conclusion", [
-    ([7.0] * 4, "The smaller gain never collapses where the chosen one does: the gain is the cause."),
-    ([90.0, 90.0, 7.0, 7.0], "The smaller gain shortens the collapse without removing it everywhere: the gain is "
-                             "part of the cause."),
-    ([90.0] * 4, "The smaller gain collapses as long or longer: the gain is not the cause.")])
-def test_the_gain_cause_test_compares_the_collapse_over_the_shorter_runs_epochs(smaller_errors, conclusion):
+def test_the_gain_cause_test_compares_the_collapse_over_the_shorter_runs_epochs():
     layer, model = findings.LENET5_CELLS
 
-    def lenet5(grouping, target, kp, errors):
-        run = record(grouping, target, optimizer="nupi", kp=kp)
-        run["params"]["model"] = "lenet5"
-        run["history"] = [{"epoch": str(e), "phase": "train", "val_error": str(v)} for e, v in enumerate(errors, 1)]
-        run["metrics"]["epochs_completed"] = len(errors)
-        return run
+    def run(grouping, target, kp, errors):
+        made = record(grouping, target, optimizer="nupi", kp=kp)
+        made["params"]["model"] = "lenet5"
+        made["history"] = [{"epoch": str(e), "phase": "train", "val_error": str(v)} for e, v in enumerate(errors, 1)]
+        made["metrics"]["epochs_completed"] = len(errors)
+        return made
 
     # at the chosen gain: collapsed in epochs 2-4 of the first 4, and in 5-6, which the cause test did not train
-    chosen = {layer: lenet5("layer", layer.target, 1e7, [7.0, 90.0, 90.0, 88.0, 90.0, 90.0, 2.0]),
-              model: None}
-    smaller = [lenet5("layer", layer.target, 1e5, smaller_errors), lenet5("model", 0.1, 1e5, [7.0] * 4)]
-    lines = findings.gain_cause_lines(chosen, smaller)
-    assert lines == ["Table 1, LeNet5 layer-wise [50, 30, 70, 10]%: collapsed at the end of 3 of the first 4 epochs "
-                     f"at kp = 1e7 (highest test error 90.00%), {sum(e >= 80 for e in smaller_errors)} at kp = 100000 "
-                     f"(highest {max(smaller_errors):.2f}%).", conclusion]
-    assert findings.gain_cause_lines({layer: None, model: None}, smaller)[0].startswith("No record yet of")
+    chosen = {layer: run("layer", layer.target, 1e7, [7.0, 90.0, 90.0, 88.0, 90.0, 90.0, 2.0]), model: None}
+    outcomes = {}
+    for smaller_errors in ([7.0] * 4, [90.0, 90.0, 7.0, 7.0], [90.0] * 4):
+        test = findings.gain_cause(chosen, [run("layer", layer.target, 1e5, smaller_errors),
+                                            run("model", 0.1, 1e5, [7.0] * 4)])
+        assert test[["epochs", "collapsed", "highest error (%)"]].iloc[0].tolist() == [4, 3, 90.0]
+        assert test["collapsed, smaller kp"].iloc[0] == sum(e >= 80 for e in smaller_errors)
+        assert test["highest error, smaller kp (%)"].iloc[0] == max(smaller_errors)
+        outcomes[len(outcomes)] = findings.gain_is_cause(test)
+    assert list(outcomes.values()) == ["the cause", "part of the cause", "not the cause"]
+    assert findings.gain_cause({layer: None, model: None}, []).empty
+    assert findings.gain_is_cause(findings.gain_cause({layer: None, model: None}, [])) is None
 
 
 def test_thin_layers_are_those_whose_test_time_model_keeps_under_half_what_their_expected_density_promises():
@@ -252,49 +266,13 @@ def test_thin_layers_are_those_whose_test_time_model_keeps_under_half_what_their
     conv2 = [0.0] * 36 + [1.0] * 14  # 28% kept at 30% expected: not thin
     run["gate_medians"] = {"0": {"conv2": [0.5] * 50, "fc2": [0.5] * 500}, "2": {"conv2": conv2, "fc2": fc2},
                            "3": {"conv2": conv2, "fc2": [0.0] * 450 + [1.0] * 50}}
-    words = findings.thin_layers_in_words(run, "LeNet5 layer-wise")
-    assert words.startswith("LeNet5 layer-wise, at epoch 2 (test error 90.20%): fc2 keeps 2 of its 500 groups at an "
-                            "expected density of 10.1%. Its gates there share the density thinly")
+    thin = findings.thin_layers(run)
+    assert thin.values.tolist() == [[2, 90.2, "fc2", 2, 500, pytest.approx(10.1)]]
     run["history"][1]["val_error"] = "79.0"  # never at chance at a saved epoch
-    assert findings.thin_layers_in_words(run, "LeNet5 layer-wise") is None
+    assert findings.thin_layers(run).empty
 
 
-def test_the_intros_answer_adds_the_lenet5_rows_once_every_record_is_in(monkeypatch):
-    layer, model = findings.LENET5_CELLS
-
-    def lenet5(grouping, target, densities, error, optimizer=None, seed=0):
-        run = record(grouping, target, densities, error, optimizer, kp=1e7 if optimizer else None, seed=seed)
-        run["params"]["model"] = "lenet5"
-        names = dict(zip(LAYERS, ["conv1", "conv2", "fc1"]))  # LeNet5's gated layers
-        run["metrics"]["l0_density_per_layer"] = {names[k]: v for k, v in run["metrics"]["l0_density_per_layer"].items()}
-        renamed = {f"density[{old}]": f"density[{new}]" for old, new in names.items()}
-        run["history"] = [{renamed.get(k, k): v for k, v in row.items()} for row in run["history"]]
-        return run
-
-    paper = [lenet5("model", 0.1, (0.11,) * 3, 0.80 + 0.1 * seed, seed=seed) for seed in range(3)]
-    monkeypatch.setattr(findings, "records_of", lambda grids: paper)  # seed spread 0.1: two spreads 0.2 points
-    mlp = pd.DataFrame([row | {"Δ error (points)": 0.0 if name == "paper" else 0.5}
-                        for name in findings.OPTIMIZERS for row in summary_rows(name, [1.5 if name == "paper" else -2.0] * 6)])
-    layer_runs = {"paper": lenet5("layer", [0.5, 0.3, 0.7, 0.1], (0.52, 0.31, 0.71), 1.0),
-                  "nupi": lenet5("layer", [0.5, 0.3, 0.7, 0.1], (0.485, 0.25, 0.70), 1.05, "nupi")}
-    model_runs = {"paper": paper[0], "nupi": lenet5("model", 0.1, (0.10,) * 3, 1.10, "nupi")}
-    cells = {layer: dict.fromkeys(findings.OPTIMIZERS) | layer_runs, model: dict.fromkeys(findings.OPTIMIZERS)}
-    found = findings.Comparison([], 1e7, {}, mlp, 0.1, cells)
-    assert found.answer() == "None of them removes the overshoot at no cost in error."  # a LeNet5 row is missing
-    cells[model] |= model_runs
-    # layer-wise: largest gap -5.00 (a miss), error +0.05; model-wise: on target, error +0.30 (> 0.2)
-    assert found.answer() == ("None of them removes the overshoot at no cost in error on the 6 MLP cells, and nuPI "
-                              "on Table 1's 2 LeNet5 rows ends on target in 1 of the 2 rows, at "
-                              "+0.05 to +0.30 points of error against the paper's optimiser (1 beyond 2 seed "
-                              "spreads).")
-    judged = found.lenet5_section()[3]
-    assert judged.startswith("With nuPI, Table 1, LeNet5 layer-wise [50, 30, 70, 10]%: off target "
-                             "(largest gap -5.00), final error +0.05 points")
-    pending = findings.Comparison([], 1e7, {}, mlp.iloc[6:], 0.1, cells)  # the paper's optimiser's cells missing
-    assert pending.answer().startswith("Not all records are in yet")
-
-
-def test_collapsed_epochs_count_test_time_models_near_chance_and_say_who_collapses():
+def test_collapsed_epochs_count_test_time_models_near_chance_and_summarise_who_collapses():
     def kept(run, shares, errors):
         """The run's history: the untrained model (epoch 0, at chance but not a training epoch), then one training
         epoch per share of parameters kept and test error, then an evaluation row that is not a training epoch."""
@@ -311,16 +289,31 @@ def test_collapsed_epochs_count_test_time_models_near_chance_and_say_who_collaps
     cells = {findings.CELLS[0]: {"paper": paper, "gradient_ascent": None, "nupi": nupi, "augmented_lagrangian": None},
              findings.CELLS[1]: {"paper": None, "gradient_ascent": None, "nupi": None, "augmented_lagrangian": None}}
     assert findings.collapsed_epochs(nupi) == 2 and findings.collapsed_epochs(paper) == 0  # 79.9% is not 80%
+    assert not findings.ends_collapsed(nupi)
     table = findings.collapse_table(cells)
     assert table.iloc[0][["gradient ascent, dual restarts (paper)", "nuPI"]].tolist() == [0, 2]
     assert pd.isna(table.iloc[0]["gradient ascent"]) and table["cell"].tolist() == [c.label for c in findings.CELLS[:2]]
-    assert findings.collapse_in_words(cells) == (
-        "With nuPI, the test-time model collapses (misclassifies 80% of the test set or more, keeping as little as "
-        "0.40% of the parameters) in the one cell with a record, for 2 of its 5 epochs, before its gates reopen. "
-        "With gradient ascent, dual restarts (paper), the test-time model never collapses.")  # the others: no record
+    summary = findings.collapse_summary(cells).set_index("dual optimiser")
+    assert summary.index.tolist() == ["gradient ascent, dual restarts (paper)", "nuPI"]  # the others: no record
+    assert summary.loc["nuPI", ["cells", "collapsed", "fewest epochs", "most epochs", "of epochs",
+                                "ends collapsed"]].tolist() == [1, 1, 2, 2, 5, 0]
+    assert summary.loc["nuPI", "lowest params (%)"] == 0.4
+    assert summary.loc["gradient ascent, dual restarts (paper)", "collapsed"] == 0
     still = kept(record(optimizer="nupi", kp=1e7), [100.0, 2.0, 2.5], [7.0, 90.3, 88.65])  # ends at chance
     cells[findings.CELLS[1]]["nupi"] = still
-    assert findings.collapse_in_words(cells).startswith(
-        "With nuPI, the test-time model collapses (misclassifies 80% of the test set or more, keeping as little as "
-        "0.40% of the parameters) in all 2 cells with a record, for 2 of its 5 epochs, and ends collapsed in 1 of "
-        "the 2 cells. ")
+    summary = findings.collapse_summary(cells).set_index("dual optimiser")
+    assert summary.loc["nuPI", ["cells", "collapsed", "fewest epochs", "most epochs", "ends collapsed"]].tolist() == [
+        2, 2, 2, 2, 1]
+
+
+def test_the_collapse_figure_draws_every_runs_test_error_by_optimiser():
+    nupi = with_errors(record(optimizer="nupi", kp=1e7), [7.0, 90.0, 2.0])
+    paper = with_errors(record(), [7.0, 3.0, 1.5])
+    fig = findings.plot_collapse({"MLP": {findings.CELLS[0]: {"paper": paper, "nupi": nupi}},
+                                  "LeNet5": {findings.LENET5_CELLS[1]: {"paper": None, "nupi": nupi}}})
+    mlp, lenet = fig.axes
+    curves = [line for line in mlp.lines if len(line.get_xdata()) == 3]
+    assert [list(line.get_ydata()) for line in curves] == [[7.0, 3.0, 1.5], [7.0, 90.0, 2.0]]
+    assert mlp.get_yscale() == "log" and len([line for line in lenet.lines if len(line.get_xdata()) == 3]) == 1
+    assert [text.get_text() for text in fig.legends[0].get_texts()] == [
+        "gradient ascent, dual restarts (paper)", "nuPI", "collapsed (80%)"]

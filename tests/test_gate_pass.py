@@ -1,4 +1,4 @@
-"""One pass over every gate of a model per step (paperlib.gate_pass): the same numbers as the layers' own."""
+"""One pass over every gate of a model per step (paperlib.method.gate_pass): the same numbers as the layers' own."""
 
 import math
 
@@ -7,11 +7,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from paperlib import gates
-from paperlib.gate_pass import ModelGates, gate_pass
-from paperlib.layers import ConvBN, L0Conv2d, L0Linear, closed_channel_stats_kept
-from paperlib.models import gated_layers, layer_densities, model_density
-from paperlib.objective import linear_term
+from paperlib.method import gates
+from paperlib.method.gate_pass import ModelGates, gate_pass
+from paperlib.method.layers import ConvBN, L0Conv2d, L0Linear, closed_channel_stats_kept
+from paperlib.paper.models import gated_layers, layer_densities, model_density
+from paperlib.method.objective import linear_term
 
 
 class Mixed(nn.Module):

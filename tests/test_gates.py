@@ -23,8 +23,8 @@ import math
 import pytest
 import torch
 
-from paperlib import gates
-from paperlib.gates import BETA, GAMMA, ZETA
+from paperlib.method import gates
+from paperlib.method.gates import BETA, GAMMA, ZETA
 
 LN11 = math.log(11.0)
 LOG_ALPHAS = torch.tensor([-3.0, -2.0, -1.0, 0.0, 0.5, 1.0, 2.0, 3.0])

@@ -6,7 +6,7 @@ import statistics
 import numpy as np
 import pytest
 
-from paperlib import intervals
+from analysis import intervals
 
 
 @pytest.mark.parametrize("values, quantile", [([1.0, 2.0, 4.0], 4.303), ([1.0, 2.0, 4.0, 0.5, 3.0], 2.776),

@@ -10,8 +10,8 @@ import math
 import pytest
 import torch
 
-from paperlib.lagrangian import LagrangeMultipliers, NuPIMultipliers
-from paperlib.objective import augmented_lagrangian_term, linear_term
+from paperlib.method.lagrangian import LagrangeMultipliers, NuPIMultipliers
+from paperlib.method.objective import augmented_lagrangian_term, linear_term
 
 
 # ---------------------------------------------------------------------------

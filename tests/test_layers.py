@@ -7,8 +7,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from paperlib import gates
-from paperlib.layers import ConvBN, L0Conv2d, L0Linear, LayerFactory
+from paperlib.method import gates
+from paperlib.method.layers import ConvBN, L0Conv2d, L0Linear, LayerFactory
 
 LN11 = math.log(11.0)
 THR = gates.BETA * LN11  # median is 0 below -THR and 1 above +THR
@@ -280,11 +280,11 @@ def test_convbn_matches_batchnorm_with_cumulative_momentum():
             try:
                 out = unit(x)
             except TypeError as err:
-                pytest.fail(f"BUG paperlib.layers.ConvBN: training forward fails for a BatchNorm2d with "
+                pytest.fail(f"BUG paperlib.method.layers.ConvBN: training forward fails for a BatchNorm2d with "
                             f"momentum=None ({err}); F.batch_norm is called with bn.momentum directly")
         torch.testing.assert_close(out[:, active], ref[:, active])
     assert int(unit.bn.num_batches_tracked) == 3, (
-        "BUG paperlib.layers.ConvBN: num_batches_tracked is not incremented in training mode")
+        "BUG paperlib.method.layers.ConvBN: num_batches_tracked is not incremented in training mode")
     torch.testing.assert_close(unit.bn.running_mean[active], ref_bn.running_mean[active])
     torch.testing.assert_close(unit.bn.running_var[active], ref_bn.running_var[active])
     assert torch.equal(unit.bn.running_mean[inactive], old_mean[inactive])

@@ -6,10 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from paperlib import methods
-from paperlib.layers import L0Layer
-from paperlib.models import layer_densities, model_density
-from paperlib.presets import resolve_config
+from paperlib.harness import methods
+from paperlib.method.layers import L0Layer
+from paperlib.paper.models import layer_densities, model_density
+from paperlib.harness.presets import resolve_config
 
 #: Plain SGD steps, so that a step can be recomputed by hand.
 SGD = dict(dataset="mnist", model="mlp", preset="cpu", optimizer="sgdm", gates_optimizer="sgdm", momentum=0.0,

@@ -1,11 +1,11 @@
-"""paperlib.misses: why CIFAR-10 runs miss their targets (whole-gate steps, the drift under a target with the
+"""analysis.misses: why CIFAR-10 runs miss their targets (whole-gate steps, the drift under a target with the
 constraint holding, and the tests of each cause), on records made here."""
 
 import pandas as pd
 import pytest
 
 from fake_records import LAYERS, record
-from paperlib import control, misses
+from analysis import control, misses
 
 
 def test_gate_rows_count_a_saturated_layer_in_whole_gates():
@@ -41,7 +41,7 @@ def test_gate_changes_list_each_whole_gate_a_layer_gained_or_lost_with_its_multi
         {"epoch": 3, "block": "s2.0", "open gates": "6 → 7", "λ before": 0.0, "λ after": 0.05}]
 
 
-def test_the_cause_summary_counts_late_whole_gate_changes_and_compares_gaps_and_errors():
+def test_the_cause_numbers_count_late_whole_gate_changes_and_compares_gaps_and_errors():
     def run(densities, multipliers, error):
         made = record("constrained", "layer", 0.2, densities=densities[-1], error=error)
         made["metrics"]["model"] = "wrn-16-1"
@@ -57,12 +57,12 @@ def test_the_cause_summary_counts_late_whole_gate_changes_and_compares_gaps_and_
     start = [(0.9, 0.9), (0.1875, 0.25), (0.1875, 0.25)]  # 3 of 16 and 8 of 32 gates
     reference = run(start + [(0.1875, 0.1875), (0.125, 0.1875)], [(0, 0)] * 3 + [(0, 0.2), (0, 0)], 24.0)
     test = run(start + [(0.1875, 0.25), (0.1875, 0.25)], [(0, 0.1)] * 5, 22.5)
-    assert misses.cause_summary(reference, test) == (
-        "The two runs are the same until epoch 2, when the first milestone decays the gates' learning rate in the "
-        "test. After epoch 2, no block changes its whole number of open gates; without the decay, blocks do so 2 "
-        "times, 1 of them closing a gate with the block's multiplier at zero before and after (s1.0). The largest "
-        "final gap is +5.00 points (s2.0) with the decay and -7.50 (s1.0) without; the final error 22.50% and "
-        "24.00% (one seed each).")
+    numbers = misses.cause_numbers(reference, test)
+    assert (numbers["same until"], numbers["milestone"]) == (2, 2)
+    assert (numbers["changes with"], numbers["changes without"], numbers["unpushed"]) == (0, 2, 1)
+    assert (numbers["gap with"], numbers["block with"]) == (pytest.approx(5.0), "s2.0")
+    assert (numbers["gap without"], numbers["block without"]) == (pytest.approx(-7.5), "s1.0")
+    assert (numbers["error with"], numbers["error without"]) == (22.5, 24.0)
 
 
 def drifting(target, final, multipliers_final=(0.0,), method="constrained"):
@@ -95,15 +95,16 @@ def test_the_drift_starts_at_the_last_step_a_multiplier_pushed():
     assert rows[["last epoch with λ > 0", "density then (%)", "a step later (%)", "final density (%)", "gap (points)"]
                 ].iloc[0].tolist() == pytest.approx([0.5, 80.5, 79.0, 72.0, -8.0])
     assert rows["gap (gates)"].isna().all()  # a model-wise density weighs gates by their parameters
-    text = misses.free_drift_in_words([run], None)
-    assert text.startswith("In the one constraint here the multiplier's last push took the density under the target")
-    assert "blocks" not in text and "cifar10_free_gates.yaml" in text  # the cause test has no record yet
     free = drifting(1.0, 0.74)
-    assert "from 92.0% to 74.0% on the loss alone" in misses.free_drift_in_words([run], free)
+    with_free = misses.drift_rows([run], free)
+    assert misses.drift_numbers(with_free) == {"crossed": 1, "constraints": 1, "within a gate": 0, "blocks": 0}
+    assert with_free["final density (%)"].tolist() == pytest.approx([72.0, 74.0])  # the free row: 92% -> 74%
+    assert with_free["density then (%)"].iloc[1] == pytest.approx(92.0)
     # the paper's own run with no binding constraint, read from Table 12 (source line 1370 of the LaTeX)
-    assert "ends at 91.63% with the gates' learning rate of 6 and at 92.34% with 0.1" in text
+    assert misses.paper_free_densities() == {6: 91.63, 0.1: 92.34}
     fig = misses.plot_free_drift([run], free)
     assert len(fig.axes[0].lines) == 3  # two density curves and the 80% target (none for the free run)
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["model-wise 80%", "model, no binding constraint"]
 
 
 def test_a_layers_drift_is_counted_in_its_gates():
@@ -119,39 +120,26 @@ def test_a_layers_drift_is_counted_in_its_gates():
     assert rows["constraint"].tolist() == ["s2.0"]  # s1.0 is at its target
     assert rows[["last epoch with λ > 0", "a step later (%)", "gap (points)", "gap (gates)"]].iloc[0].tolist() == \
         pytest.approx([1.0, 100 * (0.5 - 1 / 32), -100 / 32, -1.0])
-    assert "1 of the 1 blocks end within one gate of their target" in misses.free_drift_in_words([run], None)
+    assert misses.drift_numbers(rows) == {"crossed": 1, "constraints": 1, "within a gate": 1, "blocks": 1}
 
 
-def test_the_free_drift_section_shows_table_figure_and_words_and_names_the_missing_cause_test(monkeypatch):
-    monkeypatch.setattr(misses, "complete_records", lambda grid: [])
-    items = misses.free_drift_section([drifting(0.8, 0.72), drifting(0.5, 0.495)])
-    assert [type(item).__name__ for item in items] == ["Styler", "Figure", "str"]
-    assert items[0].data["setting"].tolist() == ["model-wise target 80%"] and "cifar10_free_gates.yaml" in items[2]
-    assert misses.free_drift_section([drifting(0.5, 0.495)]) == [
-        "No constrained run ends more than a point under a target with that constraint's multiplier at zero."]
-
-
-@pytest.mark.parametrize("slow_density, explained", [((0.96, 0.97), True), ((0.78, 0.78), False)])
-def test_the_free_runs_at_both_gates_lrs_say_whether_the_rate_takes_the_model_under_80(
-        monkeypatch, slow_density, explained):
+def test_the_free_runs_at_both_gates_lrs_give_where_the_loss_alone_takes_the_model(monkeypatch):
     fast = record("constrained", "model", 1.0, densities=(0.75, 0.75), error=17.6)
-    slow = record("constrained", "layer", 1.0, densities=slow_density, error=21.4)
+    slow = record("constrained", "layer", 1.0, densities=(0.96, 0.97), error=21.4)
     fast["params"], slow["params"] = {"method": "constrained", "gates_lr": 6.0}, {"method": "constrained",
                                                                                "gates_lr": 0.1}
     grids = {misses.FREE_GATES_GRID: [fast], control.ABLATION_GRID: [slow]}
     monkeypatch.setattr(misses, "complete_records", lambda grid: grids[grid])
     monkeypatch.setattr(misses, "step_log", lambda run: pd.DataFrame({"l0_density": [0.92]}))
-    text = misses.free_at_gates_lrs_in_words()
-    assert text.startswith("With no binding constraint, our WideResNet-16-1's density goes from 92.0% to 75.0% "
-                           "(75.0% of the parameters kept at test time, final error 17.60%) at the gates' "
-                           "learning rate of 6")
-    assert ("it is the gates' learning rate of 6 that takes the model under 80%" in text) == explained
-    assert ("does not explain the runs that end under their 80% targets" in text) == (not explained)
+    table = misses.free_runs()
+    assert table["gates' lr"].tolist() == [6.0, 0.1] and table["run"].tolist() == ["model-wise 100%", "layer-wise 100%"]
+    assert table[["start (%)", "final (%)", "error (%)"]].values.ravel().tolist() == pytest.approx(
+        [92.0, 75.0, 17.6, 92.0, 96.5, 21.4])
     grids[control.ABLATION_GRID] = []
-    assert "No record yet" in misses.free_at_gates_lrs_in_words()
+    assert misses.free_runs()["gates' lr"].tolist() == [6.0]
 
 
-def test_the_80_percent_tests_name_the_runs_that_hit_beside_one_that_ends_over(monkeypatch):
+def test_the_80_percent_tests_count_the_runs_on_target_and_one_that_ends_over():
     dense = record("dense", error=16.0)
     layer = record("constrained", "layer", 0.8, densities=(0.70, 0.80), error=17.0)
     tests = [record("constrained", "model", 0.8, densities=(0.815, 0.815), error=21.5),
@@ -162,17 +150,15 @@ def test_the_80_percent_tests_name_the_runs_that_hit_beside_one_that_ends_over(m
     for run, multipliers in zip(tests, ([0.27, 0.27], [0.01, 0.02])):
         run["params"] = {"method": "constrained", "gates_lr": 0.1}
         run["metrics"]["multipliers_final"] = multipliers
-    monkeypatch.setattr(misses, "complete_records", lambda grid: tests if grid == misses.UNDER_CAUSE_GRID else [])
-    _, words, missing = misses.under_cause_section([dense, layer])
-    assert ("1 of the 2 runs (layer-wise) ends within a point of every target. 1 of the 2 runs ends above the "
-            "target instead (+1.50 points, λ 0.27)") in words
-    assert missing is None
+    rows = misses.under_cause_rows([dense, layer], tests)
+    assert misses.under_cause_numbers(rows) == {"runs": 2, "still under": 0, "on target": 1, "over": 1}
+    assert rows["over target (points)"].iloc[1] == pytest.approx(1.5) and rows["final λ"].iloc[1] == 0.27
 
 
 @pytest.mark.parametrize("slow_densities, outcome", [((0.80, 0.805), "hit"), ((0.74, 0.80), "under"),
                                                      ((0.82, 0.83), "over")])
 def test_the_80_percent_constraints_at_gates_lr_01_say_whether_the_rate_is_the_cause_of_ending_under(
-        monkeypatch, slow_densities, outcome):
+        slow_densities, outcome):
     under = record("constrained", "layer", 0.8, densities=(0.70, 0.80), error=17.0)
     model = record("constrained", "model", 0.8, densities=(0.73, 0.73), error=17.5)
     other = record("constrained", "model", 0.5, densities=(0.5, 0.5))
@@ -183,24 +169,12 @@ def test_the_80_percent_constraints_at_gates_lr_01_say_whether_the_rate_is_the_c
         run["metrics"]["multipliers_final"] = [0.0, 0.0]
     slow["params"] = {"method": "constrained", "gates_lr": 0.1}
     slow["metrics"]["multipliers_final"] = [0.27, 0.31] if outcome == "over" else [0.0, 0.0]
-    monkeypatch.setattr(misses, "complete_records", lambda grid: [slow] if grid == misses.UNDER_CAUSE_GRID else [])
-    table, words, missing = misses.under_cause_section([dense, under, model, other])
-    rows = table.data
+    rows = misses.under_cause_rows([dense, under, model, other], [slow])
     assert rows["grouping"].tolist() == ["layer", "model", "layer"]  # the 50% run is not compared
     assert rows["gates' lr"].tolist() == [6.0, 6.0, 0.1]
     assert rows["under target (points)"].tolist()[:2] == pytest.approx([-10.0, -7.0])
     assert rows["largest gap (points)"].iloc[2] == pytest.approx({"hit": 0.5, "under": -6.0, "over": 3.0}[outcome])
     assert rows["cost (points)"].tolist() == pytest.approx([1.0, 1.5, 0.5])  # against the dense run
-    assert words.startswith("Layer-wise, the largest final gap is -10.00 points at the gates' learning rate of 6 "
-                            "(final error 17.00%) and ")
-    explained = "runs end under 80% because the gates' learning rate of 6 closes gates" in words
-    assert explained == (outcome != "under")
-    assert ("the one run still ends more than 1 point under a target" in words) == (outcome == "under")
-    assert words.endswith({"hit": "Every constraint ends within a point of its target, in one run.",
-                           "under": "the gates' learning rate is not the whole cause.",
-                           "over": "The one run ends above the target instead (+3.00 points, λ 0.31), its multiplier "
-                                   "still positive at the end: at 0.1 the constraint binds to the end, as in the "
-                                   "paper, and the slower gates leave the density just above it."}[outcome])
-    assert "No record yet of the model-wise 80% constraint at" in missing  # the model-wise test has no record yet
-    monkeypatch.setattr(misses, "complete_records", lambda grid: [])
-    assert "No record yet" in misses.under_cause_section([dense, under])[0]
+    numbers = misses.under_cause_numbers(rows)
+    assert numbers == {"runs": 1, "still under": int(outcome == "under"), "on target": int(outcome == "hit"),
+                       "over": int(outcome == "over")}

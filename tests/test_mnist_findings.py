@@ -1,4 +1,4 @@
-"""paperlib.mnist_findings: the MNIST pages' findings, on records made here and on the paper's printed numbers."""
+"""analysis.mnist_findings: the MNIST pages' findings, on records made here and on the paper's printed numbers."""
 
 import json
 import math
@@ -6,7 +6,9 @@ import math
 import pandas as pd
 import pytest
 
-from paperlib import comparison, gates, mnist_findings as findings, presets, report
+from paperlib.harness import presets
+from paperlib.method import gates
+from analysis import comparison, mnist_findings as findings, report
 
 MLP_LAYERS = ["fc1", "fc2", "fc3"]
 LENET_LAYERS = ["conv1", "conv2", "fc1", "fc2"]
@@ -69,7 +71,7 @@ def test_records_of_keep_grid_order_and_the_asked_parameters(grids):
 def test_a_missing_record_is_named_with_the_command_that_makes_it(grids):
     grids["done.yaml"], grids["half.yaml"] = [record()], [record()]
     grids.sizes["half.yaml"] = 2
-    assert findings.pending_command(["done.yaml", "half.yaml"]) == "python -m paperlib.sweeps half.yaml"
+    assert findings.pending_command(["done.yaml", "half.yaml"]) == "python -m paperlib.harness.sweeps half.yaml"
     assert findings.pending_command(["done.yaml"]) is None
 
 
@@ -79,7 +81,6 @@ def test_authors_runs_are_read_by_file_name_and_filtered(tmp_path):
     (tmp_path / "d.json").write_text(json.dumps({"model": "mlp", "name": "d.json", "method": "penalized"}))
     assert [run["name"] for run in findings.authors_runs(tmp_path, model="mlp")] == ["a.json", "b.json"]
     assert [run["name"] for run in findings.authors_runs(tmp_path, method="penalized")] == ["d.json"]
-    assert findings.authors_command("mlp", "layer", 0.2).endswith("--model mlp --grouping layer --target 0.2")
 
 
 def test_our_twins_are_seed_0_of_the_cell_with_each_initialisation(grids):
@@ -103,11 +104,11 @@ def test_authors_best_error_is_the_lowest_of_any_epoch_of_any_seed_beside_the_pa
     assert table["val. error best (%) paper"].tolist() == ["1.36", "1.58"]  # Table 1's printed "best"
 
 
-def test_within_one_point_counts_runs_per_preset():
+def test_on_target_counts_runs_per_preset():
     gaps = pd.DataFrame({"protocol": ["paper, 200 ep", "paper, 200 ep", "cpu, 100 ep"],
                          "within 1 point": [True, False, True]})
-    assert findings.within_one_point(gaps) == ["paper preset: 1 of 2 runs end within 1 point of every target",
-                                               "cpu preset: 1 of 1 runs end within 1 point of every target"]
+    assert findings.on_target_counts(gaps) == {"paper": (1, 2), "cpu": (1, 1)}
+    assert findings.on_target_counts(gaps.iloc[:2]) == {"paper": (1, 2)}  # no cpu record: no cpu count
 
 
 def test_the_papers_gap_is_its_final_density_minus_the_target():
@@ -119,7 +120,7 @@ def test_the_papers_gap_is_its_final_density_minus_the_target():
     assert math.isnan(findings.paper_gap("lenet5", "layer", "[50, 30, 70, 10]%"))  # no density anywhere
 
 
-def test_misses_are_grouped_by_cell_beside_the_papers_gap_and_said_in_words():
+def test_misses_are_grouped_by_cell_beside_the_papers_gap_and_summed_up():
     gaps = pd.DataFrame({"model": ["mlp", "mlp", "mlp", "mlp", "lenet5"],
                          "grouping": ["layer", "layer", "model", "model", "model"],
                          "target": ["20%", "20%", "20%", "50%", "20%"],
@@ -129,20 +130,57 @@ def test_misses_are_grouped_by_cell_beside_the_papers_gap_and_said_in_words():
     by_cell = findings.misses_by_cell(gaps)
     assert by_cell[["runs", "lowest", "highest"]].values.tolist() == [[2, 1.5, 2.5], [1, 1.2, 1.2]]
     assert by_cell["paper's gap (points)"].tolist() == pytest.approx([3.28, 2.77])
-    assert findings.misses_in_words(gaps, by_cell) == (
-        "These 3 runs fall in 2 cells, all of them MLP cells, and end above their target by 1.20 to 2.50 points. "
-        "In every one of these cells the paper's own runs end above the target too, by 2.77 to 3.28 points.")
+    summary = findings.miss_summary(gaps)  # the cpu run 4 points off is not a paper-protocol miss
+    assert (summary["runs"], summary["cells"], summary["models"]) == (3, 2, "MLP")
+    assert summary["all above"] and summary["paper all above"]
+    assert (summary["lowest"], summary["highest"]) == (1.2, 2.5)
+    assert (summary["paper lowest"], summary["paper highest"]) == pytest.approx((2.77, 3.28))
+    below = gaps.assign(**{"largest gap (points)": [1.5, -2.5, 1.2, 0.3, 4.0]})
+    assert not findings.miss_summary(below)["all above"] and findings.miss_summary(below)["highest"] == 2.5
+
+
+def test_the_target_gaps_figure_puts_each_run_beside_the_papers_cell():
+    gaps = pd.DataFrame({"model": ["mlp", "mlp", "lenet5"], "grouping": ["layer", "layer", "model"],
+                         "target": ["20%", "[30, 30, 30]%", "10%"], "protocol": ["paper, 200 ep"] * 2 + ["cpu, 40 ep"],
+                         "largest gap (points)": [1.5, 1.1, 4.0], "within 1 point": [False, False, False]})
+    fig = findings.plot_target_gaps(gaps)
+    mlp, lenet = fig.axes
+    ours, paper = [c.get_offsets().tolist() for c in mlp.collections if len(c.get_offsets())][:2]
+    assert ours == [[20, 1.5], [30, 1.1]]  # a layer-wise row at its layers' mean target
+    assert sum(paper, []) == pytest.approx([20, 23.28 - 20, 30, 30.87 - 30])  # Table 10; Table 1 from the authors'
+    assert not any(len(c.get_offsets()) for c in lenet.collections)  # cpu runs are not drawn
+
+
+def test_marks_write_booleans_as_ticks_and_leave_other_columns():
+    table = pd.DataFrame({"on target": [True, False], "gap": [0.5, 1.5], "seed 0 beyond chance": ["yes", None]})
+    table.attrs["command"] = "python -m paperlib.harness.sweeps g.yaml"
+    marked = findings.marks(table)
+    assert marked["on target"].tolist() == ["✓", "✗"] and marked["gap"].tolist() == [0.5, 1.5]
+    assert marked["seed 0 beyond chance"].tolist()[0] == "yes" and marked.attrs["command"].endswith("g.yaml")
+
+
+def test_not_run_counts_each_grids_missing_runs(monkeypatch, tmp_path):
+    done, missing = tmp_path / "done", tmp_path / "missing"
+    done.mkdir()
+    (done / "metrics.json").write_text(json.dumps({"status": "complete"}))
+    monkeypatch.setattr(report, "grid_runs", lambda grid: {"a.yaml": [(None, done), (None, missing)],
+                                                           "b.yaml": [(None, done)]}[grid])
+    table = findings.not_run(["a.yaml", "b.yaml", "a.yaml"])
+    assert table.values.tolist() == [["a.yaml", "1 of 2", "python -m paperlib.harness.sweeps a.yaml"]]
+
+
+def test_penalty_summary_counts_cells_within_and_the_largest_scatter():
+    from paperlib.harness import rules
+
+    judged = [rules.judge_penalty([25.0, 26.0], 27.0), rules.judge_penalty([80.0, 70.0], 90.0),
+              rules.judge_penalty([14.0], 10.0)]
+    summary = findings.penalty_summary(judged)
+    assert (summary["within"], summary["cells"]) == (1, 3)
+    assert (summary["off low"], summary["off high"], summary["scatter"]) == pytest.approx((-15.0, 4.0, 10.0))
+    assert findings.penalty_summary([])["off low"] is None
 
 
 # --- why the runs end above their target ----------------------------------------------------------
-
-
-def test_expected_and_kept_counts_each_layers_groups():
-    run = record(model="lenet5", target=0.1, density=0.11, per_layer=[1.0, 0.4, 0.07, 0.995],
-                 pruned=(20, 20, 57, 499), params_pct=10.2)
-    row = findings.expected_and_kept([run]).iloc[0]
-    assert row["conv2: expected / kept"] == "20.0 / 20" and row["fc1: expected / kept"] == "56.0 / 57"
-    assert row["fc2: expected / kept"] == "497.5 / 499" and row["model density (%)"] == pytest.approx(11.0)
 
 
 def test_the_lowest_worst_layer_is_the_densest_layer_at_its_best_epoch():
@@ -150,6 +188,8 @@ def test_the_lowest_worst_layer_is_the_densest_layer_at_its_best_epoch():
                  history=[(0, [0.5, 0.3, 0.3], 2), (0, [0.31, 0.32, 0.3], 2), (0, [0.305, 0.3, 0.33], 2)])
     lowest, epoch = findings.lowest_worst_layer(run)
     assert (lowest, epoch) == (pytest.approx(32.0), 2)
+    table = findings.lowest_worst_layers([run])
+    assert table.values.tolist() == [[0, pytest.approx(32.0), 2]]
 
 
 # --- the dual learning rate -----------------------------------------------------------------------
@@ -168,7 +208,7 @@ def test_gap_history_and_the_epoch_a_run_settles_within_a_point(grids):
     assert table["within 1 point from epoch"].tolist() == ["4", "1"]
     assert table["dual lr"].tolist() == ["0.0001", "0.001"]
     assert table["val. error best (%)"].tolist() == pytest.approx([1.8, 1.9])  # feasible epochs only
-    assert table.attrs["command"] == f"python -m paperlib.sweeps {findings.DUAL_LR_GRID}"
+    assert table.attrs["command"] == f"python -m paperlib.harness.sweeps {findings.DUAL_LR_GRID}"
     fig = findings.plot_gap_histories([slow, fast])
     assert fig.axes[0].lines[1].get_ydata().tolist() == pytest.approx([-0.5, 0.0])
 
@@ -196,13 +236,9 @@ def test_initialisation_table_puts_fan_in_and_fan_out_beside_the_paper(monkeypat
                           "run fan-out"]].tolist() == ["3 seeds", "22.77 ± 0.17", "20.1 ± 0.2", "20.5", "s0"]
 
 
-def test_fan_out_penalized_lines_put_each_run_beside_its_fan_in_cell_and_the_paper():
-    fan_out = [record(model="lenet5", method="penalized", target=None, lmbda=1.0, density=0.0989)]
-    fan_in = [record(model="lenet5", method="penalized", target=None, lmbda=1.0, density=0.0907),
-              record(model="lenet5", method="penalized", target=None, lmbda=0.01, density=0.8)]
-    assert findings.paper_penalized_density("model", 1.0) == 13.01  # Table 11's printed cell
-    assert findings.fan_out_penalized_lines(fan_out, fan_in) == [
-        "- model-wise, λ_pen = 1: L0-density 9.89% with fan-out, 9.07% with fan-in, the paper's 13.01%."]
+def test_the_papers_penalized_density_is_table_11s_printed_cell():
+    assert findings.paper_penalized_density("model", 1.0) == 13.01
+    assert findings.paper_penalized_density("layer", 0.01) == 90.63
 
 
 # --- the authors' own code ------------------------------------------------------------------------
@@ -260,7 +296,7 @@ def test_implied_architectures_list_every_target_and_table1s_row_beside_ours(mon
     assert pd.isna(table.iloc[1]["ours: architecture"])  # no record of Table 1's row
 
 
-def test_the_authors_lenet5_run_beside_the_implied_paper_row_and_the_conv2_sentences():
+def test_the_authors_lenet5_run_beside_the_implied_paper_row_and_the_conv2_maps():
     theirs = [authors_run("lenet5", kept=(20, 14, 156, 496))]
     fan_in = record(model="lenet5", pruned=(20, 29, 200, 500), history=[(0.2, [1, 0.5, 0.1, 1], 1.0)])
     twins = [{"ours, fan-in": fan_in, "ours, fan-out": None}]
@@ -271,10 +307,14 @@ def test_the_authors_lenet5_run_beside_the_implied_paper_row_and_the_conv2_sente
     fig = findings.plot_authors_lenet(theirs, twins)
     assert fig.axes[1].lines[1].get_ydata().tolist() == pytest.approx([50.0])  # our conv2's expected density
     fan_out = [record(model="lenet5", target=0.1, pruned=(20, 12, 60, 500))]
-    fan_in_10 = [record(model="lenet5", target=0.1, pruned=(20, 21, 57, 499)), fan_in]
-    assert findings.conv2_in_words(theirs, twins, fan_out, fan_in_10) == (
-        "At 20%, seed 0: the authors' code keeps 14 conv2 maps, ours 29; the paper's counts imply 42. "
-        "At 10%, our run with the authors' fan-out initialisation keeps 12 conv2 maps, our fan-in runs 21.")
+    fan_in_10 = [record(model="lenet5", target=0.1, pruned=(20, 21, 57, 499)),
+                 record(model="lenet5", target=0.1, pruned=(20, 19, 57, 499), seed=1), fan_in]
+    conv2 = findings.conv2_maps(theirs, fan_out, fan_in_10).set_index("target")
+    ten, twenty = conv2.loc["10%"], conv2.loc["20%"]
+    assert ten["paper"] == 21 and twenty["paper"] == 42  # printed in 20-21-34-407; implied by Table 11's counts
+    assert [ten["ours, fan-in"], ten["ours, fan-out"], twenty["authors' code"], twenty["ours, fan-in"]] == \
+        ["21, 19", "12", "14", "29"]
+    assert pd.isna(ten["authors' code"]) and pd.isna(twenty["ours, fan-out"])
 
 
 def test_the_clamps_floor_keeps_closed_gates_in_the_expected_density(monkeypatch):
@@ -308,13 +348,11 @@ def test_clamp_rows_compare_the_twins_distances_to_the_paper():
     assert closer["L0-density: |ours − paper|, unclamped → clamped"] == "0.20 → 0.10"
     assert closer["params: |ours − paper|, unclamped → clamped"] == "3.00 → 2.00"
     assert findings.clamp_rows("c", paper, None, [clamped])[1] is None  # no twin, no distance
-    text = findings.clamp_in_words(pd.DataFrame([closer, closer | {"cell": "d", "clamped closer in params": False}]))
-    assert text == ("Of the 2 cells that have both records, the clamped run is closer to the paper in parameters in 1 "
-                    "and in L0-density in 2. It is further from the paper in parameters in d.")
-    described = findings.fc1_behind_conv2_in_words([("unclamped", unclamped)])
-    assert described.startswith("LeNet5's layer-wise 50% cell, seed 0. Unclamped, 10-24-376-254: fc1 keeps 376 of "
-                                 "the 384 inputs behind conv2's 24 open maps; parameters 24.00%")
-    assert described.endswith("The paper's: parameters 21.38%, MACs 24.03%, at an L0-density of 50.02%.")
+    counts = findings.clamp_counts(pd.DataFrame([closer, closer | {"cell": "d", "clamped closer in params": False}]))
+    assert counts == {"cells": 2, "closer in params": 1, "closer in density": 2}
+    behind = findings.fc1_behind_conv2([("unclamped", unclamped)]).set_index("run")
+    assert behind.loc["unclamped", ["fc1 inputs behind open conv2 maps", "fc1 inputs kept"]].tolist() == [384, 376]
+    assert behind.loc["paper", ["params (%)", "MACs (%)", "L0-density (%)"]].tolist() == [21.38, 24.03, 50.02]
 
 
 def test_clamp_comparison_takes_each_cells_seed_0_and_names_the_missing_runs(grids, monkeypatch):
@@ -327,7 +365,7 @@ def test_clamp_comparison_takes_each_cells_seed_0_and_names_the_missing_runs(gri
     assert table["run"].tolist() == ["paper", "ours", "ours, clamped, dual lr 1e-4"]
     assert table["cell"].iloc[0] == "LeNet5 layer-wise 50% (Table 11)"
     assert closer["cell"].tolist() == table["cell"].iloc[:1].tolist()
-    assert table.attrs["command"] == f"python -m paperlib.sweeps {findings.CLAMP_GRID}"
+    assert table.attrs["command"] == f"python -m paperlib.harness.sweeps {findings.CLAMP_GRID}"
 
 
 # --- where ours and the paper's differ by more than 2 points --------------------------------------
@@ -352,8 +390,10 @@ def test_penalized_lenet5_runs_are_told_apart_by_seed_initialisation_and_clamp()
                    history=[(0.3797, [0] * 4, 1)])]
     assert [findings.variant(r["params"]) for r in runs] == ["", "seed 1", "fan-out"]
     assert findings.variant(runs[0]["params"] | {"clamp_log_alpha": True, "seed": 2}) == "seed 2, clamped"
-    assert findings.penalized_in_words({"model": runs}, 0.01).split("\n")[2] == (
-        "- model-wise, λ_pen = 0.01: the paper's 90.78%; ours 86.47% (seed 0), 77.20% (seed 1) and 37.97% (fan-out).")
+    table = findings.penalized_densities({"model": runs}, 0.01)
+    assert table["run"].tolist() == ["seed 0", "seed 1", "fan-out"]
+    assert table["L0-density (%)"].tolist() == pytest.approx([86.47, 77.2, 37.97])
+    assert set(table["paper (%)"]) == {90.78} and findings.penalized_densities({"model": runs}, 1.0).empty
     fig = findings.plot_penalized_lenet({"model": runs, "layer": runs[:1]})
     assert [line.get_linestyle() for line in fig.axes[0].lines[:3]] == ["-", "-", "--"]
     assert list(fig.axes[1].lines[-1].get_ydata()) == [90.63]  # the paper's final, layer-wise
@@ -363,36 +403,29 @@ def test_the_authors_penalized_lenet5_is_put_beside_the_papers_cell_and_ours():
     history = [{"epoch": e, "l0_density": d, **{f"density[{i}]": d for i in range(4)}, "val_error": err,
                 "kept_groups": [20, 50, 800, 500]} for e, d, err in ((1, 0.83, 59.5), (2, 0.9, 3.0), (3, 0.5, 1.1))]
     theirs = {"method": "penalized", "model": "lenet5", "grouping": "layer", "lmbda": 0.01, "history": history}
-    ours = [record(model="lenet5", method="penalized", grouping="layer", target=None, lmbda=0.01, density=0.4)]
-    assert findings.authors_penalized_in_words(theirs, ours).startswith(
-        "The authors' own LeNet5 with their penalty, layer-wise λ_pen = 0.01, 3 epochs: final L0-density 50.00% "
-        "(layers 50.0-50.0-50.0-50.0%), highest 90.00% at epoch 2, final error 1.10%; the paper's "
-        f"{findings.paper_penalized_density('layer', 0.01):.2f}%; ours 40.00% (seed 0).")
     paper = findings.paper_penalized_density("layer", 0.01)
-    ours_ = record(model="lenet5", method="penalized", grouping="layer", target=None, lmbda=0.01, density=paper / 100 - 0.2)
-    words = findings.authors_penalized_in_words(theirs, [ours_])  # theirs at 50%: further from the paper than ours
-    assert f"Their published code ends {paper - 50:.1f} points from the paper's cell, further than any run of ours " \
-           "with our initialisation (20.0 to 20.0): it does not give the paper's density either" in words
-    assert words.endswith("has no record yet (`grids/lenet5_linear_init.yaml`).")
-    fan_out = record(model="lenet5", method="penalized", grouping="layer", target=None, lmbda=0.01, density=0.45,
-                     linear_init="fan_out")
+    ours = [record(model="lenet5", method="penalized", grouping="layer", target=None, lmbda=0.01,
+                   density=paper / 100 - 0.2, error=0.7)]
+    table = findings.authors_penalized_table(theirs, ours)
+    assert table["run"].tolist() == ["authors' code", "ours, seed 0", "paper"]
+    assert table["L0-density (%)"].tolist() == pytest.approx([50.0, paper - 20, paper])
+    assert table["|Δ| to the paper (points)"].tolist()[:2] == pytest.approx([paper - 50, 20])
+    numbers = findings.authors_penalized_numbers(theirs, ours)  # theirs at 50%: further from the paper than ours
+    assert (numbers["density"], numbers["peak"], numbers["peak epoch"], numbers["epochs"]) == (50.0, 90.0, 2, 3)
+    assert numbers["position"] == "further" and numbers["gap"] == pytest.approx(paper - 50)
+    assert numbers["our gaps low"] == numbers["our gaps high"] == pytest.approx(20)
+    assert numbers["twin"] is None and numbers["share"] is None  # no fan-out record: no share
     near_paper = paper / 100 - 0.05
-    theirs["history"][-1].update({"l0_density": near_paper, **{f"density[{i}]": near_paper for i in range(4)}})
-    words = findings.authors_penalized_in_words(theirs, [ours_, fan_out])  # the twin is not one of "ours" here
-    assert "nearer than any run of ours with our initialisation (20.0 to 20.0)" in words
-    assert "so part of the gap is in our implementation" in words
-    fan_in = paper - 20
-    assert words.endswith(f"Our run of the cell with their fan-out initialisation, the twin of theirs, ends at 45.00%: "
-                          f"{paper - 5 - 45:.1f} points from theirs and {fan_in - 45:.1f} from ours with fan-in (seed 0, "
-                          f"{fan_in:.2f}%), so the initialisation alone closes {100 * (fan_in - 45) / -15:.0f}% of the "
-                          f"distance between our fan-in run and their code: the initialisation does not explain the "
-                          f"difference between their code and ours.")
+    theirs["history"][-1].update({"l0_density": near_paper})
+    assert findings.authors_penalized_numbers(theirs, ours)["position"] == "nearer"
+    ours.append(record(model="lenet5", method="penalized", grouping="layer", target=None, lmbda=0.01, seed=1,
+                       density=paper / 100 - 0.1))  # our gaps: 10 and 20 points
+    theirs["history"][-1].update({"l0_density": paper / 100 + 0.15})
+    assert findings.authors_penalized_numbers(theirs, ours)["position"] == "within"
 
 
-@pytest.mark.parametrize("twin, share, conclusion", [
-    (0.35, 95, "most of the difference between their code and ours is the initialisation."),
-    (0.67, 15, "less than half of the difference between their code and ours is the initialisation.")])
-def test_the_fan_out_twin_tells_how_much_of_their_codes_difference_is_the_initialisation(twin, share, conclusion):
+@pytest.mark.parametrize("twin, share", [(0.35, 95), (0.67, 15)])
+def test_the_fan_out_twin_tells_how_much_of_their_codes_difference_is_the_initialisation(twin, share):
     """Theirs at 33%, ours with fan-in at 73% (seed 0; seed 1 and a clamped run must not be taken for it)."""
     history = [{"epoch": 1, "l0_density": 0.33, "l0_density_epoch_mean": 0.34, "val_error": 0.9,
                 **{f"density[{i}]": 0.33 for i in range(4)}, "kept_groups": [18, 18, 276, 480]}]
@@ -400,9 +433,9 @@ def test_the_fan_out_twin_tells_how_much_of_their_codes_difference_is_the_initia
     cell = dict(model="lenet5", method="penalized", grouping="layer", target=None, lmbda=0.01)
     ours = [record(**cell, density=d, history=[(d, [d] * 4, 1.0)], **more)
             for d, more in ((0.5, {"seed": 1}), (0.8, {"clamp_log_alpha": True}), (0.73, {}), (twin, {"linear_init": "fan_out"}))]
-    words = findings.authors_penalized_in_words(theirs, ours)
-    assert f"(seed 0, 73.00%), so the initialisation alone closes {share}% of the distance" in words
-    assert words.endswith(conclusion)
+    numbers = findings.authors_penalized_numbers(theirs, ours)
+    assert numbers["fan-in seed 0"] == pytest.approx(73) and numbers["twin"] == pytest.approx(100 * twin)
+    assert round(numbers["share"]) == share  # (73 - twin) / (73 - 33)
     fig = findings.plot_authors_penalized(theirs, ours)
     model_panel = fig.axes[0].lines
     assert [line.get_linestyle() for line in model_panel[:5]] == ["-", "-", ":", "-", "--"]
@@ -421,18 +454,18 @@ def agreement_rows():
          "our runs": 3, "Δ": 0.13, "beyond chance": False}])
 
 
-def test_beyond_chance_and_the_spreads_in_words():
+def test_beyond_chance_and_the_spreads_behind_the_cis():
     agreement = agreement_rows()
-    assert findings.beyond_chance_in_words(agreement) == (
-        "1 of 2 rows differ from the paper's by more than chance at 95%; with no difference at all, about 0.1 would. "
-        "They are LeNet5 constrained model 10% (-0.10 points, 0.91 ± 0.06 against 1.01 ± 0.05).")
+    assert findings.beyond_chance(agreement) == {"beyond": 1, "rows": 2, "by chance": 0.1}
     table1 = pd.DataFrame()
     table1.attrs["values"] = [{"val_error_final": [1.0, 1.2, 1.1, 1.3, 1.4]}, {"val_error_final": [1.0]}]
-    spread = 0.01 * math.sqrt(5) / 1.96
-    assert findings.spreads_in_words(agreement, table1) == (
-        f"Run-to-run standard deviation of the final error behind the paper's CIs: {spread:.3f} to "
-        f"{0.05 * math.sqrt(5) / 1.96:.3f} points over these rows (MLP constrained layer 65% the smallest). "
-        f"Over our 5 seeds of each of Table 1's rows that has them: 0.158 points.")
+    spread = findings.spreads(agreement, table1)
+    assert (spread["paper low"], spread["paper high"]) == pytest.approx((0.01 * math.sqrt(5) / 1.96,
+                                                                         0.05 * math.sqrt(5) / 1.96))
+    assert spread["paper smallest row"] == "MLP constrained layer 65%"
+    assert spread["ours low"] == spread["ours high"] == pytest.approx(0.158114, abs=1e-6)  # only the 5-seed row
+    table1.attrs["values"] = [{"val_error_final": [1.0]}]
+    assert findings.spreads(agreement, table1)["ours low"] is None
 
 
 def test_seed_rows_give_each_seeds_error_and_whether_seed_0_was_beyond_chance():
@@ -456,22 +489,35 @@ def test_seeds_table_reads_each_seeds_grid_and_names_the_missing_runs(grids, mon
     grids[findings.MLP_CONTROL_GRID] = [record(method="penalized", grouping="layer", target=None, lmbda=1.0, error=3.0)]
     table = findings.seeds_table()
     assert table[["cell", "seed 0"]].values.tolist() == [["MLP penalized layer λ_pen 1", 3.0]]
-    assert table.attrs["command"] == "python -m paperlib.sweeps seeds.yaml"
+    assert table.attrs["command"] == "python -m paperlib.harness.sweeps seeds.yaml"
 
 
 def test_retested_cells_say_whether_more_seeds_confirm_seed_0():
     seeds = pd.DataFrame({"cell": ["LeNet5 constrained model 10%", "MLP constrained layer 65%", "other"],
                           "seed 0 beyond chance": ["yes", "yes", "no"]})
-    assert findings.retested_in_words(seeds, agreement_rows()) == (
-        "With all their seeds, 1 of the 2 cells that have more than seed 0 remain beyond chance: "
-        "LeNet5 constrained model 10%.")
-    assert findings.retested_in_words(seeds.iloc[2:], agreement_rows()) is None
+    assert findings.retested(seeds, agreement_rows()) == {"tested": 2, "still beyond": ["LeNet5 constrained model 10%"]}
+    assert findings.retested(seeds.iloc[2:], agreement_rows()) == {"tested": 0, "still beyond": []}
 
 
 def test_the_clamped_table1_lenet5_error_against_the_interval_of_chance():
     clamped = record(model="lenet5", target=0.1, error=1.10, params_pct=8.66)
-    unclamped = [record(model="lenet5", target=0.1, error=e, params_pct=p) for e, p in ((0.94, 10.14), (0.90, 10.43))]
-    text = findings.clamped_error_in_words(clamped, unclamped)
-    assert text.startswith("Final error: clamped (seed 0) 1.10%, with 8.66% of the parameters; unclamped, 0.94 and "
-                           "0.90% (2 seeds), with 10.14–10.43%; the paper's 1.01 ± 0.05%, with 6.81%.")
-    assert text.endswith("The clamped run's difference, +0.09 points, against a 95% interval of chance of ±0.17.")
+    unclamped = [record(model="lenet5", target=0.1, error=e, params_pct=p, seed=s)
+                 for s, (e, p) in enumerate(((0.94, 10.14), (0.90, 10.43)))]
+    table = findings.clamped_error_table(clamped, unclamped)
+    assert table["run"].tolist() == ["paper", "ours, seed 0", "ours, seed 1", "ours, clamped, seed 0"]
+    assert table["val. error final (%)"].tolist() == ["1.01 ± 0.05", "0.94", "0.90", "1.10"]
+    assert table["params (%)"].tolist() == pytest.approx([6.81, 10.14, 10.43, 8.66], abs=0.005)
+    assert table["Δ (points)"].tolist()[1:] == pytest.approx([-0.07, -0.11, 0.09])
+    half = 3.04 * 0.05 * math.sqrt(5) / 1.96  # t(0.975, 4) * s * sqrt(1 + 1/5), s from the paper's CI
+    assert table["95% chance interval (±)"].tolist()[1:] == pytest.approx([half] * 3, rel=0.01)
+
+
+def test_seeds_column_replaces_a_shared_protocol_by_each_rows_seeds():
+    table = pd.DataFrame({"row": ["a", "b", "c"], "protocol": ["paper, 200 ep, 3 seeds, 2 on GPU", "paper, 200 ep, 1 seed",
+                                                               "paper, 200 ep, 1 seed, on GPU"], "runs": ["s0"] * 3})
+    table.attrs["missing"] = {}
+    shown = findings.seeds_column(table)
+    assert shown.columns.tolist() == ["row", "seeds", "runs"] and shown["seeds"].tolist() == [3, 1, 1]
+    assert shown.attrs == {"missing": {}, "protocol": "paper, 200 ep"}
+    mixed = table.assign(protocol=["cpu, 40 ep, 1 seed", "paper, 200 ep, 1 seed", "Louizos et al., quoted"])
+    assert findings.seeds_column(mixed).equals(mixed)  # rows of several protocols keep their column

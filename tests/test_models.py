@@ -7,8 +7,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from paperlib.layers import L0Conv2d, L0Layer, L0Linear
-from paperlib.models import (MLP, MODEL_NAMES, build_model, gate_counts, gated_layer_names, gated_layers,
+from paperlib.method.layers import L0Conv2d, L0Layer, L0Linear
+from paperlib.paper.models import (MLP, MODEL_NAMES, build_model, gate_counts, gated_layer_names, gated_layers,
                              layer_densities, memory_format, model_density)
 
 # Number of sparsifiable layers (App. J.3-J.6) and output classes of the paired dataset.
@@ -128,7 +128,7 @@ def test_model_density_is_parameter_weighted_mean(name):
 
 
 def test_initial_model_density_matches_rho_init():
-    from paperlib.gates import initial_density
+    from paperlib.method.gates import initial_density
 
     for rho in (0.05, 0.3, 0.5):
         torch.manual_seed(0)
@@ -169,7 +169,7 @@ def test_resnet50_is_torchvisions_resnet50():
     """Our dense ResNet50 computes exactly what torchvision's does with the same (renamed) weights."""
     import torchvision
 
-    from paperlib.models import build_model, from_torchvision_resnet
+    from paperlib.paper.models import build_model, from_torchvision_resnet
 
     torch.manual_seed(0)
     reference = torchvision.models.resnet50(weights=None).eval()

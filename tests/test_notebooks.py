@@ -15,8 +15,8 @@ import papermill
 import pytest
 from fake_data import make_cifar10_jpeg, make_cifar100, make_imagenet, make_mnist, make_tinyimagenet
 
-from paperlib import paper_numbers
-from paperlib.sweeps import kernel_config
+from paperlib.paper import paper_numbers
+from paperlib.harness.sweeps import kernel_config
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"

@@ -4,11 +4,11 @@ import pytest
 import torch
 import torch.nn as nn
 
-from paperlib.gate_pass import ModelGates
-from paperlib.layers import ConvBN, L0Conv2d, L0Layer, L0Linear
-from paperlib.models import MLP, gated_layers, layer_densities, model_density
-from paperlib.lagrangian import NuPIMultipliers
-from paperlib.objective import (
+from paperlib.method.gate_pass import ModelGates
+from paperlib.method.layers import ConvBN, L0Conv2d, L0Layer, L0Linear
+from paperlib.paper.models import MLP, gated_layers, layer_densities, model_density
+from paperlib.method.lagrangian import NuPIMultipliers
+from paperlib.method.objective import (
     ConstrainedObjective,
     PenalizedObjective,
     augmented_lagrangian_term,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from paperlib import paper_numbers
+from paperlib.paper import paper_numbers
 
 ROOT = Path(__file__).resolve().parents[1]
 TEX = ROOT.parent / "shared" / "paper" / "controlled_sparsity.tex"
@@ -15,8 +15,8 @@ TEX = ROOT.parent / "shared" / "paper" / "controlled_sparsity.tex"
 @pytest.mark.skipif(not TEX.exists(), reason="the paper's LaTeX (../shared/paper) is not beside the repository")
 def test_the_committed_numbers_are_those_the_latex_gives(tmp_path):
     out = paper_numbers.write_numbers(TEX, tmp_path / "numbers.csv")
-    committed = (ROOT / "paperlib" / paper_numbers.NUMBERS_FILE).read_text()
-    assert out.read_text() == committed, "rewrite it: python -m paperlib.paper_numbers ../shared/paper/controlled_sparsity.tex"
+    committed = (ROOT / "paperlib" / "paper" / paper_numbers.NUMBERS_FILE).read_text()
+    assert out.read_text() == committed, "rewrite it: python -m paperlib.paper.paper_numbers ../shared/paper/controlled_sparsity.tex"
 
 
 def test_numbers_a_reader_of_the_pdf_sees():
@@ -83,5 +83,5 @@ PAGES = sorted([*ROOT.glob("book/*.md"), *ROOT.glob("book/*.ipynb"), *ROOT.glob(
 def test_pages_name_the_papers_parts_by_number_not_by_latex_label(path):
     prose = _prose(path)
     labels = re.findall(r"`((?:tab|fig|eq|app|sec):[\w:]+)`", prose)
-    assert not labels, f"write {[paper_numbers.ref(label) for label in labels]} (paperlib.paper_numbers.ref)"
+    assert not labels, f"write {[paper_numbers.ref(label) for label in labels]} (paperlib.paper.paper_numbers.ref)"
     assert not paper_numbers.unknown_references(prose)

@@ -1,4 +1,4 @@
-"""The transcription of the paper's results (paperlib/paper_results.csv) against the LaTeX source."""
+"""The transcription of the paper's results (paperlib/paper/paper_results.csv) against the LaTeX source."""
 
 import re
 from collections import Counter
@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from paperlib.paper_results import KEY_COLUMNS, paper_cell, paper_results
+from paperlib.paper.paper_results import KEY_COLUMNS, paper_cell, paper_results
 
 TEX = Path(__file__).resolve().parents[1].parent / "shared" / "paper" / "controlled_sparsity.tex"
 if not TEX.is_file():

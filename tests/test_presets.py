@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from paperlib import gates
-from paperlib.models import build_model, model_density
-from paperlib.presets import CPU, PAPER, config_differences, resolve_config
+from paperlib.method import gates
+from paperlib.paper.models import build_model, model_density
+from paperlib.harness.presets import CPU, PAPER, config_differences, resolve_config
 
 
 @pytest.mark.parametrize("preset", ["paper", "cpu"])
@@ -209,7 +209,7 @@ def test_the_gpu_preset_knows_only_its_wideresnets_and_compresses_the_schedule_a
 
 
 def test_cpu2_is_the_cpu_protocol_at_the_chosen_gates_lr_and_what_auto_gives_cifar10_on_a_cpu(monkeypatch):
-    from paperlib import presets
+    from paperlib.harness import presets
 
     cpu2 = resolve_config(dataset="cifar10", preset="cpu2", target=0.7)
     cpu = resolve_config(dataset="cifar10", preset="cpu", target=0.7)

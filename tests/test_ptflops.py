@@ -1,12 +1,12 @@
-"""Cross-check of :mod:`paperlib.counting` against ptflops, the counter the authors used (App. D, App. J.1).
+"""Cross-check of :mod:`paperlib.method.counting` against ptflops, the counter the authors used (App. D, App. J.1).
 
 The paper's parameter and MAC counts come from ``ptflops.get_model_complexity_info``
 with its ``pytorch`` backend. Our ``"paper"`` convention re-implements that
 backend's per-module rules; here the two must agree *exactly*, on the five dense
 architectures of App. J.1 and on purged models (App. D), whose plain layers have
 irregular widths and which contain this package's helper modules
-(:class:`~paperlib.purge.SelectFeatures`, :class:`~paperlib.purge.ScatterChannels`,
-:class:`~paperlib.purge.Residual`): ptflops treats those as zero-cost, and so must we.
+(:class:`~paperlib.paper.purge.SelectFeatures`, :class:`~paperlib.paper.purge.ScatterChannels`,
+:class:`~paperlib.paper.purge.Residual`): ptflops treats those as zero-cost, and so must we.
 
 ptflops 0.7.5 also patches ``torch.nn.functional`` (``count_functional=True``, its
 default). An ``nn.ReLU`` or ``nn.MaxPool2d`` module calls ``F.relu`` /
@@ -29,11 +29,11 @@ import torch.nn as nn
 
 ptflops = pytest.importorskip("ptflops")
 
-from paperlib.counting import count_macs, count_params  # noqa: E402
-from paperlib.gates import BETA  # noqa: E402
-from paperlib.layers import L0Layer  # noqa: E402
-from paperlib.models import build_model  # noqa: E402
-from paperlib.purge import purge  # noqa: E402
+from paperlib.method.counting import count_macs, count_params  # noqa: E402
+from paperlib.method.gates import BETA  # noqa: E402
+from paperlib.method.layers import L0Layer  # noqa: E402
+from paperlib.paper.models import build_model  # noqa: E402
+from paperlib.paper.purge import purge  # noqa: E402
 
 OFF, ON = -5.0, 5.0  # log_alpha with median gate exactly 0 / exactly 1 (threshold: beta ln 11, about 1.60)
 BOUND = BETA * math.log(11.0)

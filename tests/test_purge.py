@@ -16,11 +16,11 @@ import torch
 import torch.nn as nn
 from fake_models import randomise_batch_norms_
 
-from paperlib.counting import count_macs, count_params
-from paperlib.gates import BETA, median_gates
-from paperlib.layers import L0Conv2d, L0Layer, L0Linear
-from paperlib.models import LeNet5, build_model, gated_layers
-from paperlib.purge import (Residual, ScatterChannels, SelectFeatures, keep_first, median_scales, pruned_architecture,
+from paperlib.method.counting import count_macs, count_params
+from paperlib.method.gates import BETA, median_gates
+from paperlib.method.layers import L0Conv2d, L0Layer, L0Linear
+from paperlib.paper.models import LeNet5, build_model, gated_layers
+from paperlib.paper.purge import (Residual, ScatterChannels, SelectFeatures, keep_first, median_scales, pruned_architecture,
                             purge, purge_groups)
 
 OFF, ON = -5.0, 5.0  # log_alpha values whose median gate is exactly 0 and exactly 1

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from tqdm import tqdm
 
-from paperlib import records
-from paperlib.presets import resolve_config
+from paperlib.harness import records
+from paperlib.harness.presets import resolve_config
 
 CONFIG = dict(experiment="unit", dataset="mnist", model="mlp", target=0.5, preset="cpu")
 
@@ -63,18 +63,20 @@ def test_git_commit_is_marked_dirty_when_the_package_has_uncommitted_changes(tmp
     import subprocess
 
     package = tmp_path / "repo" / "paperlib"
-    package.mkdir(parents=True)
-    shutil.copy(records.__file__, package / "records.py")
+    (package / "harness").mkdir(parents=True)
+    shutil.copy(records.__file__, package / "harness" / "records.py")
+    (package / "method").mkdir()
+    (package / "method" / "gates.py").write_text("# another layer\n")
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run(["git", "init", "-q"], cwd=package.parent, check=True)
     subprocess.run([*git, "add", "."], cwd=package.parent, check=True)
     subprocess.run([*git, "commit", "-qm", "x"], cwd=package.parent, check=True)
-    spec = importlib.util.spec_from_file_location("copied_records", package / "records.py")
+    spec = importlib.util.spec_from_file_location("copied_records", package / "harness" / "records.py")
     copied = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(copied)
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=package.parent, capture_output=True, text=True).stdout
     assert copied.git_commit() == head.strip()
-    (package / "records.py").write_text((package / "records.py").read_text() + "\n# edited\n")
+    (package / "method" / "gates.py").write_text("# edited in another layer than records.py's\n")
     assert copied.git_commit() == head.strip() + "-dirty"
     (package.parent / "notes.txt").write_text("outside the package")  # not the code that ran
     subprocess.run(["git", "checkout", "-q", "--", "paperlib"], cwd=package.parent, check=True)
@@ -86,7 +88,7 @@ def test_git_commit_outside_git_is_the_one_the_copy_was_declared_from(tmp_path, 
     import importlib.util
     import shutil
 
-    package = tmp_path / "copy" / "paperlib"
+    package = tmp_path / "copy" / "paperlib" / "harness"
     package.mkdir(parents=True)
     shutil.copy(records.__file__, package / "records.py")
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))  # no repository above the copy either

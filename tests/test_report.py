@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from paperlib import records, report, training
+from paperlib.harness import records, run_pages, training
+from analysis import report
 
 
 def test_grid_table_shows_complete_runs_and_names_missing_ones(workspace):
@@ -25,9 +26,9 @@ def test_grid_table_shows_complete_runs_and_names_missing_ones(workspace):
     assert table.loc[0, "L0-density (%)"] == pytest.approx(100 * done["metrics"]["l0_density"])
     assert table.loc[0, "val. error best (%)"] == done["metrics"]["val_error_best"]
     assert table.loc[1:, "L0-density (%)"].isna().all()
-    assert table.attrs["command"] == f"python -m paperlib.sweeps {grid}"
+    assert table.attrs["command"] == f"python -m paperlib.harness.sweeps {grid}"
     assert [r["metrics"]["run_name"] for r in report.complete_records(grid)] == [done["metrics"]["run_name"]]
-    assert "python -m paperlib.sweeps" in report.show(table).to_html()
+    assert "python -m paperlib.harness.sweeps" in report.show(table).to_html()
 
 
 def test_layer_densities_compare_expected_and_test_time_density():
@@ -98,30 +99,14 @@ def test_grid_to_show_draws_one_protocol_the_most_faithful_complete_one(workspac
         training.run_experiment(progress=False, dataset="mnist", experiment="budget", lmbda=lmbda, **common)
     training.run_experiment(progress=False, dataset="mnist", experiment="faithful", lmbda=0.1, **common)
 
-    chosen, sentence = report.grid_to_show(grids)
+    chosen, progress = report.grid_to_show(grids)
     assert chosen == grids[1]
-    assert "2 of 2 runs complete" in sentence and f"`{grids[0]}` has 1 of 2" in sentence
+    assert progress[["complete", "planned"]].values.tolist() == [[1, 2], [2, 2]]
+    assert progress["shown"].tolist() == [False, True]
 
     training.run_experiment(progress=False, dataset="mnist", experiment="faithful", lmbda=0.2, **common)
-    chosen, sentence = report.grid_to_show(grids)
-    assert chosen == grids[0] and "Not yet shown" not in sentence
-
-
-def test_count_of_writes_a_share_as_prose_never_as_11_of_11():
-    assert report.count_of(3, 11, "cell") == "3 of the 11 cells"
-    assert report.count_of(11, 11, "constraint") == "all 11 constraints"
-    assert report.count_of(0, 4, "cell") == "none of the 4 cells"
-    assert report.count_of(1, 1, "cell") == "the one cell" and report.count_of(0, 1, "cell") == "no cell"
-    with pytest.raises(ValueError, match="a count of 5 out of 4 cells"):
-        report.count_of(5, 4, "cell")
-
-
-def test_in_words_lists_items_as_a_sentence_would():
-    assert report.in_words(["1.00"]) == "1.00"
-    assert report.in_words(["10%", "5%"]) == "10% and 5%"
-    assert report.in_words(f"{v:.1f}" for v in (1, 2, 3)) == "1.0, 2.0 and 3.0"
-    with pytest.raises(ValueError, match="nothing to list"):
-        report.in_words([])
+    chosen, progress = report.grid_to_show(grids)
+    assert chosen == grids[0] and progress["shown"].tolist() == [True, False]
 
 
 def test_final_errors_lists_each_record_of_the_preset_once_largest_first(workspace):
@@ -194,11 +179,11 @@ def test_show_keeps_constant_columns_and_the_command_in_a_given_caption():
     """A caption given to show() must not hide what show() moves there: a constant column's value and the
     command that completes the table."""
     table = pd.DataFrame({"model": ["mlp", "mlp"], "target": ["20%", "35%"], "gap": [1.5, 1.2]})
-    table.attrs["command"] = "python -m paperlib.sweeps grids/x.yaml"
+    table.attrs["command"] = "python -m paperlib.harness.sweeps grids/x.yaml"
     html = report.show(table, caption="Misses by cell").to_html()
     caption = html[html.index("<caption>"):html.index("</caption>")]
     assert caption.startswith("<caption>Misses by cell; model: mlp; ")
-    assert "python -m paperlib.sweeps grids/x.yaml" in caption
+    assert "python -m paperlib.harness.sweeps grids/x.yaml" in caption
     assert ">model<" not in html  # the column itself moved to the caption
 
 
@@ -224,16 +209,16 @@ def test_a_run_page_says_when_its_run_resumed_or_is_of_an_earlier_preset(workspa
     common = {"experiment": "remarks", "model": "mlp", "preset": "cpu", "epochs": 1, "batch_size": 16}
     done = training.run_experiment(progress=False, dataset="mnist", target=0.4, **common)
     folder = records.runs_dir() / "remarks" / done["metrics"]["run_name"]
-    assert report.run_page_remarks(folder) == "" and report.run_page_remarks(workspace / "nothing") == ""
+    assert run_pages.run_page_remarks(folder) == "" and run_pages.run_page_remarks(workspace / "nothing") == ""
     search = workspace / "search"  # a bisection search's record: metrics.json only
     records.write_json(search / "metrics.json", {"status": "complete", "kind": "bisection search"})
-    assert report.run_page_remarks(search) == ""
+    assert run_pages.run_page_remarks(search) == ""
     metrics = json.loads((folder / "metrics.json").read_text())
     records.write_json(folder / "metrics.json", {**metrics, "git_commits_resumed_at": ["abc"]})
-    assert "resumed from a checkpoint" in report.run_page_remarks(folder)
+    assert "resumed from a checkpoint" in run_pages.run_page_remarks(folder)
     params = json.loads((folder / "params.json").read_text())
     records.write_json(folder / "params.json", {**params, "epochs": 7})
-    assert "earlier preset" in report.run_page_remarks(folder)
+    assert "earlier preset" in run_pages.run_page_remarks(folder)
 
 
 def test_show_keeps_a_mean_and_its_ci_on_one_line():
@@ -252,11 +237,6 @@ def test_density_traces_name_every_run_with_steps_under_the_panels():
     assert [text.get_text() for text in fig.legends[0].get_texts()] == ["a", "b"]
     assert fig.axes[0].get_legend() is None  # not over the curves
     assert fig.axes[0].lines[0].get_ydata().tolist() == [90.0, 40.0]
-
-
-def test_a_missing_finding_names_what_is_missing_and_the_sweep_that_makes_it():
-    assert report.no_record_line("the fan-out runs", ["grids/a.yaml", "grids/b.yaml"]) == \
-        "No record yet of the fan-out runs: `python -m paperlib.sweeps grids/a.yaml grids/b.yaml`."
 
 
 def _synthetic_record(folder, params: dict, error: float) -> None:
@@ -286,7 +266,7 @@ def test_records_are_found_by_their_parameters_never_by_their_name_alone(workspa
     table = report.grid_table(grid)
     assert list(table["status"]) == [report.OTHER_PARAMETERS, "complete", "not run"]
     assert table["val. error final (%)"].tolist()[1] == 6.0 and table["val. error final (%)"].isna()[[0, 2]].all()
-    assert "1 of 3 runs complete" in report.grid_to_show([grid])[1]
+    assert report.grid_to_show([grid])[1][["complete", "planned"]].values.tolist() == [[1, 3]]
 
     rerun = own4.parent / "t0.4-rerun"  # today's parameters, run under a name of their own
     _synthetic_record(rerun, {**t4.to_dict(), "run_name": rerun.name}, 4.0)
@@ -308,3 +288,20 @@ def test_record_index_lists_the_complete_records_of_a_folder_with_their_paramete
                                                       (tmp_path / "b", {"target": 0.7})]
     _synthetic_record(tmp_path / "a", {"target": 0.25}, 1.0)  # rewritten: read again
     assert records.record_index(tmp_path)[0] == (tmp_path / "a", {"target": 0.25})
+
+
+def test_show_writes_yes_and_no_as_ticks_and_crosses_never_true_false():
+    import numpy as np
+
+    table = pd.DataFrame({"setting": ["a", "b", "c"], "feasible": [True, False, np.bool_(True)]})
+    html = report.show(table).to_html()
+    assert "True" not in html and "False" not in html
+    assert html.count("✓") == 2 and html.count("✗") == 1
+
+
+def test_a_run_index_folds_one_table_per_experiment_with_every_run():
+    index = pd.DataFrame({"run": ["a", "b", "c"], "experiment": ["mnist", "mnist", "mlp_control"],
+                          "protocol": ["paper, 200 of 200 ep"] * 3, "status": ["complete"] * 3})
+    html = report.folded_by_experiment(index).data
+    assert html.count("<details>") == 2 and "mnist</code> (2)" in html and "mlp_control</code> (1)" in html
+    assert all(f">{run}<" in html for run in "abc")

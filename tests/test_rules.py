@@ -1,10 +1,10 @@
-"""paperlib.rules: every outcome of every rule, on numbers and small synthetic records (outcomes and counts, never
+"""paperlib.harness.rules: every outcome of every rule, on numbers and small synthetic records (outcomes and counts, never
 sentences)."""
 
 import pytest
 
-from paperlib import rules
-from paperlib.rules import Binding, Outcome, PenaltyOutcome, Verdict
+from paperlib.harness import rules
+from paperlib.harness.rules import Binding, Outcome, PenaltyOutcome, Verdict
 
 B, F, U = Binding.BINDS, Binding.FREE, Binding.UNKNOWN
 

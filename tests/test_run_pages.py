@@ -1,4 +1,4 @@
-"""A run page's title, line, links and table (paperlib.run_pages), on the records of runs/ and synthetic ones."""
+"""A run page's title, line, links and table (paperlib.harness.run_pages), on the records of runs/ and synthetic ones."""
 
 import io
 import json
@@ -10,8 +10,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from paperlib import plots, records, run_pages, studies  # noqa: E402
-from paperlib.presets import resolve_config  # noqa: E402
+from paperlib.harness import plots, records, run_pages, studies  # noqa: E402
+from paperlib.harness.presets import resolve_config  # noqa: E402
 
 #: Parameters that do not change what a run trains, or only name its place.
 PLACE = {"experiment", "run_name", "threads", "device", "compile_gates", "smoke"}
@@ -72,7 +72,7 @@ def test_line_names_the_device_the_record_ran_on():
 def test_cited_by_links_the_pages_of_the_studies_whose_grids_ask_for_the_record():
     study = studies.study("tab:mlp_control")
     grid = study.grids_at("paper")[0]
-    from paperlib import report
+    from analysis import report
     folder = next(folder for _, folder in report.grid_runs(grid) if (folder / "metrics.json").exists())
     pages = run_pages.citing_pages(folder)
     assert "Table 10" in pages[study.page]

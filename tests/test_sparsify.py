@@ -18,10 +18,10 @@ from fake_models import randomise_batch_norms_
 import torchvision
 
 import paperlib
-from paperlib.counting import count_macs, count_params
-from paperlib.graph_purge import SelectFeatures
-from paperlib.layers import L0Layer
-from paperlib.sparsify import GatedConv2d, GatedLinear, default_layers, sparsify
+from paperlib.method.counting import count_macs, count_params
+from paperlib.method.graph_purge import SelectFeatures
+from paperlib.method.layers import L0Layer
+from paperlib.method.sparsify import GatedConv2d, GatedLinear, default_layers, sparsify
 
 CLOSED = -20.0
 SHAPE = (3, 32, 32)
@@ -295,8 +295,8 @@ def test_purge_without_example_input_says_what_it_needs():
 
 
 def test_the_gate_pass_of_the_runner_drives_sparsified_layers_as_their_own_sampling_does():
-    from paperlib.gate_pass import ModelGates
-    from paperlib.objective import linear_term
+    from paperlib.method.gate_pass import ModelGates
+    from paperlib.method.objective import linear_term
 
     model = sparsify(build("mobilenet_v2")).train()
     model.classifier[0].p = 0.0  # dropout would draw from the generator between the gates

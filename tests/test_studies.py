@@ -1,12 +1,14 @@
-"""paperlib.studies: every grid belongs to one declared study, and the table of contents agrees with it."""
+"""paperlib.harness.studies: every grid belongs to one declared study, and the table of contents agrees with it."""
 
 from pathlib import Path
 
 import pytest
 import yaml
 
-from paperlib import paper_results, report, studies
-from paperlib.vocabulary import PRESETS
+from paperlib.harness import studies
+from paperlib.paper import paper_results
+from analysis import report
+from paperlib.harness.vocabulary import PRESETS
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -14,8 +14,8 @@ import pytest
 import yaml
 from fake_data import make_mnist
 
-from paperlib import records, run_pages, sweeps
-from paperlib.vocabulary import PRESETS
+from paperlib.harness import records, run_pages, sweeps
+from paperlib.harness.vocabulary import PRESETS
 
 
 def test_sweep_grid_expansion_and_record_folders(workspace):
@@ -127,10 +127,10 @@ def test_a_requeued_cluster_job_runs_the_same_run_again():
 
 
 def test_a_run_command_writes_the_record_the_notebook_would(workspace):
-    """``--commands``: each command, parsed as ``python -m paperlib.run`` parses it, resolves to the
+    """``--commands``: each command, parsed as ``python -m paperlib.harness.run`` parses it, resolves to the
     notebook's record folder, lists and small floats included; unset (None) parameters are left out."""
-    from paperlib import run
-    from paperlib.training import resolve_run_config
+    from paperlib.harness import run
+    from paperlib.harness.training import resolve_run_config
 
     notebook = str(records.project_root() / "book" / "mnist.ipynb")
     for params in ({"experiment": "x", "model": "lenet5", "grouping": "layer", "target": [0.5, 0.3, 0.7, 0.1]},
@@ -138,7 +138,7 @@ def test_a_run_command_writes_the_record_the_notebook_would(workspace):
                    {"experiment": "x", "linear_init": "fan_out", "dual_lr": 1e-3, "target": 0.1}):
         command = sweeps.run_commands(notebook, "mnist", params, threads=1)
         words = shlex.split(command)
-        assert words[:3] == ["python", "-m", "paperlib.run"]
+        assert words[:3] == ["python", "-m", "paperlib.harness.run"]
         assert not any(word.endswith("=null") for word in words)
         parsed = run.parse(words[3:])
         assert records.run_folder(resolve_run_config(**parsed)) == sweeps.record_folder(
@@ -148,9 +148,9 @@ def test_a_run_command_writes_the_record_the_notebook_would(workspace):
 
 
 def test_a_complete_record_without_its_notebook_gets_it_without_training_again(workspace):
-    """A record trained by ``python -m paperlib.run`` (no notebook) is completed by a sweep: the notebook
+    """A record trained by ``python -m paperlib.harness.run`` (no notebook) is completed by a sweep: the notebook
     is executed over the complete record, which it shows without training (the record is unchanged)."""
-    from paperlib.training import run_experiment
+    from paperlib.harness.training import run_experiment
 
     notebook = str(records.project_root() / "book" / "mnist.ipynb")
     params = {"experiment": "attach", "model": "mlp", "preset": "cpu", "epochs": 1, "target": 0.5}
@@ -204,7 +204,7 @@ def test_stopping_a_sweep_stops_its_runs_and_starts_no_other(workspace, tmp_path
     base = {"experiment": "stopped", "model": "mlp", "preset": "cpu", "epochs": 100000}
     grid.write_text(yaml.safe_dump({"notebook": notebook, "dataset": "mnist", "base": base,
                                     "grid": {"target": [0.3, 0.5, 0.7]}}))
-    sweep = subprocess.Popen([sys.executable, "-m", "paperlib.sweeps", str(grid), "--workers", "2"],
+    sweep = subprocess.Popen([sys.executable, "-m", "paperlib.harness.sweeps", str(grid), "--workers", "2"],
                              cwd=records.project_root(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              env=dict(os.environ, OMP_NUM_THREADS="1"))
     deadline = time.time() + 120

@@ -17,9 +17,9 @@ import torch
 from fake_data import make_mnist
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from paperlib import methods, training
-from paperlib.data import TensorLoader
-from paperlib.presets import resolve_config
+from paperlib.harness import methods, training
+from paperlib.harness.data import TensorLoader
+from paperlib.harness.presets import resolve_config
 
 aten = torch.ops.aten
 
@@ -246,7 +246,7 @@ def test_the_loader_on_an_accelerator_copies_nothing_from_the_host_per_batch():
     """The split moves to the device when the loader is made; an epoch then copies only its randomness once."""
     images = torch.randint(0, 256, (40, 3, 8, 8), dtype=torch.uint8)
     labels = torch.randint(0, 10, (40,))
-    from paperlib.data import Augment
+    from paperlib.harness.data import Augment
 
     loader = TensorLoader(images, labels, 4, shuffle=True, augment=Augment(crop_padding=2, hflip=True),
                           mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25), device="meta")

@@ -6,8 +6,9 @@ import math
 import pytest
 import torch
 
-from paperlib import gates, methods, records, training
-from paperlib.presets import resolve_config
+from paperlib.harness import methods, records, training
+from paperlib.method import gates
+from paperlib.harness.presets import resolve_config
 
 RUN = dict(experiment="unit", dataset="mnist", model="mlp", target=0.5, epochs=3, batch_size=16, preset="cpu",
            dual_lr=0.05, gates_lr=0.05)
@@ -293,3 +294,23 @@ def test_a_run_gives_its_session_its_own_nice_value_where_linux_groups_sessions(
     monkeypatch.setattr(training, "AUTOGROUP", tmp_path / "no-proc" / "autogroup")  # not Linux: nothing to write
     training.keep_nice_in_own_session()
     assert not (tmp_path / "no-proc").exists()
+
+
+def test_a_checkpoint_saved_before_the_three_layers_loads():
+    # checkpoints pickle the model, naming its classes by module: one saved when the zoo was paperlib.models
+    # (before paperlib.paper.models) must still resume
+    import io
+    import pickle
+
+    from paperlib.harness import training as training_module
+    from paperlib.paper.models import build_model
+
+    model = build_model("mlp", gated=True)
+    old = pickle.dumps({"model": model}, protocol=0).replace(b"cpaperlib.paper.models\n", b"cpaperlib.models\n")
+    assert b"cpaperlib.models\n" in old
+    with pytest.raises(ModuleNotFoundError):
+        pickle.loads(old)
+    loaded = training_module._LayeredUnpickler(io.BytesIO(old)).load()["model"]
+    assert type(loaded) is type(model)
+    x = torch.randn(3, 784)
+    assert torch.equal(loaded.eval()(x), model.eval()(x))

@@ -1,16 +1,17 @@
-"""paperlib.verdict: every claim's verdict is paperlib.rules' of its runs, MNIST and CIFAR-10 alike; a claim without
+"""analysis.verdict: every claim's verdict is paperlib.harness.rules' of its runs, MNIST and CIFAR-10 alike; a claim without
 records is never called reproduced; what was run is read from the records."""
 
 import pandas as pd
 import pytest
 
-from paperlib import rules, verdict
+from paperlib.harness import rules
+from analysis import verdict
 
 
 def test_a_claims_verdict_must_be_one_of_the_rules_verdicts():
     assert verdict.VERDICTS == ("reproduced", "partly", "not reproduced", "in progress", "not tested here")
     with pytest.raises(ValueError, match="verdict must be one of"):
-        verdict.Claim("c", "w", verdict.NOTHING_RAN, "sort of", "e", "p")
+        verdict.Claim("c", "w", verdict.NOTHING_RAN, "sort of", 0, 0, "runs", "p")
 
 
 def _record(gap, target=0.5, model="mlp", seed=0, device="cpu", preset="paper", method="constrained", epochs=200):
@@ -36,6 +37,7 @@ def test_the_mnist_claim_counts_runs_on_target_and_calls_violations_misses(monke
     monkeypatch.setattr(verdict, "_records", lambda grids, preset=None, **where: runs)
     claim = verdict.one_shot_mnist()
     assert claim.verdict == "partly"  # 2 of 3 on target, the third violated (before: within 2 points, a pass)
+    assert (claim.passed, claim.judged) == (2, 3)
     runs[:] = [_record(0.2, seed=s) for s in range(9)] + [_record(-3.0, seed=9)]
     assert verdict.one_shot_mnist().verdict == "reproduced"  # 9 of 10; the under run is a miss: no free record
     runs[:] = [_record(0.2), _record(3.0, seed=1), _record(-3.0, seed=2)]
@@ -61,11 +63,11 @@ def test_mnist_and_cifar10_verdicts_come_from_the_same_rule(monkeypatch, no_free
     monkeypatch.setattr(verdict.control, "control_runs", lambda: runs)
     monkeypatch.setattr(verdict.report, "complete_records", lambda grid: runs if grid != "cause" else [])
     monkeypatch.setattr(verdict.report, "grid_runs", lambda grid: runs)
-    import paperlib.misses
-    monkeypatch.setattr(paperlib.misses, "UNDER_CAUSE_GRID", "cause")
+    import analysis.misses
+    monkeypatch.setattr(analysis.misses, "UNDER_CAUSE_GRID", "cause")
     mnist, cifar = verdict.one_shot_mnist(), verdict.cifar10_control()
     assert mnist.verdict == cifar.verdict == "partly"  # 2 of 3
-    assert mnist.evidence.split(";")[0] == cifar.evidence.split(";")[0]
+    assert (mnist.passed, mnist.judged) == (cifar.passed, cifar.judged) == (2, 3)
 
 
 def test_the_cifar10_claim_is_in_progress_until_seed_0s_grid_is_complete(monkeypatch, no_free_gates):
@@ -144,7 +146,8 @@ def test_every_claim_of_the_papers_experiments_has_a_row_a_verdict_before_and_un
     where = " ".join(c.where for c in claims)
     for part in ("§5.2", "§5.3", "§5.4", "§5.5", "§5.6", "Appendix E", "Appendix H", "Appendix I", "Appendix K"):
         assert part in where, part
-    assert all(c.evidence for c in claims)
+    assert all(c.counts for c in claims)  # what a claim counts, or why it is not tested
+    assert all(0 <= c.passed <= c.judged for c in claims)
     moved = verdict.before_and_after(claims)
     assert len(moved) == len(claims) and "—" not in set(moved["before"])  # every claim had a printed verdict
     assert set(moved["before"]) <= set(verdict.VERDICTS)
@@ -152,4 +155,23 @@ def test_every_claim_of_the_papers_experiments_has_a_row_a_verdict_before_and_un
     table = verdict.table(claims)
     tested = [c for c in claims if c.verdict != "not tested here"]
     assert all(str(c.ran).count(";") == 3 for c in tested)  # model; budget; seeds; device
-    assert list(table.columns) == ["claim", "in the paper", "what was run", "verdict", "evidence", "page"]
+    assert list(table.columns) == ["claim", "in the paper", "what was run", "pass", "counted", "verdict", "answered in"]
+    assert all((f"{c.passed} / {c.judged}" if c.judged else "—") == cell for c, cell in zip(claims, table["pass"]))
+
+
+def test_the_outcomes_of_judged_runs_are_counted_with_those_judged_without_a_free_gates_record(no_free_gates):
+    judged = [rules.judge_record(_record(gap), []) for gap in (0.2, -0.5, 1.5, 0.1)]
+    counts = verdict.outcomes(judged)
+    assert counts.sum() - counts["binding unknown"] == 4 and counts["binding unknown"] == 4
+    assert counts[rules.Outcome.VIOLATED.value] == 1
+
+
+def test_every_claim_links_a_section_its_page_labels():
+    from pathlib import Path
+
+    book = Path(__file__).resolve().parents[1] / "book"
+    for claim in verdict.claims():
+        page = book / f"{claim.page}.md"
+        assert page.exists(), f"{claim.claim}: no page {page.name}"
+        if claim.section:
+            assert f"({claim.section})=" in page.read_text(), f"{claim.claim}: {page.name} has no ({claim.section})="

@@ -1,6 +1,6 @@
-"""paperlib.vocabulary: names shared by the runner, the records and the pages."""
+"""paperlib.harness.vocabulary: names shared by the runner, the records and the pages."""
 
-from paperlib import vocabulary
+from paperlib.harness import vocabulary
 
 
 def test_short_numbers_write_exponents_without_a_plus():

@@ -1,12 +1,13 @@
 """results_cifar10's opening: the claim "a constraint sets the density" judged at each CIFAR-10 protocol
-(the CPU stand-ins, the GPU protocol, the paper), by the book's one rule (:mod:`paperlib.rules`)."""
+(the CPU stand-ins, the GPU protocol, the paper), by the book's one rule (:mod:`paperlib.harness.rules`)."""
 
 from dataclasses import dataclass
 
 import pandas as pd
 
-from paperlib import control, presets, report, rules, studies
-from paperlib.paper_results import paper_results
+from paperlib.harness import presets, rules, studies
+from analysis import control, report
+from paperlib.paper.paper_results import paper_results
 
 
 @dataclass(frozen=True)
@@ -83,8 +84,8 @@ def paper_free_density() -> float:
 
 def protocol_answers() -> pd.DataFrame:
     """One row per protocol: its model, epochs, gates per block and free density, how many of its constrained
-    runs are in, each :class:`~paperlib.rules.Outcome`'s count, and the claim's verdict by
-    :func:`~paperlib.rules.claim_verdict`."""
+    runs are in, each :class:`~paperlib.harness.rules.Outcome`'s count, and the claim's verdict by
+    :func:`~paperlib.harness.rules.claim_verdict`."""
     free = rules.free_gates_records()
     rows = []
     for protocol in PROTOCOLS:

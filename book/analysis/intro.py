@@ -8,7 +8,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from paperlib import comparison
+from analysis import comparison
 
 #: The control tables of the claim, and what each row's marker stands for.
 TABLES = {"tab:mlp_control": "MNIST, MLP", "tab:lenet_control": "MNIST, LeNet5",

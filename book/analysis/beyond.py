@@ -1,0 +1,540 @@
+"""The paper's experiments beyond its structured MNIST and CIFAR-10 tables, as our records answer them
+(the pages ``book/results_unstructured.md`` and ``book/results_beyond.md``).
+
+Most of it is App. L on MNIST: one gate per weight against magnitude pruning of a trained dense model
+(Table 20 for the MLP, Table 21 for LeNet5). The page finds our magnitude-pruned models, before
+fine-tuning, much worse than the paper's, and fine-tuning erasing the difference. The functions below
+give the numbers behind it: our pruned copies of one dense model (``benchmarks/pruning_variants.py``,
+:func:`pruning_variants_table`), the magnitude-pruning records through fine-tuning, the dense model each
+of those pruned (:func:`dense_phases`), and the constrained runs at 1%. The rest: the dense models'
+sizes against Table 4 (:func:`model_statistics`), and App. E's bisection for a penalty (Figure 5)
+against one constrained run (:func:`bisection_rows`).
+
+A function whose numbers go into the page's prose returns them as ``{glue name: number}``; the page
+glues them (myst-nb) and formats them. Nothing here builds a sentence or invents a number: ours come from
+the records in ``runs/``, the paper's from ``paper_results.csv``.
+"""
+
+import json
+import re
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from paperlib.harness import records, studies
+from paperlib.method import counting
+from . import report
+from .comparison import compare_table
+from paperlib.harness.paper_rows import best_feasible_error, best_finetuned_error
+from paperlib.paper.models import build_model
+from paperlib.paper.paper_numbers import ref
+from paperlib.paper.paper_results import paper_cell, paper_results
+
+#: App. L's target densities, in the order of its tables.
+DENSITIES = (0.2, 0.1, 0.05, 0.01)
+#: The densities at which the prose compares just-pruned models (at 1% every pruned model is near chance).
+ABOVE_ONE_PERCENT = DENSITIES[:3]
+#: The fine-tuning epochs of App. L's columns after fine-tuning.
+FINETUNING_EPOCHS = (50, 100, 200)
+#: Each model's table of App. L (Table 20, Table 21).
+PRUNING_TABLES = {"mlp": "tab:mnist_unstructured_comparison_mlp", "lenet5": "tab:mnist_unstructured_comparison_lenet"}
+#: App. L's runs at the paper's protocol: constrained and dense, and magnitude pruning.
+UNSTRUCTURED_GRID, PRUNING_GRID = studies.grids(PRUNING_TABLES["mlp"], preset="paper")
+#: The dense models ``benchmarks/pruning_variants.py`` prunes (its ``--init``), as its table names them.
+INITIALISATIONS = {"fan_in": "fan-in init.", "fan_out": "fan-out init.",
+                   "authors": "authors' init. (fan-out, ÷ (1 − ρ_init))"}
+#: A glued number of ours while its record is missing (the page's table of what was not run gives the command).
+NO_RECORD = float("nan")
+
+
+# --------------------------------------------------------------------------- #
+# App. L: magnitude pruning against the paper
+# --------------------------------------------------------------------------- #
+
+def paper_pruned_error(model: str, density: float, finetune_epochs: int = 0) -> float:
+    """The paper's best validation error (%) of ``model`` magnitude-pruned to ``density`` and fine-tuned for
+    ``finetune_epochs`` epochs (0: just pruned), as Table 20 (MLP) or Table 21 (LeNet5) prints it."""
+    return paper_cell(PRUNING_TABLES[model], method="magnitude_pruning", target=density,
+                      finetune_epochs=finetune_epochs, metric="val_error_best").value_num
+
+
+def paper_dense_error(model: str) -> float:
+    """The paper's best validation error (%) of the dense ``model`` of Table 20 or Table 21."""
+    return paper_cell(PRUNING_TABLES[model], method="dense", metric="val_error_best").value_num
+
+
+def read_pruning_variants(model: str, init: str = "fan_in", seed: int = 0) -> dict:
+    """The record of ``benchmarks/pruning_variants.py`` for one dense model: its validation error
+    (``dense_val_error``) and that of each pruned copy before fine-tuning,
+    ``pruned_val_error[str(density)][variant]`` (App. L)."""
+    path = records.runs_dir() / "pruning_variants" / f"{model}-{init}-s{seed}.json"
+    if not path.exists():
+        raise FileNotFoundError(f"no record {path}; PAPERLIB_DATA=../shared/data python benchmarks/pruning_variants.py "
+                                f"--model {model} --init {init} --seed {seed} writes it")
+    return json.loads(path.read_text())
+
+
+def _pruned(variants: dict, variant: str, densities=ABOVE_ONE_PERCENT) -> list[float]:
+    return [variants["pruned_val_error"][str(density)][variant] for density in densities]
+
+
+#: Methods as the page names them.
+METHOD_WORDS = {"magnitude_pruning": "magnitude pruning", "constrained": "L0, constrained", "dense": "dense",
+                "penalized": "L0, penalized", "louizos": "Louizos et al."}
+
+
+def readable(table: pd.DataFrame) -> pd.DataFrame:
+    """A :func:`analysis.comparison.compact` table with its methods in words ("magnitude pruning", not
+    ``magnitude_pruning``) and its run links kept; the attrs stay."""
+    result = table.copy()
+    for column in ("row", "method"):
+        if column in result:
+            for raw, words in METHOD_WORDS.items():
+                result[column] = result[column].str.replace(raw, words, regex=False)
+    result.attrs = dict(table.attrs)
+    return result
+
+
+def error_density(model: str, finetune_epochs: int = 200) -> pd.DataFrame:
+    """App. L's error against density for ``model``, ours and the paper's: one row per source (``paper``,
+    ``ours``), method (``constrained``, ``magnitude_pruning``) and target, with the density reached (%; a
+    magnitude-pruned model has exactly its target) and the best validation error (%), for magnitude pruning
+    after ``finetune_epochs`` epochs of fine-tuning; ours is the mean over our seeds (None where the table has
+    no value, e.g. a constrained run whose constraint never held)."""
+    table = compare_table_cached(PRUNING_TABLES[model])
+    rows = []
+    for (_, row), values in zip(table.iterrows(), table.attrs["values"]):
+        if row["method"] not in ("constrained", "magnitude_pruning"):
+            continue
+        if row["method"] == "magnitude_pruning" and row["fine-tuned (epochs)"] != str(finetune_epochs):
+            continue
+        target = float(row["target / λ_pen"].rstrip("%"))
+        paper_density = row.get("L0-density (%) paper")
+        paper_density = target if row["method"] == "magnitude_pruning" or paper_density is None \
+            else float(str(paper_density).split(" ± ")[0])
+        errors, densities = values.get("val_error_best") or [], values.get("l0_density") or []
+        rows.append({"source": "paper", "method": row["method"], "target (%)": target, "density (%)": paper_density,
+                     "error (%)": float(str(row["val. error best (%) paper"]).split(" ± ")[0])})
+        rows.append({"source": "ours", "method": row["method"], "target (%)": target,
+                     "density (%)": target if row["method"] == "magnitude_pruning" or not densities
+                     else sum(densities) / len(densities),
+                     "error (%)": sum(errors) / len(errors) if errors else None})
+    return pd.DataFrame(rows, columns=["source", "method", "target (%)", "density (%)", "error (%)"])
+
+
+def compare_table_cached(label: str) -> pd.DataFrame:
+    """:func:`analysis.comparison.compare_table` of one of App. L's tables, read once per page."""
+    if label not in _COMPARED:
+        _COMPARED[label] = compare_table(label)
+    return _COMPARED[label]
+
+
+_COMPARED: dict[str, pd.DataFrame] = {}
+
+#: Colour, marker and fill of each (source, method) in :func:`plot_error_density`: the paper's in greys with open
+#: markers, ours in colour with filled ones.
+ERROR_DENSITY_STYLES = {("paper", "constrained"): ("0.35", "D", "none"), ("paper", "magnitude_pruning"): ("0.6", "v", "none"),
+                        ("ours", "constrained"): ("C0", "o", "C0"), ("ours", "magnitude_pruning"): ("C1", "s", "C1")}
+
+
+def plot_error_density(tables: dict[str, pd.DataFrame], finetune_epochs: int = 200) -> plt.Figure:
+    """One panel per model (``{"MLP": error_density("mlp"), ...}``): best validation error against density, both
+    on log scales, for L0 constrained and magnitude pruning (after ``finetune_epochs`` epochs of fine-tuning), the
+    paper's and ours in distinct colours and markers (:data:`ERROR_DENSITY_STYLES`)."""
+    fig, axes = plt.subplots(1, len(tables), figsize=(7, 3.4), squeeze=False)
+    for ax, (title, table) in zip(axes[0], tables.items()):
+        for (source, method), (colour, marker, fill) in ERROR_DENSITY_STYLES.items():
+            points = table[(table["source"] == source) & (table["method"] == method)].dropna(subset=["error (%)"])
+            points = points.sort_values("density (%)")
+            words = METHOD_WORDS[method] + (f", fine-tuned {finetune_epochs} ep" if method == "magnitude_pruning" else "")
+            ax.plot(points["density (%)"], points["error (%)"], color=colour, marker=marker, mfc=fill, ms=7, lw=1.2,
+                    ls="-" if source == "ours" else "--", label=f"{'ours' if source == 'ours' else 'paper'}: {words}")
+        ax.set(xscale="log", yscale="log", xlabel="density (%)", title=title)
+        ax.set_xticks([1, 2, 5, 10, 20], ["1", "2", "5", "10", "20"])
+        ax.set_yticks([0.5, 1, 2, 5, 10, 20, 50], ["0.5", "1", "2", "5", "10", "20", "50"])
+        ax.grid(alpha=0.3, which="both")
+    axes[0, 0].set_ylabel("best validation error (%)")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.2, 1, 1))
+    return fig
+
+
+def unstructured_summary(model: str) -> pd.DataFrame:
+    """App. L's table for ``model`` in one row per target density: the constrained run's density and best error,
+    and the magnitude-pruned model's best error just pruned and after 200 epochs of fine-tuning, each the paper's
+    beside ours (ours: mean over our seeds)."""
+    table = compare_table_cached(PRUNING_TABLES[model])
+    cells = {}
+    for (_, row), values in zip(table.iterrows(), table.attrs["values"]):
+        if row["method"] not in ("constrained", "magnitude_pruning"):
+            continue
+        target = row["target / λ_pen"]
+        errors = values.get("val_error_best") or []
+        ours = sum(errors) / len(errors) if errors else None
+        paper = float(str(row["val. error best (%) paper"]).split(" ± ")[0])
+        cell = cells.setdefault(target, {"target": target})
+        if row["method"] == "constrained":
+            densities = values.get("l0_density") or []
+            cell.update({("L0, constrained", "density paper"): float(str(row["L0-density (%) paper"]).split(" ± ")[0]),
+                         ("L0, constrained", "density ours"): sum(densities) / len(densities) if densities else None,
+                         ("L0, constrained", "error paper"): paper, ("L0, constrained", "error ours"): ours})
+        elif row["fine-tuned (epochs)"] in ("0", "200"):
+            when = "just pruned" if row["fine-tuned (epochs)"] == "0" else "fine-tuned 200 ep"
+            cell.update({(f"magnitude pruning, {when}", "paper"): paper, (f"magnitude pruning, {when}", "ours"): ours})
+    result = pd.DataFrame(list(cells.values())).set_index("target")
+    result.columns = pd.MultiIndex.from_tuples(result.columns)
+    return result.rename_axis(index="target").reset_index()
+
+
+def _at_paper_protocol(command: str) -> str:
+    """Of :func:`analysis.comparison.compare`'s commands for a missing row (alternatives joined by " ; "), the
+    first at the paper's protocol: a sweep of a ``paper``-preset grid, or the papermill run it names."""
+    for part in command.split(" ; "):
+        part = part.rpartition("at the paper's protocol: ")[2]
+        if not part.startswith("python -m paperlib.harness.sweeps ") or studies.grid_preset(part.split()[-1]) == "paper":
+            return part
+    return command
+
+
+def not_run(reasons: dict[str, str]) -> pd.DataFrame:
+    """What was not run, one row per command: the paper's table, the rows it would fill (the row descriptions of
+    :func:`analysis.comparison.compare`), why not (``reasons``, by table label: the page says why) and the
+    command at the paper's protocol. Rows that differ only in their target or λ_pen share one command, a loop
+    over the values."""
+    groups: dict[tuple[str, str], dict] = {}
+    for label, reason in reasons.items():
+        table = compare_table(label)
+        for _, row in table.iterrows():
+            if row["method"] == "louizos" or str(row["protocol"]).startswith(("paper", "cpu")):
+                continue
+            grouping = row["grouping"] if row["method"] != "dense" and row["grouping"] != "—" else ""
+            key = " ".join(part for part in (row["model"], row["method"], grouping, row["target / λ_pen"]) if part)
+            command = _at_paper_protocol(table.attrs["missing"][key])
+            varying = re.search(r" -p (target|lmbda) (\S+)", command) if command.startswith("papermill") else None
+            stem = command.replace(varying[0], "") if varying else command
+            group = groups.setdefault((label, stem), {"table": ref(label), "rows": [], "why not": reason,
+                                                      "values": [], "name": varying[1] if varying else None})
+            prefix = METHOD_WORDS.get(row["method"], row["method"]) + (
+                f", {row['grouping']}-wise" if row["grouping"] in ("model", "layer") else "")
+            group["rows"].append((prefix, row["target / λ_pen"]))
+            if varying:
+                group["values"].append(varying[2])
+    rows = []
+    for (_, stem), group in groups.items():
+        name, values = group["name"], list(dict.fromkeys(group["values"]))
+        command = stem if not values else f"{stem} -p {name} {values[0]}" if len(values) == 1 else \
+            f"for v in {' '.join(values)}; do {stem} -p {name} $v; done"
+        by_prefix: dict[str, list[str]] = {}
+        for prefix, value in group["rows"]:
+            by_prefix.setdefault(prefix, []).append(value)
+        what = "; ".join(f"{prefix} {', '.join(dict.fromkeys(v for v in values if v))}".strip()
+                         for prefix, values in by_prefix.items())
+        rows.append({"table": group["table"], "what": what,
+                     "why not": group["why not"], "command": command})
+    return pd.DataFrame(rows, columns=["table", "what", "why not", "command"])
+
+
+def pruning_variants_table(model: str) -> pd.DataFrame:
+    """Validation error (%) before fine-tuning of every pruned copy of our dense ``model``s, at App. L's four
+    densities, below the paper's (Table 20 or Table 21): one row per dense model (initialisation, seed, its
+    error) and way of pruning (every layer, one layer alone, all but the output layer, one global threshold)."""
+    rows = {("paper", "as printed (App. L)"): [paper_pruned_error(model, density) for density in DENSITIES]}
+    for init, name in INITIALISATIONS.items():
+        for path in sorted((records.runs_dir() / "pruning_variants").glob(f"{model}-{init}-s*.json")):
+            variants = json.loads(path.read_text())
+            dense = f"ours, {name}, seed {variants['seed']}, dense {variants['dense_val_error']:.2f}%"
+            for variant in variants["pruned_val_error"][str(DENSITIES[0])]:
+                rows[(dense, variant)] = _pruned(variants, variant, DENSITIES)
+    table = pd.DataFrame(list(rows.values()), columns=[f"{100 * density:g}%" for density in DENSITIES])
+    table.index = pd.MultiIndex.from_tuples(rows, names=["dense model", "pruned"])
+    return table
+
+
+def _pct(density: float) -> str:
+    """A density as a glue name's suffix: 0.2 -> "20", 0.05 -> "5"."""
+    return f"{100 * density:g}"
+
+
+def pruned_copies(model: str, variants: dict) -> dict[str, float]:
+    """Our dense ``model`` and its pruned copies before fine-tuning, beside the paper's (App. L): the dense error
+    (``<model>_dense``; the paper's ``<model>_paper_dense``) and, at 20, 10 and 5% (suffix ``_20``, ``_10``,
+    ``_5``), every layer pruned as App. L says (``<model>_just_pruned_<d>``; the paper's
+    ``<model>_paper_just_pruned_<d>``) and one threshold over all layers (``<model>_global_<d>``).
+
+    >>> pruned_copies("mlp", read_pruning_variants("mlp"))["mlp_paper_just_pruned_20"]
+    3.81
+    """
+    numbers = {f"{model}_dense": variants["dense_val_error"], f"{model}_paper_dense": paper_dense_error(model)}
+    for density in ABOVE_ONE_PERCENT:
+        errors = variants["pruned_val_error"][str(density)]
+        numbers[f"{model}_just_pruned_{_pct(density)}"] = errors["every layer"]
+        numbers[f"{model}_paper_just_pruned_{_pct(density)}"] = paper_pruned_error(model, density)
+        numbers[f"{model}_global_{_pct(density)}"] = errors["one global threshold"]
+    return numbers
+
+
+def mlp_layers_pruned_alone(variants: dict) -> dict[str, float]:
+    """Which of the MLP's layers makes its just-pruned error: the output layer pruned alone to 20%
+    (``mlp_out_20``) and to 10% (``mlp_out_10``); the most that the first or second layer alone costs down to
+    10%, in points over the dense model (``mlp_first_two_cost``); every layer but the output pruned, at each
+    density (``mlp_but_output_<d>``), and the paper's error at 1% (``mlp_paper_1``, Table 20)."""
+    errors = variants["pruned_val_error"]
+    first_two = max(errors[str(density)][f"fc{layer} alone"] for density in DENSITIES[:2] for layer in (1, 2))
+    return {"mlp_out_20": errors["0.2"]["fc3 alone"], "mlp_out_10": errors["0.1"]["fc3 alone"],
+            "mlp_first_two_cost": first_two - variants["dense_val_error"],
+            **{f"mlp_but_output_{_pct(d)}": errors[str(d)]["all but the output layer"] for d in DENSITIES},
+            "mlp_paper_1": paper_pruned_error("mlp", 0.01)}
+
+
+def initialisations(variant_records: list[dict]) -> dict[str, float]:
+    """Dense models initialised otherwise than ours (``--init``): each one's dense error
+    (``<model>_<init>_dense``) and its error pruned in every layer to 20% (``<model>_<init>_pruned_20``)."""
+    numbers = {}
+    for variants in variant_records:
+        name = f"{variants['model']}_{variants['init']}"
+        numbers[f"{name}_dense"] = variants["dense_val_error"]
+        numbers[f"{name}_pruned_20"] = variants["pruned_val_error"]["0.2"]["every layer"]
+    return numbers
+
+
+def lenet5_first_convolution(variants: dict) -> dict[str, float]:
+    """LeNet5's first convolution (500 weights) pruned alone to 20%, the others dense (``lenet5_conv1_20``)."""
+    return {"lenet5_conv1_20": variants["pruned_val_error"]["0.2"]["conv1 alone"]}
+
+
+def constrained_runs(grid_file: str, target: float, key: str = "model") -> dict[str, dict]:
+    """The complete constrained records of a grid at ``target``, by their ``key`` metric (model, grouping)."""
+    return {run["metrics"][key]: run for run in report.complete_records(grid_file)
+            if run["metrics"]["method"] == "constrained" and run["metrics"]["target"] == target}
+
+
+def mlp_at_one_percent(record: dict) -> dict[str, float]:
+    """The constrained MLP asked for 1% on every layer (Table 20): its final model density (``mlp1_density``),
+    the higher of its first two layers' (``mlp1_first_two``) and its output layer's (``mlp1_output``), in %, and
+    its final error (``mlp1_final_error``): where a layer misses its target, the table gives the run no best
+    error."""
+    metrics = record["metrics"]
+    layers = [100 * density for density in metrics["l0_density_per_layer"].values()]
+    return {"mlp1_density": 100 * metrics["l0_density"], "mlp1_first_two": max(layers[:2]),
+            "mlp1_output": layers[2], "mlp1_final_error": metrics["val_error_final"]}
+
+
+def lenet5_at_one_percent(record: dict) -> dict[str, float]:
+    """The constrained LeNet5 asked for 1% on every layer (Table 21): its final model density
+    (``lenet1_density``), its lowest and highest layer's (``lenet1_lowest``, ``lenet1_highest``), in %, and its
+    best error at the epochs where every constraint holds (``lenet1_best``)."""
+    metrics = record["metrics"]
+    layers = [100 * density for density in metrics["l0_density_per_layer"].values()]
+    return {"lenet1_density": 100 * metrics["l0_density"], "lenet1_lowest": min(layers),
+            "lenet1_highest": max(layers), "lenet1_best": best_feasible_error(record)}
+
+
+def magnitude_pruning_runs(model: str) -> list[dict]:
+    """The complete magnitude-pruning records of ``model`` at the paper's protocol, in grid order."""
+    return [run for run in report.complete_records(PRUNING_GRID) if run["metrics"]["model"] == model]
+
+
+def mlp_pruning_against_paper(table: pd.DataFrame) -> dict[str, float]:
+    """Our magnitude-pruned MLP against the paper's, from the comparison of Table 20
+    (:func:`analysis.comparison.compare_table`), over its rows with our records: the seeds behind each mean
+    (``mlp_pruned_seeds``), and the lowest and highest of ours minus the paper's after 50 or more epochs of
+    fine-tuning at 20, 10 and 5% (``mlp_finetuned_low``, ``mlp_finetuned_high``) and at 1% (``mlp1_finetuned_low``,
+    ``mlp1_finetuned_high``)."""
+    rows = table[(table["method"] == "magnitude_pruning") & table["val. error best (%) ours"].notna()]
+    above_one = rows["target / λ_pen"] != "1%"
+    finetuned = rows["fine-tuned (epochs)"] != "0"
+    deltas = rows["val. error best (%) Δ"].astype(float)
+    return {"mlp_pruned_seeds": int(re.search(r"(\d+) seeds?", rows["protocol"].iloc[0])[1]),
+            "mlp_finetuned_low": deltas[above_one & finetuned].min(),
+            "mlp_finetuned_high": deltas[above_one & finetuned].max(),
+            "mlp1_finetuned_low": deltas[~above_one & finetuned].min(),
+            "mlp1_finetuned_high": deltas[~above_one & finetuned].max()}
+
+
+def finetuned_errors(record: dict, epochs=FINETUNING_EPOCHS) -> list[float]:
+    """A magnitude-pruning record's best validation error after each of ``epochs`` epochs of fine-tuning
+    (App. L's columns: the best so far)."""
+    return [best_finetuned_error(record, finetune_epochs) for finetune_epochs in epochs]
+
+
+def mlp_one_percent_by_seed(runs: list[dict]) -> dict[str, float]:
+    """The MLP magnitude-pruned to 1% (Table 20): how far apart its seeds end after 200 epochs of fine-tuning
+    (``mlp1_seed_spread``, points) and how much the paper's own cell falls from 100 to 200 epochs
+    (``mlp1_paper_drop``). ``runs``: the MLP's magnitude-pruning records."""
+    at_one = [run for run in runs if run["metrics"]["target"] == 0.01]
+    if not at_one:
+        raise ValueError(f"no magnitude-pruning record at 1% among the {len(runs)} given: "
+                         f"python -m paperlib.harness.sweeps {PRUNING_GRID}")
+    last = [finetuned_errors(run)[-1] for run in at_one]
+    return {"mlp1_seed_spread": max(last) - min(last),
+            "mlp1_paper_drop": paper_pruned_error("mlp", 0.01, 100) - paper_pruned_error("mlp", 0.01, 200)}
+
+
+def lenet5_finetuning(runs: list[dict]) -> dict[str, float]:
+    """The magnitude-pruned LeNet5 through fine-tuning, beside the paper's (Table 21): at 20%, its best error
+    after one epoch (``lenet5_ft_1``) and after 200 (``lenet5_ft_200``; the paper's ``lenet5_paper_ft_200``); at
+    1%, its best error after 200 epochs (``lenet5_1_ft_200``) and the paper's, the same before and after
+    fine-tuning (``lenet5_1_paper``). Ours is :data:`NO_RECORD` where ``runs`` (LeNet5's magnitude-pruning
+    records) has none at that density."""
+    by_target = {run["metrics"]["target"]: run for run in runs}
+    at_20, at_1 = by_target.get(0.2), by_target.get(0.01)
+    return {"lenet5_ft_1": NO_RECORD if at_20 is None else best_finetuned_error(at_20, 1),
+            "lenet5_ft_200": NO_RECORD if at_20 is None else best_finetuned_error(at_20, 200),
+            "lenet5_paper_ft_200": paper_pruned_error("lenet5", 0.2, 200),
+            "lenet5_1_ft_200": NO_RECORD if at_1 is None else best_finetuned_error(at_1, 200),
+            "lenet5_1_paper": paper_pruned_error("lenet5", 0.01, 200)}
+
+
+def dense_baseline(model: str) -> dict | None:
+    """App. L's dense ``model`` at the paper's protocol (the dense row of Table 20 or Table 21), or None while
+    its record is not complete."""
+    folder = next((folder for config, folder in report.grid_runs(UNSTRUCTURED_GRID)
+                   if config.method == "dense" and config.model == model), None)
+    if folder is None:
+        raise ValueError(f"{UNSTRUCTURED_GRID} has no dense {model} run")
+    return records.load_record(folder) if records.record_status(folder) == "complete" else None
+
+
+def dense_epochs(history: list[dict]) -> list[tuple[str, str, str]]:
+    """(epoch, validation error, training loss) of each epoch of a dense training, as recorded."""
+    return [(row["epoch"], row["val_error"], row["train_loss"]) for row in history if row["phase"] in ("init", "train")]
+
+
+def dense_phases(runs: list[dict], baseline: dict | None) -> pd.DataFrame:
+    """The dense model each magnitude-pruning record pruned (App. L prunes a trained dense model): its target,
+    whose dense phase it pruned (``first_phase_of``: another target's run, named by its target, else its own), the CPU that trained
+    it, the dense model's error at the end of that phase and the pruned model's before fine-tuning; and whether
+    its own dense phase is the ``baseline`` record's training, epoch by epoch (None where it pruned another
+    run's, or without a baseline)."""
+    targets = {run["metrics"].get("run_name"): run["metrics"]["target"] for run in runs}
+    rows = []
+    for run in runs:
+        metrics, history = run["metrics"], run["history"]
+        shared = metrics.get("first_phase_of")
+        end_of_dense = [row for row in history if row["phase"] == "train"][-1]
+        pruned = next(row for row in history if row["phase"] == "pruned")
+        same = None if baseline is None or "first_phase_of" in metrics else \
+            dense_epochs(history) == dense_epochs(baseline["history"])
+        phase = "its own" if shared is None else \
+            f"the {100 * targets[shared]:g}% run's" if shared in targets else shared
+        rows.append({"target": f"{100 * metrics['target']:g}%", "dense phase": phase,
+                     "trained on": metrics["device_name"], "dense error (%)": float(end_of_dense["val_error"]),
+                     "just pruned (%)": float(pruned["val_error"]), "dense phase = dense baseline record": same})
+    return pd.DataFrame(rows, columns=["target", "dense phase", "trained on", "dense error (%)", "just pruned (%)",
+                                       "dense phase = dense baseline record"])
+
+
+# --------------------------------------------------------------------------- #
+# Table 4: the dense models' sizes
+# --------------------------------------------------------------------------- #
+
+#: Table 4's models as we build and count them: (our name, classes of its head, input shape). Each has the head
+#: of the dataset it trains on here: WideResNet-28-10 has CIFAR-10's 10 classes, where the paper's 36.5M
+#: include CIFAR-100's 100 (book/errata.md).
+MODEL_STATS = {"MLP": ("mlp", 10, (1, 28, 28)), "LeNet5": ("lenet5", 10, (1, 28, 28)),
+               "WideResNet-28-10": ("wrn-28-10", 10, (3, 32, 32)), "ResNet18": ("resnet18", 200, (3, 64, 64)),
+               "ResNet50": ("resnet50", 1000, (3, 224, 224))}
+
+
+def model_statistics(models: dict[str, tuple[str, int, tuple[int, ...]]] = MODEL_STATS) -> pd.DataFrame:
+    """Table 4 beside our counts: each dense model's parameters and MACs as the paper prints them and as
+    :mod:`paperlib.method.counting` counts them (the paper's convention), with its input and the classes of its
+    head (``classes``)."""
+    printed = paper_results()
+    printed = printed[printed["table"] == "tab:model_stats"].set_index(["model", "metric"])["value"]
+    rows = []
+    for name, (model, classes, shape) in models.items():
+        dense = build_model(model, classes, gated=False)
+        rows.append({"model": name, "params paper": printed.get((name, "params_count")),
+                     "params ours": f"{counting.count_params(dense):,}",
+                     "MACs paper": printed.get((name, "macs_count")),
+                     "MACs ours": f"{counting.count_macs(dense, shape, 'paper'):,}",
+                     "input": "×".join(map(str, shape)), "classes": classes})
+    return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------- #
+# App. E: a bisection for a penalty against one constrained run
+# --------------------------------------------------------------------------- #
+
+BISECTION_GRID, = studies.grids("app:bisection")
+#: A qualifier of ``paper_results.csv`` in words.
+QUALIFIER_WORDS = {">=": "at least"}
+#: The constrained MLP the searches are compared with (Table 10 at the paper's protocol).
+MLP_CONTROL_GRID = studies.grids("tab:mlp_control", preset="paper")[0]
+
+
+def paper_bisection_trainings() -> tuple[str, str]:
+    """How many trainings App. E says a bisection needs: (qualifier, number) as printed, ``(">=", "6")``."""
+    claim = paper_results().query("table == 'app:bisection' and metric == 'training_runs_needed'").iloc[0]
+    return claim["qualifier"], claim["value"]
+
+
+def _closest(search: dict) -> dict:
+    """The training of a search whose density came closest to its target."""
+    return min(search["evaluations"], key=lambda evaluation: abs(evaluation["l0_density"] - search["target"]))
+
+
+def plot_bisections(searches: list[dict]) -> plt.Figure:
+    """Figure 5 from our searches (``report.complete_searches``): each training's λ_pen and L0-density, labelled
+    by the iteration that asked for it (the two endpoints are 0), and the target ± tolerance as a band; one
+    panel per search."""
+    if not searches:
+        raise ValueError(f"no search to plot: python -m paperlib.harness.sweeps {BISECTION_GRID}")
+    fig, axes = plt.subplots(1, len(searches), figsize=(min(7.0, 3.5 * len(searches)), 3.2), squeeze=False)
+    for ax, search in zip(axes[0], searches):
+        points = search["evaluations"]
+        ax.scatter([e["lmbda"] for e in points], [100 * e["l0_density"] for e in points], marker="*", s=70)
+        for e in points:  # odd iterations labelled below left, so that the last, close ones stay readable
+            ax.annotate(str(e["iteration"]), (e["lmbda"], 100 * e["l0_density"]), textcoords="offset points",
+                        xytext=(4, 4) if e["iteration"] % 2 == 0 else (-11, -13))
+        target, tolerance = 100 * search["target"], 100 * search["tolerance"]
+        ax.axhspan(target - tolerance, target + tolerance, color="C2", alpha=0.25)
+        ax.set(xscale="log", ylim=(0, 100), xlabel="λ_pen", ylabel="L0-density (%)",
+               title=f"{search['grouping']}-wise: {search['num_trainings']} trainings")
+    fig.tight_layout()
+    return fig
+
+
+def bisection_rows(grid_file: str = BISECTION_GRID) -> pd.DataFrame:
+    """One row per search of the grid: the trainings App. E says a search needs and ours, whether it converged,
+    the λ_pen whose density came closest to the target, that density, and the run's notebook; a search without
+    a complete record gives its status, and the table's ``attrs["command"]`` the sweep that makes it."""
+    searches = {search["grouping"]: search for search in report.complete_searches(grid_file)}
+    qualifier, value = paper_bisection_trainings()
+    rows = []
+    for config, folder in report.grid_runs(grid_file):
+        row = {"grouping": config.grouping, "trainings paper": f"{qualifier} {value}"}
+        search = searches.get(config.grouping)
+        if search:
+            closest = _closest(search)
+            row.update({"trainings ours": search["num_trainings"], "converged": search["converged"],
+                        "λ_pen found": f"{closest['lmbda']:.4g}", "L0-density (%)": 100 * closest["l0_density"],
+                        "run": report.notebook_link(folder)})
+        else:
+            row.update({"trainings ours": None, "run": records.record_status(folder) or "not run"})
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    if len(searches) < len(rows):
+        table.attrs["command"] = f"python -m paperlib.harness.sweeps {grid_file}"
+    return table
+
+
+def bisection_against_constraint(searches: list[dict], constrained: dict[str, dict]) -> pd.DataFrame:
+    """App. E's point as a table: per grouping, the trainings our bisection search took to land within its
+    tolerance of 50% (``searches``) and the one run of the constrained MLP asked for 50% (``constrained``: its
+    records by grouping, at the protocol of Table 10), with each one's epochs a training, final density and
+    error (the search: its closest training's density). Empty rows are left out."""
+    rows = []
+    for search in searches:
+        closest = _closest(search)
+        rows.append({"grouping": search["grouping"], "method": "penalized, bisection on λ_pen",
+                     "trainings": search["num_trainings"], "epochs each": search["epochs"],
+                     "L0-density (%)": 100 * closest["l0_density"], "error final (%)": None})
+    for grouping, run in sorted(constrained.items(), reverse=True):
+        rows.append({"grouping": grouping, "method": "constrained, target 50%", "trainings": 1,
+                     "epochs each": run["metrics"]["epochs_completed"], "L0-density (%)": 100 * run["metrics"]["l0_density"],
+                     "error final (%)": run["metrics"]["val_error_final"]})
+    return pd.DataFrame(rows, columns=["grouping", "method", "trainings", "epochs each", "L0-density (%)",
+                                       "error final (%)"])

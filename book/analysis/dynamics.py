@@ -1,0 +1,92 @@
+"""The training dynamics the paper shows (§5.3, App. G, App. I; book/results_dynamics.md): dual restarts and gate
+medians.
+
+Some of the paper's figures are about how a run gets to its density rather than where
+it ends. With dual restarts (Eq. 6) a multiplier is reset to zero as soon as its
+constraint holds, so the density stops falling at the target; without them the
+multiplier keeps what it accumulated and the density goes on falling below it
+(Figure 2 and Figure 6). And the gates' medians (Eq. 9), which decide what the
+test-time model keeps, end at 0 or 1 for most gates (Figure 9).
+Each figure is drawn from one grid, the most faithful protocol that has records
+(:func:`~analysis.report.grid_to_show`).
+
+>>> restarts_label({"metrics": {"target": 0.3}, "params": {"dual_restarts": False}})
+'target 30%, no restarts'
+"""
+
+import matplotlib.pyplot as plt
+from matplotlib.lines import Line2D
+import pandas as pd
+
+from paperlib.harness import studies
+from . import report
+
+#: The dual-restarts figure's grids and the gate-histogram figure's, the paper's protocol first.
+RESTARTS_GRIDS = list(studies.grids("fig:dual_restarts"))
+HISTOGRAM_GRIDS = list(studies.grids("fig:mnist_gate_histograms"))
+
+
+def restarts_label(run: dict) -> str:
+    """How the dual-restarts figure names a run: its target, with or without restarts."""
+    return f"target {run['metrics']['target']:.0%}, " + ("restarts" if run["params"]["dual_restarts"] else "no restarts")
+
+
+def _densities(run: dict) -> pd.Series:
+    """The model's logged L0-density (%) at every step."""
+    return 100 * pd.DataFrame(run["steps"]).apply(pd.to_numeric, errors="coerce")["l0_density"]
+
+
+def restarts_rows(runs: list[dict]) -> pd.DataFrame:
+    """One row per run of the dual-restarts figure, by target and restarts first: its final logged density, the
+    highest and lowest density after it first reaches its target (the last density if it never does; %), and
+    its final error (%).
+
+    >>> run = {"metrics": {"target": 0.3, "val_error_final": 1.0}, "params": {"dual_restarts": True},
+    ...        "steps": [{"l0_density": d} for d in (0.9, 0.25, 0.5, 0.75)]}
+    >>> restarts_rows([run]).iloc[0, 2:5].tolist()
+    [75.0, 75.0, 25.0]
+    """
+    rows = []
+    for run in sorted(runs, key=lambda run: (run["metrics"]["target"], not run["params"]["dual_restarts"])):
+        density, target = _densities(run), 100 * run["metrics"]["target"]
+        feasible = density[density <= target]
+        after = density.loc[feasible.index[0]:] if len(feasible) else density.iloc[-1:]
+        rows.append({"target (%)": target, "restarts": "✓" if run["params"]["dual_restarts"] else "✗",
+                     "final (%)": density.iloc[-1], "highest after target (%)": after.max(),
+                     "lowest after target (%)": after.min(), "error (%)": run["metrics"]["val_error_final"]})
+    return pd.DataFrame(rows)
+
+
+def plot_restarts(runs: list[dict]) -> plt.Figure:
+    """Figure 2 and Figure 6: the model's L0-density (left) and multiplier (right) against epochs, one colour
+    per target (dotted), solid with restarts and dashed without."""
+    targets = sorted({run["metrics"]["target"] for run in runs})
+    fig, axes = plt.subplots(1, 2, figsize=(7, 3.2))
+    for run in runs:
+        steps = pd.DataFrame(run["steps"]).apply(pd.to_numeric, errors="coerce")
+        colour = f"C{targets.index(run['metrics']['target'])}"
+        style = "-" if run["params"]["dual_restarts"] else "--"
+        axes[0].plot(steps["epoch"], 100 * steps["l0_density"], color=colour, ls=style, lw=1.2)
+        axes[1].plot(steps["epoch"], steps["lambda_0"], color=colour, ls=style, lw=1)
+    for target in targets:
+        axes[0].axhline(100 * target, color=f"C{targets.index(target)}", ls=":", lw=1)
+    axes[0].set(xlabel="epoch", ylabel="model L0-density (%)", ylim=(0, 100))
+    axes[1].set(xlabel="epoch", ylabel="multiplier λ")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    handles = [Line2D([], [], color=f"C{i}", label=f"target {100 * t:g}%") for i, t in enumerate(targets)]
+    handles += [Line2D([], [], color="0.3", ls="-", label="with restarts"),
+                Line2D([], [], color="0.3", ls="--", label="without")]
+    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    return fig
+
+
+def fractional_rows(runs: list[dict]) -> pd.DataFrame:
+    """The share (%) of the first gated layer's medians still strictly between 0 and 1 at the last saved epoch,
+    one row per run (:func:`~analysis.report.fractional_medians`)."""
+    rows = []
+    for run in runs:
+        layer, fractional = report.fractional_medians(run)
+        rows.append({"model": run["metrics"]["model"], "layer": layer, "fractional medians (%)": 100 * fractional})
+    return pd.DataFrame(rows, columns=["model", "layer", "fractional medians (%)"])

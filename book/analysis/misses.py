@@ -1,0 +1,326 @@
+"""Why some CIFAR-10 runs miss their targets (book/results_cifar10_misses.md): tables, numbers and figures.
+
+The control table's constrained runs (:mod:`analysis.control`) miss in two ways,
+and each has a test of its cause:
+
+* **Over, in whole gates.** A block of WideResNet-16-1 has 16 to 64 gates, and at
+  the gates' learning rate of 6 they saturate, so a block's density moves a whole
+  gate (1.6 to 6.25 points) at a time (:func:`gate_rows`, :func:`gate_changes`).
+  The cause test decays the gates' learning rate with the weights'
+  (:data:`CAUSE_GRID`, :func:`cause_numbers`).
+* **Under, with the constraint holding.** After the multiplier's last push the task
+  loss alone goes on closing gates (:func:`inactive_misses`, :func:`drift_rows`,
+  :func:`drift_numbers`). The tests: the same model with a constraint that never
+  binds, at the gates' learning rates of 6 (:data:`FREE_GATES_GRID`) and 0.1 (the
+  ablation's; :func:`free_runs`), beside the paper's (:func:`paper_free_densities`),
+  and the 80% constraints at 0.1 (:data:`UNDER_CAUSE_GRID`, :func:`under_cause_rows`,
+  :func:`under_cause_numbers`).
+
+Every choice reads training-time densities and multipliers; the test split is
+never used to decide anything. The page writes the prose; these functions give it
+numbers (Python ints, floats and condition names, for MyST-NB's glue) and tables.
+
+>>> sorted(paper_free_densities())
+[0.1, 6]
+"""
+
+import math
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from paperlib.harness import rules, studies
+from paperlib.harness.paper_rows import constrained_densities
+from .control import (ABLATION_GRID, condition_link, constraint_names, dense_run, dual_lr_rows, final_gaps,
+                      run_label, run_rows, short_layer_name, step_log)
+from paperlib.paper.models import gate_counts
+from paperlib.paper.paper_results import paper_cell
+from .report import complete_records, notebook_link
+
+#: The cause test of layer-wise 20%: the gates' learning rate decayed with the weights'.
+CAUSE_GRID, = studies.grids("cifar10_layer_cause")
+#: The same model with a constraint that never binds (a target of 100%), gates' learning rate 6.
+FREE_GATES_GRID, = studies.grids("cifar10_free_gates")
+#: The control table's 80% constraints at the gates' learning rate of 0.1.
+UNDER_CAUSE_GRID, = studies.grids("cifar10_under_cause")
+
+
+# --------------------------------------------------------------------------- #
+# Over, in whole gates: layer-wise 20%
+# --------------------------------------------------------------------------- #
+
+def gate_rows(run: dict) -> pd.DataFrame:
+    """A layer-wise constrained run's final densities counted in gates, one row per gated layer.
+
+    A layer of n gates whose gates have saturated (medians at exactly 0 or 1, as they do at
+    the gates' learning rate of 6) can only have an expected density near k/n: its density
+    moves in steps of one gate, 100/n points. *Open medians*: the gates whose final median is
+    not 0 (:data:`records` keep them for the saved epochs). A gap under one gate is as close
+    as such a layer can come to its target.
+    """
+    counts = gate_counts(run["metrics"]["model"])
+    medians = run["gate_medians"][max(run["gate_medians"], key=int)]
+    layers = list(run["metrics"]["l0_density_per_layer"])
+    rows = []
+    for layer, (density, target) in zip(layers, constrained_densities(run, run["history"][-1])):
+        n = counts[layer]
+        rows.append({"block": short_layer_name(layer), "gates": n, "one gate (points)": 100 / n,
+                     "target (gates)": target * n, "expected open gates": density * n,
+                     "open medians": sum(value > 0 for value in medians[layer]),
+                     "gap (points)": 100 * (density - target), "gap (gates)": (density - target) * n})
+    return pd.DataFrame(rows)
+
+
+def gate_changes(run: dict, after_epoch: int = 1) -> pd.DataFrame:
+    """Every epoch after ``after_epoch`` at whose end a layer of a layer-wise constrained run has a different
+    whole number of expected open gates than at the end of the epoch before, with the layer's multiplier
+    at both ends: which gates the multiplier closed, and which opened with it at zero (a dual restart)."""
+    counts = gate_counts(run["metrics"]["model"])
+    layers = list(run["metrics"]["l0_density_per_layer"])
+    history = [row for row in run["history"] if row["phase"] == "train" and int(row["epoch"]) >= after_epoch]
+    rows = []
+    for before, after in zip(history, history[1:]):
+        for index, layer in enumerate(layers):
+            was, now = (round(counts[layer] * float(row[f"density[{layer}]"])) for row in (before, after))
+            if was != now:
+                rows.append({"epoch": int(after["epoch"]), "block": short_layer_name(layer),
+                             "open gates": f"{was} → {now}", "λ before": float(before[f"lambda_{index}"]),
+                             "λ after": float(after[f"lambda_{index}"])})
+    return pd.DataFrame(rows, columns=["epoch", "block", "open gates", "λ before", "λ after"])
+
+
+def plot_gate_steps(run: dict) -> plt.Figure:
+    """Each gated layer's expected number of open gates (density times gates) against epochs, its target
+    dashed, and its multiplier on the right axis: the layer's density moves a whole gate at a time."""
+    counts = gate_counts(run["metrics"]["model"])
+    layers = list(run["metrics"]["l0_density_per_layer"])
+    frame = pd.DataFrame(run["history"]).apply(pd.to_numeric, errors="coerce")
+    targets = [target for _, target in constrained_densities(run, run["history"][-1])]
+    columns = min(3, len(layers))
+    rows = math.ceil(len(layers) / columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(7, 2.4 * rows), squeeze=False)
+    top = max(1.0, frame[[c for c in frame if c.startswith("lambda_")]].max().max())
+    for index, (layer, target) in enumerate(zip(layers, targets)):
+        ax = axes.flat[index]
+        n = counts[layer]
+        ax.plot(frame["epoch"], n * frame[f"density[{layer}]"], color="C0", lw=1.4)
+        ax.axhline(n * target, ls="--", color="k", lw=0.8)
+        low = math.floor(n * target) - 2
+        ax.set(ylim=(low, low + 5))
+        ax.set_title(f"{short_layer_name(layer)} ({n} gates)", fontsize=9)
+        ax.grid(alpha=0.3)
+        multiplier = ax.twinx()
+        multiplier.plot(frame["epoch"], frame[f"lambda_{index}"], color="C3", lw=1, alpha=0.8)
+        multiplier.set_ylim(0, top)
+        if index % columns == 0:
+            ax.set_ylabel("expected open gates", color="C0")
+        if index % columns == columns - 1 or index == len(layers) - 1:
+            multiplier.set_ylabel("multiplier λ", color="C3")
+        if index >= len(layers) - columns:
+            ax.set_xlabel("epoch")
+    for ax in axes.flat[len(layers):]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    return fig
+
+
+def cause_rows(reference: dict, tests: list[dict]) -> pd.DataFrame:
+    """:func:`dual_lr_rows` of a run and of the runs that test a cause of its miss, with which of them
+    decayed the gates' learning rate."""
+    compared = [reference, *tests]
+    rows = pd.concat([dual_lr_rows([run]) for run in compared], ignore_index=True)
+    rows.insert(1, "gates' lr decayed", [run["params"]["schedule_gates"] for run in compared])
+    return rows
+
+
+def cause_numbers(reference: dict, test: dict) -> dict:
+    """What the cause test shows, from the two records: the run with the gates' learning rate decayed at the
+    weights' milestones (``test``) against the same run without (``reference``).
+
+    ``same until``: the last epoch at which the two runs agree; ``milestone``: the first milestone; ``changes
+    with`` / ``changes without``: the whole-gate changes after it (:func:`gate_changes`), ``unpushed``: those of
+    the reference that closed or opened a gate with the block's multiplier at zero before and after;
+    ``gap with`` / ``gap without``: the largest final gap (points, :func:`gate_rows`) and ``block with`` /
+    ``block without`` where it is; ``error with`` / ``error without``: the final errors (%)."""
+    milestone = test["params"]["lr_milestones"][0]
+
+    def late(run: dict) -> pd.DataFrame:
+        changes = gate_changes(run)
+        return changes[changes["epoch"] > milestone]
+
+    before, after = late(reference), late(test)
+    unpushed = before[(before["λ before"] == 0) & (before["λ after"] == 0)]
+    same_until = next((int(a["epoch"]) - 1 for a, b in zip(reference["history"], test["history"])
+                       if (a["val_error"], a["l0_density"]) != (b["val_error"], b["l0_density"])), None)
+    numbers = {"same until": same_until, "milestone": milestone, "changes with": len(after),
+               "changes without": len(before), "unpushed": len(unpushed)}
+    for name, run in (("with", test), ("without", reference)):
+        gaps = gate_rows(run).set_index("block")["gap (points)"]
+        numbers.update({f"gap {name}": float(gaps[gaps.abs().idxmax()]), f"block {name}": gaps.abs().idxmax(),
+                        f"error {name}": run["metrics"]["val_error_final"]})
+    return numbers
+
+
+# --------------------------------------------------------------------------- #
+# Under, with the constraint holding
+# --------------------------------------------------------------------------- #
+
+def _start_density(record: dict) -> float:
+    """The model's expected L0-density at a run's first logged step."""
+    return step_log(record).iloc[0]["l0_density"]
+
+
+def unpushed_under(record: dict) -> list[int]:
+    """The constraints (indices) that end more than :data:`~paperlib.harness.rules.ON_TARGET_POINTS` under their target with their
+    multiplier at zero: they hold, and nothing pushes them back up (a multiplier acts only while its
+    constraint is violated; :func:`last_push` finds what took them under)."""
+    multipliers = record["metrics"]["multipliers_final"]
+    return [i for i, gap in enumerate(final_gaps(record)) if gap < -rules.ON_TARGET_POINTS and multipliers[i] == 0]
+
+
+def inactive_misses(runs: list[dict]) -> list[dict]:
+    """The constrained runs that miss a target only from below, where that constraint's multiplier is zero:
+    every constraint holds (:func:`paperlib.harness.rules.feasible`), and every one that ends more than
+    :data:`~paperlib.harness.rules.ON_TARGET_POINTS` under its target is :func:`unpushed_under`."""
+    misses = []
+    for run in runs:
+        if run["metrics"]["method"] != "constrained":
+            continue
+        gaps = final_gaps(run)
+        under = [i for i, gap in enumerate(gaps) if gap < -rules.ON_TARGET_POINTS]
+        if under and rules.feasible(gaps) and under == unpushed_under(run):
+            misses.append(run)
+    return misses
+
+
+def last_push(record: dict, index: int = 0) -> tuple[pd.Series, pd.Series]:
+    """The last logged step at which constraint ``index``'s multiplier was positive, and the logged step
+    after it (the first logged step twice if it never was): the epochs, densities and multipliers then."""
+    steps = step_log(record)
+    pushing = steps.index[steps[f"lambda_{index}"] > 0]
+    last = steps.index.get_loc(pushing[-1]) if len(pushing) else 0
+    return steps.iloc[last], steps.iloc[min(last + 1, len(steps) - 1) if len(pushing) else 0]
+
+
+def _one_gate_points(record: dict, index: int) -> float | None:
+    """How many points of its constraint one gate is: 100 / the layer's gates for a layer-wise constraint;
+    None for a model-wise one, whose density weighs each gate by the parameters it holds."""
+    if record["metrics"]["grouping"] == "model":
+        return None
+    layer = list(record["metrics"]["l0_density_per_layer"])[index]
+    return 100 / gate_counts(record["metrics"]["model"])[layer]
+
+
+def drift_rows(runs: list[dict], free: dict | None = None) -> pd.DataFrame:
+    """One row per constraint of :func:`unpushed_under` in ``runs``, and one for the run whose constraint
+    never binds (``free``): the last epoch its multiplier pushed, its density then, a logged step later and
+    at the end, and its final gap in points and, for a layer, in gates."""
+    rows = []
+    for run in runs:
+        names, finals = constraint_names(run), constrained_densities(run, run["history"][-1])
+        for i in unpushed_under(run):
+            (push, after), gate = last_push(run, i), _one_gate_points(run, i)
+            gap = 100 * (finals[i][0] - finals[i][1])
+            rows.append({"run": condition_link(run), "setting": run_label(run), "constraint": names[i],
+                         "last epoch with λ > 0": float(push["epoch"]) if push[f"lambda_{i}"] > 0 else None,
+                         "density then (%)": 100 * push[f"constrained_density_{i}"],
+                         "a step later (%)": 100 * after[f"constrained_density_{i}"],
+                         "final density (%)": 100 * finals[i][0],
+                         "gap (points)": gap, "gap (gates)": None if gate is None else gap / gate})
+    if free:
+        rows.append({"run": notebook_link(free["path"], "no binding constraint") or "no binding constraint",
+                     "setting": "no binding constraint", "constraint": "model",
+                     "last epoch with λ > 0": None, "density then (%)": 100 * _start_density(free),
+                     "a step later (%)": None, "final density (%)": 100 * free["metrics"]["l0_density"],
+                     "gap (points)": None, "gap (gates)": None})
+    return pd.DataFrame(rows)
+
+
+def plot_free_drift(runs: list[dict], free: dict | None = None) -> plt.Figure:
+    """The density (left) and multiplier (right, log epochs) of every constraint of :func:`unpushed_under` in
+    ``runs`` against epochs, one colour per run (one line per constraint), beside the model's density in the run
+    whose constraint never binds; targets dashed. The legend names each run's condition."""
+    from matplotlib.lines import Line2D
+
+    fig, axes = plt.subplots(1, 2, figsize=(7, 3.6))
+    handles = []
+    for colour, run in enumerate(runs):
+        steps = step_log(run)
+        for i in unpushed_under(run):
+            axes[0].plot(steps["epoch"], 100 * steps[f"constrained_density_{i}"], color=f"C{colour}", lw=1)
+            axes[1].plot(steps["epoch"], steps[f"lambda_{i}"], color=f"C{colour}", lw=1)
+        for target in {target for _, target in constrained_densities(run, run["history"][-1])}:
+            axes[0].axhline(100 * target, color=f"C{colour}", ls="--", lw=0.8)
+        handles.append(Line2D([], [], color=f"C{colour}", label=run_label(run).replace("target ", "")))
+    if free:
+        steps = step_log(free)
+        axes[0].plot(steps["epoch"], 100 * steps["l0_density"], color="k", lw=1.4)
+        handles.append(Line2D([], [], color="k", lw=1.4, label="model, no binding constraint"))
+    axes[0].set(xlabel="epoch", ylabel="constraint's L0-density (%)")
+    axes[1].set(xlabel="epoch (log scale)", ylabel="multiplier λ", xscale="symlog", xlim=(0, None))
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.05 + 0.06 * -(-len(handles) // 3), 1, 1))
+    return fig
+
+
+def under_cause_rows(runs: list[dict], tests: list[dict], target: float = 0.8) -> pd.DataFrame:
+    """Seed 0's constrained runs at ``target`` among ``runs`` (the gates' learning rate of 6) beside the same
+    constraints at 0.1 (``tests``, :data:`UNDER_CAUSE_GRID`): :func:`run_rows` with the gates' learning rate,
+    how far the lowest constraint ends under its target (0 if none is under), and the largest final multiplier;
+    costs against the dense run among ``runs``."""
+    at_target = [run for run in runs if (run["metrics"]["method"], run["metrics"]["target"], run["metrics"]["seed"])
+                 == ("constrained", target, 0)]
+    compared = sorted(at_target, key=lambda run: run["metrics"]["grouping"]) + tests
+    rows = run_rows(compared, dense_run(runs))
+    rows.insert(4, "gates' lr", [run["params"].get("gates_lr", 6.0) for run in compared])
+    rows.insert(rows.columns.get_loc("over target (points)"), "under target (points)",
+                [min(0.0, *final_gaps(run)) for run in compared])
+    rows.insert(rows.columns.get_loc("over target (points)") + 1, "final λ",
+                [max(run["metrics"]["multipliers_final"]) for run in compared])
+    return rows.drop(columns=["method", "target", "lmbda", "seed", "epochs"])
+
+
+def drift_numbers(rows: pd.DataFrame) -> dict:
+    """From :func:`drift_rows` (without the free run's row): in how many constraints the multiplier's last push
+    took the density under the target within a logged step (``crossed`` of ``constraints``), and how many of the
+    blocks end within one gate of their target (``within a gate`` of ``blocks``)."""
+    rows = rows[rows["gap (points)"].notna()]
+    targets = rows["final density (%)"] - rows["gap (points)"]
+    gates = rows["gap (gates)"].dropna()
+    return {"crossed": int((rows["a step later (%)"] < targets).sum()), "constraints": len(rows),
+            "within a gate": int((gates >= -1).sum()), "blocks": len(gates)}
+
+
+def paper_free_densities() -> dict[float, float]:
+    """Where the loss alone takes the paper's WideResNet-28-10: Table 12's layer-wise 100% rows (constraints that
+    never bind), their L0-density (%) by the gates' learning rate (6, the paper's; 0.1, Louizos et al.'s)."""
+    return {lr: float(paper_cell("tab:cifar10", method="constrained", grouping="layer", target=1, gates_lr=lr,
+                                 metric="l0_density").value) for lr in (6, 0.1)}
+
+
+def free_runs() -> pd.DataFrame:
+    """Our WideResNet-16-1 with no binding constraint at the gates' learning rates of 6 (:data:`FREE_GATES_GRID`)
+    and 0.1 (the ablation's layer-wise 100% run): its L0-density at the first logged step and at the end, the
+    parameters the test-time model keeps and the final error; a rate without a record has no row."""
+    fast = next(iter(complete_records(FREE_GATES_GRID)), None)
+    slow = next((run for run in complete_records(ABLATION_GRID) if run["params"]["method"] == "constrained"
+                 and run["metrics"]["target"] == 1 and run["params"]["gates_lr"] == 0.1), None)
+    rows = [{"gates' lr": lr, "run": notebook_link(run["path"], f"{run['metrics']['grouping']}-wise 100%")
+             or f"{run['metrics']['grouping']}-wise 100%", "start (%)": 100 * _start_density(run),
+             "final (%)": 100 * run["metrics"]["l0_density"], "params kept (%)": run["metrics"]["params_pct"],
+             "error (%)": run["metrics"]["val_error_final"]}
+            for lr, run in ((6.0, fast), (0.1, slow)) if run is not None]
+    return pd.DataFrame(rows, columns=["gates' lr", "run", "start (%)", "final (%)", "params kept (%)", "error (%)"])
+
+
+def under_cause_numbers(rows: pd.DataFrame) -> dict:
+    """From :func:`under_cause_rows`, the runs at the gates' learning rate of 0.1: how many (``runs``), how many
+    still end more than :data:`~paperlib.harness.rules.ON_TARGET_POINTS` under a target (``still under``: then the rate is
+    not the whole cause), how many end on target and how many more than
+    :data:`~paperlib.harness.rules.FEASIBLE_POINTS` over one with a positive final multiplier (``over``)."""
+    slow = rows[rows["gates' lr"] == 0.1]
+    return {"runs": len(slow), "still under": int((slow["under target (points)"] < -rules.ON_TARGET_POINTS).sum()),
+            "on target": int((slow["outcome"] == rules.Outcome.ON_TARGET.value).sum()),
+            "over": int(((slow["over target (points)"] > rules.FEASIBLE_POINTS) & (slow["final λ"] > 0)).sum())}

@@ -1,0 +1,346 @@
+"""Tables and figures of the book's report pages, built from the records in ``runs/``.
+
+A report page names a grid file (``grids/<table>.yaml``): :func:`grid_table`
+lists every run that grid asks for, with our numbers where the record is
+complete and, where it is not, the status and the command that would produce
+it. Nothing here invents a number: every cell comes from a ``metrics.json``.
+"""
+
+import json
+import os
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import yaml
+
+from paperlib.harness import plots, presets, records
+from paperlib.harness.grids import _found_records, complete_records, grid_records, grid_runs  # noqa: F401 (read as report's)
+
+
+def _fmt(value) -> str:
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(f"{v:g}" for v in value) + "]"
+    return f"{value:g}"
+
+
+
+
+def sweep_command(grids) -> str:
+    """The command that makes the records of these grid files."""
+    return f"python -m paperlib.harness.sweeps {' '.join(map(str, grids))}"
+
+
+
+#: Parameters that grid tables always show (or that only name the run's place).
+SHOWN_PARAMETERS = ("model", "method", "grouping", "target", "lmbda", "experiment", "dataset")
+
+
+def _other_grid_parameters(grid_file: str | Path) -> list[str]:
+    """The other parameters a grid varies (``dual_restarts``, ``gates_lr`` ...): each gets a column."""
+    spec = yaml.safe_load((records.project_root() / grid_file).read_text())
+    names = [*(spec.get("grid") or {}), *(name for run in spec.get("runs") or [] for name in run)]
+    return [name for name in dict.fromkeys(names) if name not in SHOWN_PARAMETERS]
+
+
+def notebook_link(run_dir: str | Path, text: str = "notebook") -> str | None:
+    """An HTML link to the book page of the run's executed notebook, or None if it has none.
+
+    Relative to the working directory, which is the folder of the page being
+    executed (jupyter-book runs a page in its own folder).
+    """
+    notebook = Path(run_dir) / "notebook.ipynb"
+    if not notebook.exists():
+        return None
+    href = Path(os.path.relpath(notebook.with_suffix(".html"), Path.cwd())).as_posix()
+    return f'<a href="{href}">{text}</a>'
+
+
+#: The status of a grid table's run whose folder holds a complete record made with other parameters.
+OTHER_PARAMETERS = "record made with other parameters"
+
+
+def grid_table(grid_file: str | Path) -> pd.DataFrame:
+    """One row per run of ``grid_file``: our numbers if its record is complete, else its status
+    (:data:`OTHER_PARAMETERS` where its folder holds the record of other parameters, :func:`grid_records`).
+
+    The ``run`` column links to the page of the run's executed notebook (where
+    there is one). The table's ``attrs["command"]`` is the sweep command that
+    produces the missing rows.
+    """
+    rows, runs = [], grid_runs(grid_file)
+    for (config, run_dir), (_, found) in zip(runs, _found_records(runs)):
+        hyper = config.lmbda if config.method == "penalized" else config.target
+        status = "complete" if found is not None else records.record_status(run_dir) or "not run"
+        row = {"model": config.model, "method": config.method, "grouping": config.grouping,
+               "λ_pen" if config.method == "penalized" else "target": _fmt(hyper),
+               **{name: _fmt(getattr(config, name)) for name in _other_grid_parameters(grid_file)},
+               "status": OTHER_PARAMETERS if status == "complete" and found is None else status}
+        if found is not None:
+            run_dir = found
+            metrics = records.load_record(run_dir)["metrics"]
+            numbers = list(plots.result_columns({"metrics": metrics}).items())  # densities and counts, then errors
+            row.update(numbers[:3])
+            row["pruned architecture"] = "-".join(map(str, metrics.get("pruned_architecture") or [])) or None
+            row.update(numbers[3:], commit=metrics["git_commit"][:8], run=notebook_link(run_dir))
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    if "target" in table and "λ_pen" in table:  # one hyper-parameter column
+        table.insert(3, "hyper-parameter", table.pop("target").fillna(table.pop("λ_pen")))
+    if (table["status"] != "complete").any():
+        table.attrs["command"] = f"python -m paperlib.harness.sweeps {grid_file}"
+    return table
+
+
+def counterpart(record: dict, candidates: list[dict], differing: tuple[str, ...]) -> dict | None:
+    """The first of ``candidates`` that trained what ``record`` trained except for the ``differing``
+    parameters, which must all differ (a clamped run's unclamped twin, say); None if there is none.
+
+    Parameters are compared as a resumed run compares them with its checkpoint
+    (:func:`~paperlib.harness.presets.differing_parameters`): those a candidate predates
+    take their defaults, those the method does not use are skipped, and so are
+    the run's name, its experiment and the machine it ran on.
+    """
+    config = presets.ExperimentConfig(**record["params"])
+    unknown = [name for name in differing if name not in config.to_dict()]
+    if unknown:
+        raise ValueError(f"{unknown} are not parameters of a run (see paperlib.harness.presets.ExperimentConfig)")
+    ignore = (*presets.NOT_COMPARED, "experiment", "run_name")
+    return next((other for other in candidates
+                 if set(presets.differing_parameters(other["params"], config, ignore)) == set(differing)), None)
+
+
+def final_errors(grid_files: list[str | Path], preset: str) -> pd.DataFrame:
+    """Every complete record of the grids made with ``preset``, once each, largest final error first.
+
+    The check behind "no run collapses": a collapsed run ends with a final error far above its best
+    (``lenet5_collapse``). Each row links the run's notebook.
+    """
+    rows, seen = [], set()
+    for grid_file in grid_files:
+        for config, run_dir in grid_records(grid_file):
+            if config.preset != preset or run_dir is None or run_dir in seen:
+                continue
+            seen.add(run_dir)
+            metrics = records.load_record(run_dir)["metrics"]
+            rows.append({"run": notebook_link(run_dir, config.run_name) or config.run_name, "model": config.model,
+                         "method": config.method, "grouping": config.grouping, "target": config.target,
+                         "val. error final (%)": metrics["val_error_final"],
+                         "val. error best (%)": metrics["val_error_best"]})
+    columns = ["run", "model", "method", "grouping", "target", "val. error final (%)", "val. error best (%)"]
+    return pd.DataFrame(rows, columns=columns).sort_values("val. error final (%)", ascending=False, ignore_index=True)
+
+
+def complete_searches(grid_file: str | Path) -> list[dict]:
+    """The complete bisection searches of a grid (``book/bisection.ipynb``), in grid order: each one's
+    ``metrics.json``, whose ``evaluations`` list its trainings, with ``path`` added."""
+    return [{**json.loads((run_dir / "metrics.json").read_text()), "path": run_dir}
+            for _, run_dir in grid_runs(grid_file) if records.record_status(run_dir) == "complete"]
+
+
+def grid_to_show(grid_files: list[str | Path]) -> tuple[str | Path, pd.DataFrame]:
+    """Which of several grids of one figure to draw, and each grid's progress (``grid``, ``complete``,
+    ``planned``, ``shown``: ✓ for the one drawn).
+
+    ``grid_files`` go from the most faithful protocol to the least (the
+    ``*_paper.yaml`` grid first, then the ``cpu`` one). A figure draws one
+    protocol, never a mix: the first grid whose runs are all complete, else the
+    first with any complete run.
+    """
+    done = []
+    for grid_file in grid_files:
+        found = [run_dir for _, run_dir in grid_records(grid_file)]
+        done.append((grid_file, sum(run_dir is not None for run_dir in found), len(found)))
+    chosen = next((d for d in done if d[1] == d[2]), None) or next((d for d in done if d[1]), done[0])
+    progress = pd.DataFrame([{"grid": str(g), "complete": n, "planned": total, "shown": (g, n, total) == chosen}
+                             for g, n, total in done])
+    return chosen[0], progress
+
+
+#: Columns with one value in every row that move to the caption (``epochs``: in every complete row).
+CAPTION_COLUMNS = ("model", "method", "grouping", "epochs")
+#: Columns kept out of the page's tables (the run's notebook, linked from the ``run`` column, shows them).
+HIDDEN_COLUMNS = ("commit",)
+#: Compact cells, so that a table of ten or so columns fits the book's text column at 1280 px.
+TABLE_STYLES = [
+    {"selector": "", "props": "font-size: 0.78em; border-collapse: collapse;"},
+    {"selector": "th, td", "props": "padding: 0.15em 0.3em; vertical-align: top;"},
+    {"selector": "th", "props": "white-space: normal; text-align: left;"},
+    {"selector": "caption", "props": "caption-side: top; text-align: left;"},
+]
+
+
+def _unbroken(value):
+    """A cell as the page shows it: yes/no as ✓/✗ (never True/False), and a mean ± CI kept on one line
+    (non-breaking spaces around ±: a narrow column wrapped ``1.77 ± 0.08`` over three lines)."""
+    if isinstance(value, (bool, np.bool_)):
+        return "✓" if value else "✗"
+    return value.replace(" ± ", "\u00a0±\u00a0") if isinstance(value, str) else value
+
+
+def show(table: pd.DataFrame, digits: int = 2, caption: str | None = None):
+    """A table for the page: numbers rounded, empty cells as dashes, compact enough for the page's width.
+
+    The caption is ``caption``, followed by the descriptive columns with one
+    value in every row, which move there, and by the command that produces the
+    rows not complete yet. The first
+    column, ``run``, links to each run's notebook or, for a run without one,
+    gives its status (``not run``, ``partial``, ...).
+    """
+    attrs = dict(table.attrs)
+    table = table.dropna(axis=1, how="all").drop(columns=[c for c in HIDDEN_COLUMNS if c in table])
+    if "status" in table:
+        link = table.pop("run") if "run" in table else pd.Series(None, index=table.index, dtype=object)
+        table.insert(0, "run", link.where(link.notna(), table.pop("status")))
+    table.attrs = attrs
+    constant = [c for c in CAPTION_COLUMNS
+                if c in table and table[c].nunique() == 1
+                and (c == "epochs" or table[c].notna().all())]
+    values = {c: table[c].dropna().iloc[0] for c in constant}
+    captions = [caption] if caption else []
+    if constant:
+        captions.append(", ".join(f"{c}: {v if isinstance(v, str) else _fmt(v)}" for c, v in values.items()))
+    if "command" in table.attrs:
+        captions.append(f"rows not complete yet: run <code>{table.attrs['command']}</code>")
+    table = table.drop(columns=constant).apply(lambda column: column.map(_unbroken))
+    styled = table.style.format(precision=digits, na_rep="—")
+    if "epochs" in table:
+        styled = styled.format("{:.0f}", subset=["epochs"], na_rep="—")
+    styled = (styled.hide(axis="index")
+              .set_table_styles(TABLE_STYLES, overwrite=False))
+    return styled.set_caption("; ".join(captions)) if captions else styled
+
+
+def display_all(items) -> None:
+    """Show a page section's outputs in order: a figure (then closed), Markdown text (a ``str``), or any
+    other displayable (a :func:`show` table); None is skipped."""
+    from IPython.display import Markdown, display
+
+    for item in items:
+        if item is None:
+            continue
+        if isinstance(item, plt.Figure):
+            display(item)
+            plt.close(item)
+        else:
+            display(Markdown(item) if isinstance(item, str) else item)
+
+
+def layer_densities(record: dict) -> pd.DataFrame:
+    """Per gated layer: target, expected L0-density (eq. 3) and the test-time fraction of groups kept.
+
+    The test-time fraction counts the gates whose median (eq. 9) is non-zero at
+    the last saved epoch. The two differ when gates are undecided: a gate whose
+    median is exactly 0 can still be active in up to half of the training
+    samples (P(z != 0) = 1/2 at the median's threshold log_alpha = -beta ln 11).
+    """
+    metrics, medians = record["metrics"], record["gate_medians"]
+    last = medians[max(medians, key=int)]
+    targets = metrics["target"]
+    rows = []
+    for i, (layer, expected) in enumerate(metrics["l0_density_per_layer"].items()):
+        values = last[layer]
+        if isinstance(values, dict):  # unstructured layers store counts
+            total = sum(values["histogram_20_bins"])
+            kept = total - values["zero"]
+        else:
+            total, kept = len(values), sum(v > 0 for v in values)
+        rows.append({"layer": layer, "target (%)": 100 * (targets[i] if isinstance(targets, list) else targets),
+                     "expected L0-density (%)": 100 * expected, "groups kept at test time (%)": 100 * kept / total,
+                     "groups kept": f"{kept} of {total}"})
+    return pd.DataFrame(rows)
+
+
+def layer_densities_by_run(runs: list[dict]) -> pd.DataFrame:
+    """:func:`layer_densities` of several runs of one model, a row per run: for each layer (headed by its
+    target), the expected L0-density and the test-time share of groups kept, as ``expected / kept`` in %."""
+    rows = []
+    for run in runs:
+        table = layer_densities(run)
+        row = {"run": notebook_link(run["path"], run["metrics"]["run_name"]) or run["metrics"]["run_name"]}
+        for _, layer in table.iterrows():
+            header = f"{layer['layer']} ({layer['target (%)']:g}%)"
+            row[header] = f"{layer['expected L0-density (%)']:.1f} / {layer['groups kept at test time (%)']:.1f}"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def plot_density_traces(runs: list[dict], label_key: str = "run_name") -> plt.Figure:
+    """Model L0-density and multiplier against epochs for several runs on shared axes (Figs. 2, 5)."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    for i, run in enumerate(runs):
+        steps = pd.DataFrame(run["steps"] or []).apply(pd.to_numeric, errors="coerce")
+        if steps.empty:
+            continue
+        label = str(run["metrics"].get(label_key, run["metrics"]["run_name"]))
+        axes[0].plot(steps["epoch"], 100 * steps["l0_density"], color=f"C{i}", label=label)
+        target = run["metrics"]["target"]
+        if isinstance(target, (int, float)):
+            axes[0].axhline(100 * target, color=f"C{i}", ls="--", lw=0.8)
+        if "lambda_0" in steps:
+            axes[1].plot(steps["epoch"], steps["lambda_0"], color=f"C{i}", label=label)
+    axes[0].set(xlabel="epoch", ylabel="model L0-density (%)")
+    axes[1].set(xlabel="epoch", ylabel="Lagrange multiplier")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    if handles:  # under both panels, where ten run names do not cover the curves
+        fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(2, len(labels)),
+                   fontsize=9, frameon=False)
+    return fig
+
+
+def run_index(experiments: list[str]) -> pd.DataFrame:
+    """One row per record of these experiment folders: the run (linked to its notebook), its protocol, and its
+    final numbers, with two marks a reader needs before trusting a row: *earlier preset* (its parameters
+    resolve to another run today, :func:`~paperlib.harness.presets.current_run_name`) and *resumed* (it was
+    stopped and resumed from a checkpoint, so its log starts mid-training)."""
+    rows = []
+    for experiment in experiments:
+        for folder in records.find_records(experiment):
+            m = json.loads((folder / "metrics.json").read_text())
+            if m.get("kind") == "bisection search":  # its trainings have their own rows
+                rows.append({"run": notebook_link(folder, folder.name) or folder.name, "experiment": experiment,
+                             "protocol": f"{m['preset']}, {m['epochs']} ep per training", "status": m["status"],
+                             "notes": f"bisection search: {m['num_trainings']} trainings"})
+                continue
+            record = records.load_record(folder)
+            params = record["params"]
+            marks = []
+            if presets.current_run_name(params) != folder.name:
+                marks.append("earlier preset")
+            if m.get("git_commits_resumed_at"):
+                marks.append("resumed")
+            if m.get("device", "cpu").startswith("cuda"):
+                marks.append("on GPU")
+            rows.append({"run": notebook_link(folder, folder.name) or folder.name, "experiment": experiment,
+                         "protocol": f"{m['preset']}, {m['epochs_completed']} of {m['epochs_planned']} ep",
+                         "status": m["status"], **{k: v for k, v in plots.result_columns(record).items()
+                                                   if k != "epochs"},
+                         "notes": ", ".join(marks)})
+    return pd.DataFrame(rows)
+
+
+def folded_by_experiment(index: pd.DataFrame):
+    """A run index (:func:`run_index`) as one folded table per experiment folder (``<details>``, its summary the
+    folder and, in brackets, its number of runs), so that an index page stays short however many runs it lists."""
+    from IPython.display import HTML
+
+    parts = []
+    for experiment, rows in index.groupby("experiment", sort=False):
+        table = show(rows.drop(columns="experiment").reset_index(drop=True)).to_html()
+        parts.append(f"<details><summary><code>{experiment}</code> ({len(rows)})</summary>{table}</details>")
+    return HTML("".join(parts))
+
+
+def fractional_medians(record: dict) -> tuple[str, float]:
+    """The first gated layer of a record and the share of its gate medians (eq. 9) strictly between 0 and 1
+    at the last saved epoch: the gates that scale their weights at test time instead of keeping or
+    removing them."""
+    last = record["gate_medians"][max(record["gate_medians"], key=int)]
+    layer = next(iter(last))
+    return layer, sum(0.0 < m < 1.0 for m in last[layer]) / len(last[layer])

@@ -1,0 +1,135 @@
+"""Grid files: the runs a grid asks for, their configurations and where their records go.
+
+A grid file (YAML) names a notebook, a dataset, a ``base`` of parameters and either a ``grid`` (a cartesian
+product) or a list of ``runs`` (:mod:`paperlib.harness.sweeps` has the format). Everything that reads grids without
+running them (the sweeps, the run pages' citations, the result pages) asks here.
+"""
+
+import ast
+import dataclasses
+import itertools
+from pathlib import Path
+
+import papermill
+import yaml
+
+from . import bisection, presets, records
+from .presets import ExperimentConfig, resolve_config
+
+
+def expand_grid(spec: dict) -> list[dict]:
+    """All parameter sets of a grid file: base x product(grid) plus base x runs, in order, without duplicates."""
+    base = dict(spec.get("base") or {})
+    grid = spec.get("grid") or {}
+    sets = []
+    if grid:
+        keys = list(grid)
+        for values in itertools.product(*(grid[k] for k in keys)):
+            sets.append({**base, **dict(zip(keys, values))})
+    sets += [{**base, **extra} for extra in spec.get("runs") or []]
+    if not sets:
+        sets = [base]
+    unique = []
+    for params in sets:
+        if params not in unique:
+            unique.append(params)
+    return unique
+
+
+def notebook_defaults(notebook: str) -> dict:
+    """The default values of a notebook's parameters cell."""
+    return {name: ast.literal_eval(info["default"]) for name, info in papermill.inspect_notebook(notebook).items()}
+
+
+def config_parameters(params: dict, dataset: str, defaults: dict | None = None) -> dict:
+    """The configuration fields among a notebook run's parameters over its ``defaults`` (what a training
+    notebook passes to :func:`~paperlib.harness.training.run_experiment`)."""
+    fields = {f.name for f in dataclasses.fields(ExperimentConfig)}
+    merged = {**(defaults or {}), "dataset": dataset, **params}  # the grid's dataset over the notebook's default
+    return {k: v for k, v in merged.items() if k in fields}
+
+
+def run_config(params: dict, dataset: str, defaults: dict | None = None) -> ExperimentConfig:
+    """The resolved configuration of a notebook run with these parameters over its ``defaults``."""
+    return resolve_config(**config_parameters(params, dataset, defaults))
+
+
+def run_folder(params: dict, dataset: str, defaults: dict | None = None) -> Path:
+    """The record folder a notebook run with these parameters (over its ``defaults``) writes to."""
+    return records.run_folder(run_config(params, dataset, defaults))
+
+
+def record_folder(notebook: str, params: dict, dataset: str, defaults: dict | None = None) -> Path:
+    """Where a notebook run's record goes, the record whose status says whether the run is done.
+
+    A training notebook's is its run's (:func:`run_folder`); the bisection
+    notebook's is its search's (:class:`paperlib.harness.bisection.Search`), which
+    lists the trainings it made. Like a training's, it does not depend on
+    ``$PAPERLIB_SMOKE``: the grid's record is the one asked for.
+    """
+    if Path(notebook).stem == "bisection":
+        search = bisection.Search.from_parameters({**(defaults or {}), **params})
+        return search.record_folder(smoke=bool(params.get("smoke", False)))
+    return run_folder(params, dataset, defaults)
+
+
+def grid_runs(grid_file: str | Path) -> list[tuple[object, Path]]:
+    """(resolved configuration, record folder) of every run a grid file asks for, in grid order.
+
+    The folder is the one the run writes to; a record there may have been made with other parameters (an
+    earlier preset under today's name): :func:`grid_records` finds records by their parameters.
+    """
+    root = records.project_root()
+    spec = yaml.safe_load((root / grid_file).read_text())
+    defaults = notebook_defaults(str(root / spec["notebook"]))
+    runs = []
+    for params in expand_grid(spec):
+        config = run_config(params, spec["dataset"], defaults)
+        runs.append((config, record_folder(spec["notebook"], params, spec["dataset"], defaults)))
+    return runs
+
+
+def find_record(config, index: list[tuple[Path, dict]]) -> Path | None:
+    """The folder of the complete record in ``index`` (:func:`paperlib.harness.records.record_index`) made with
+    ``config``'s parameters, or None.
+
+    The run's own folder when its record was made with these parameters (those that change what a run
+    computes: :data:`~paperlib.harness.presets.NOT_COMPARED` aside, as a record found by
+    :func:`~paperlib.harness.training.run_experiment` is checked); else a record of exactly these parameters
+    under another name (a run given its own ``run_name`` because an older record held the default one).
+    A record whose parameters differ, whatever its name, is not this run's.
+    """
+    own = records.run_folder(config)
+    for folder, params in index:
+        if folder == own and not presets.differing_parameters(params, config, presets.NOT_COMPARED):
+            return folder
+    return next((folder for folder, params in index
+                 if not presets.differing_parameters(params, config, ("run_name", "device", "threads"))), None)
+
+
+def grid_records(grid_file: str | Path) -> list[tuple[object, Path | None]]:
+    """(resolved configuration, folder of its complete record or None) of every run of a grid, in grid order.
+
+    Records are found by the parameters they were made with (:func:`find_record`), so a record made under
+    an earlier preset is never taken for today's run. A bisection search's record is its search folder,
+    complete or not (its trainings are records of their own).
+    """
+    return _found_records(grid_runs(grid_file))
+
+
+def _found_records(runs: list[tuple[object, Path]]) -> list[tuple[object, Path | None]]:
+    found, indexes = [], {}
+    for config, folder in runs:
+        if folder != records.run_folder(config):  # a bisection search's record (record_folder)
+            found.append((config, folder if records.record_status(folder) == "complete" else None))
+            continue
+        if folder.parent not in indexes:
+            indexes[folder.parent] = records.record_index(folder.parent)
+        found.append((config, find_record(config, indexes[folder.parent])))
+    return found
+
+
+def complete_records(grid_file: str | Path) -> list[dict]:
+    """The complete records of a grid's runs, made with the parameters the grid gives today, in grid order
+    (:func:`grid_records`)."""
+    return [records.load_record(run_dir) for _, run_dir in grid_records(grid_file) if run_dir is not None]

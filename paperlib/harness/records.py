@@ -1,0 +1,471 @@
+"""Run records: what a run leaves in ``runs/<experiment>/<run name>/``.
+
+=====================  =======================================================
+``params.json``         every resolved parameter of the run
+``metrics.json``        final numbers and provenance (status, densities, counts,
+                        errors, device, data source, git commit, versions)
+``history.csv.gz``      one row per epoch (training dynamics)
+``steps.csv.gz``        density and multipliers every few steps (dual dynamics)
+``gate_medians.json.gz`` test-time gate medians per layer at chosen epochs
+``notebook.ipynb``      the executed notebook (added by :mod:`paperlib.harness.sweeps`)
+=====================  =======================================================
+
+The data files are gzip-compressed (``pandas.read_csv`` reads the CSVs as they
+are). Records made before 2026-11-24 have ``history.csv`` and
+``gate_medians.json`` (before 2026-11-23 also ``steps.csv``) uncompressed:
+:func:`load_record` reads both, and :func:`compact_record` converts them
+without changing a number.
+
+Every file is written to a temporary name and moved into place
+(``os.replace`` is atomic), so a record is never half-written. A record whose
+status is ``complete`` is never overwritten by a partial or failed run.
+"""
+
+import base64
+import csv
+import functools
+import gzip
+import hashlib
+import io
+import json
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+from paperlib.paper import paper_numbers  # absolute: the tests run this file as a copy outside the package
+
+STATUSES = ("complete", "partial", "failed")
+
+
+def project_root() -> Path:
+    """The repository root: the nearest folder above the working directory with
+    ``_config.yml`` and ``paperlib/``; else the folder holding this package."""
+    for folder in (Path.cwd(), *Path.cwd().parents):
+        if (folder / "_config.yml").exists() and (folder / "paperlib").is_dir():
+            return folder
+    return Path(__file__).resolve().parents[2]
+
+
+def runs_dir() -> Path:
+    """Where records go: ``$PAPERLIB_RUNS`` if set, else ``<project root>/runs``."""
+    return Path(os.environ.get("PAPERLIB_RUNS", project_root() / "runs"))
+
+
+def checkpoints_dir() -> Path:
+    """Where checkpoints go: ``$PAPERLIB_CHECKPOINTS``, else ``~/.cache/paperlib/checkpoints/<project path>``.
+
+    Outside the work tree (never under runs/), so that a run interrupted by the
+    end of a session resumes in the next one when the machine is kept but the
+    work tree is laid anew.
+    """
+    default = Path.home() / ".cache" / "paperlib" / "checkpoints" / str(project_root()).strip("/").replace("/", "-")
+    return Path(os.environ.get("PAPERLIB_CHECKPOINTS", default))
+
+
+def run_folder(config) -> Path:
+    """The folder of a run's record: ``<runs>/<experiment>/<run name>/`` (:func:`runs_dir`).
+
+    The one place that derives it. ``config`` is a resolved
+    :class:`~paperlib.harness.presets.ExperimentConfig`. Smoke runs (CI) never land in
+    ``runs/``: unless ``$PAPERLIB_RUNS`` names a folder, their records go
+    under the checkpoints folder, in ``smoke-runs/``.
+    """
+    root = runs_dir()
+    if config.smoke and "PAPERLIB_RUNS" not in os.environ:
+        root = checkpoints_dir() / "smoke-runs"
+    return root / config.experiment / config.run_name
+
+
+def checkpoint_path(config) -> Path:
+    """The checkpoint of a run: ``<checkpoints>/<experiment>/<run name>/last.pt`` (:func:`checkpoints_dir`)."""
+    return checkpoints_dir() / config.experiment / config.run_name / "last.pt"
+
+
+def first_phase_path(config) -> Path:
+    """Where a run leaves the state at the end of a first phase that every target shares (a magnitude-pruning
+    run's trained dense model), for the runs whose parameters differ from its own in ``target`` alone:
+    ``<checkpoints>/<experiment>/first-phase/<model>-s<seed>-<digest of the other parameters>.pt``."""
+    shared = {k: v for k, v in config.to_dict().items() if k not in ("target", "run_name", "device", "threads")}
+    digest = hashlib.sha256(json.dumps(shared, sort_keys=True).encode()).hexdigest()[:16]
+    return checkpoints_dir() / config.experiment / "first-phase" / f"{config.model}-s{config.seed}-{digest}.pt"
+
+
+def git_commit() -> str:
+    """The commit of the code that ran, with ``-dirty`` if the package's code had uncommitted changes.
+
+    Outside git: ``$PAPERLIB_GIT_COMMIT`` (set it where a copy of a clean checkout, without ``.git``,
+    is run on another machine), else ``unknown``.
+    """
+    cwd = Path(__file__).resolve().parents[1]  # the package, all three layers
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
+                                check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "."], cwd=cwd, capture_output=True,
+                               text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return os.environ.get("PAPERLIB_GIT_COMMIT", "unknown")
+    return commit + ("-dirty" if dirty else "")
+
+
+#: A record's data files: what :func:`load_record` calls each, its file, and the uncompressed file it was
+#: in records made before (read as well; :func:`compact_record` converts them).
+DATA_FILES = {"history": ("history.csv.gz", "history.csv"),
+              "steps": ("steps.csv.gz", "steps.csv"),
+              "gate_medians": ("gate_medians.json.gz", "gate_medians.json")}
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file; a ``.gz`` path is gzip-compressed (no
+    timestamp in the header, so the same text always gives the same bytes)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = text.encode()
+    if path.suffix == ".gz":
+        data = gzip.compress(data, compresslevel=9, mtime=0)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_json(path: Path, obj) -> None:
+    """Write ``obj`` as JSON, atomically: indented to be read by people, compact under gzip (``.gz``)."""
+    path = Path(path)
+    text = json.dumps(obj, separators=(",", ":")) if path.suffix == ".gz" else json.dumps(obj, indent=1)
+    _write_atomic(path, text + "\n")
+
+
+def read_json(path: Path):
+    """The object in a JSON file (gzip-compressed if its name ends in ``.gz``)."""
+    data = Path(path).read_bytes()
+    return json.loads(gzip.decompress(data) if Path(path).suffix == ".gz" else data)
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    """Write a list of dicts (same keys in every row, first row's order) as CSV, atomically (gzip: ``.gz``)."""
+    if not rows:
+        return
+    columns = list(rows[0])
+    for row in rows[1:]:
+        columns += [key for key in row if key not in columns]
+    lines = [",".join(columns)]
+    for row in rows:
+        lines.append(",".join(_csv_cell(row.get(c)) for c in columns))
+    _write_atomic(Path(path), "\n".join(lines) + "\n")
+
+
+def _csv_cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def read_csv(path: Path) -> list[dict]:
+    """The rows of a CSV file (gzip-compressed if its name ends in ``.gz``), as dicts of strings (new dicts at
+    every call: a caller may change them)."""
+    path = Path(path)
+    stat = path.stat()
+    columns, rows = _parsed_csv(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    return [dict(zip(columns, row)) for row in rows]
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed_csv(path: str, mtime_ns: int, size: int) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
+    """The column names and rows of a CSV file, parsed once per version of the file (its modification time
+    and size are part of the key): the result pages read the same records many times."""
+    data = Path(path).read_bytes()
+    text = gzip.decompress(data).decode() if path.endswith(".gz") else data.decode()
+    reader = csv.DictReader(io.StringIO(text))
+    rows = tuple(tuple(row.values()) for row in reader)
+    return tuple(reader.fieldnames or ()), rows
+
+
+def compact_record(run_dir: Path) -> list[str]:
+    """Compress a record's uncompressed data files (:data:`DATA_FILES`) and its notebook's figures; what changed.
+
+    Each compressed file is checked to hold what the uncompressed one held (the
+    same CSV bytes; the same JSON object) before that one is removed, so the
+    conversion never changes a number. The figures are re-encoded by
+    :func:`compress_notebook_figures`.
+    """
+    run_dir = Path(run_dir)
+    changed = []
+    for name, (current, legacy) in DATA_FILES.items():
+        source, target = run_dir / legacy, run_dir / current
+        if not source.exists():
+            continue
+        if legacy.endswith(".json"):
+            original = read_json(source)
+            write_json(target, original)
+            same = read_json(target) == original
+        else:
+            original = source.read_bytes()
+            _write_atomic(target, original.decode())
+            same = gzip.decompress(target.read_bytes()) == original
+        if not same:
+            target.unlink()
+            raise RuntimeError(f"{target} does not hold what {source} holds; kept {source}")
+        source.unlink()
+        changed.append(legacy)
+    if compress_notebook_figures(run_dir):
+        changed.append("notebook.ipynb")
+    return changed
+
+
+def palette_png(data: bytes) -> bytes:
+    """A PNG re-encoded with a palette of at most 256 colours (no dithering), same size in pixels.
+
+    The figures of a run page are plots: lines, text and flat fills in a few
+    colours with anti-aliased edges, which a palette of 256 keeps to the eye
+    at about a third of matplotlib's RGBA bytes. Returns ``data`` unchanged
+    when it is already a palette image, has transparent pixels, or would not
+    get smaller.
+    """
+    from PIL import Image  # torchvision's dependency; imported here, where figures are handled
+
+    image = Image.open(io.BytesIO(data))
+    if image.mode == "P":
+        return data
+    if image.mode in ("RGBA", "LA") and image.getchannel("A").getextrema()[0] < 255:
+        return data
+    palette = image.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    buffer = io.BytesIO()
+    palette.save(buffer, "PNG", optimize=True)
+    return buffer.getvalue() if buffer.tell() < len(data) else data
+
+
+def compress_notebook_figures(run_dir: Path) -> int:
+    """Re-encode the PNG figures of a record's executed notebook with :func:`palette_png`; how many changed.
+
+    Nothing else in the notebook changes (nbval does not compare images, so
+    ``pytest --nbval`` checks the record as before).
+    """
+    notebook, content = _read_notebook(run_dir)
+    changed = 0
+    for cell in content.get("cells", []):
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if "image/png" not in data:
+                continue
+            encoded = data["image/png"] if isinstance(data["image/png"], str) else "".join(data["image/png"])
+            original = base64.b64decode(encoded)
+            smaller = palette_png(original)
+            if smaller is not original:
+                data["image/png"] = base64.b64encode(smaller).decode() + "\n"
+                changed += 1
+    if changed:
+        write_notebook(notebook, content)
+    return changed
+
+
+def cite_paper_by_number(run_dir: Path) -> int:
+    """Write the paper's LaTeX labels in a record notebook's prose as the PDF's numbers; how many cells changed.
+
+    A record's notebook keeps the prose of the notebook it was executed from; one
+    executed before the book named the paper by number
+    (:func:`paperlib.paper.paper_numbers.cite_by_number`) would show LaTeX labels on its
+    run page. Only markdown cells change: no code, no output, no number.
+    """
+    notebook, content = _read_notebook(run_dir)
+    changed = 0
+    for cell in content.get("cells", []):
+        if cell["cell_type"] != "markdown":
+            continue
+        source = "".join(cell["source"])
+        numbered = paper_numbers.cite_by_number(source)
+        if numbered != source:
+            cell["source"] = numbered.splitlines(keepends=True)
+            changed += 1
+    if changed:
+        write_notebook(notebook, content)
+    return changed
+
+
+def _read_notebook(run_dir: Path) -> tuple[Path, dict]:
+    """A record's executed notebook and its JSON (empty when the record has none)."""
+    notebook = Path(run_dir) / "notebook.ipynb"
+    return notebook, json.loads(notebook.read_text()) if notebook.exists() else {}
+
+
+def write_notebook(path: Path, content: dict) -> None:
+    """Write an executed notebook's JSON as nbformat writes it (so that a rewrite changes only what changed)."""
+    _write_atomic(path, json.dumps(content, indent=1, ensure_ascii=False, sort_keys=True))
+
+
+#: One update of the runner's progress bar (``epoch 7:  26%|██▌  | 121/469 [00:10<00:28, 12.1it/s]``,
+#: :meth:`paperlib.harness.training.Runner.train_epoch`), and the carriage return and spaces that clear it.
+PROGRESS_BAR = re.compile(r"epoch \d+:\s+\d+%\|[^|\r\n]*\| \d+/\d+ \[[^\]\r\n]*\] *|\r *")
+
+
+def drop_progress_bars(run_dir: Path) -> int:
+    """Remove the progress bars from a record's executed notebook; the number of outputs changed.
+
+    The bars are the within-epoch updates the runner writes to stderr while it
+    trains. In a record they are noise (8.4 of the 44.5 MB of runs/ on 2026-11-23),
+    and each epoch's numbers are in its stdout line and ``history.csv`` anyway.
+    Every other stderr text (a warning, a traceback) is kept, and nothing else
+    in the notebook is touched.
+    """
+    notebook, content = _read_notebook(run_dir)
+    changed = 0
+    for cell in content.get("cells", []):
+        kept = []
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "stream" and output.get("name") == "stderr":
+                text = output["text"] if isinstance(output["text"], str) else "".join(output["text"])
+                rest = PROGRESS_BAR.sub("", text)
+                if rest != text:
+                    changed += 1
+                    if not rest.strip():
+                        continue
+                    output["text"] = rest
+            kept.append(output)
+        if "outputs" in cell:
+            cell["outputs"] = kept
+    if changed:
+        write_notebook(notebook, content)
+    return changed
+
+
+#: Cell metadata that papermill writes on execution (timings, status): nothing a page or nbval reads.
+EXECUTION_METADATA = ("papermill", "execution")
+
+
+def drop_execution_metadata(run_dir: Path) -> int:
+    """Remove papermill's per-cell timings and status (:data:`EXECUTION_METADATA`) and empty tag lists from a
+    record's executed notebook; the number of cells changed. About 400 bytes a cell; the notebook's own
+    metadata (its parameters, which ``conftest.py`` reads) is kept."""
+    notebook, content = _read_notebook(run_dir)
+    changed = 0
+    for cell in content.get("cells", []):
+        metadata = cell.get("metadata", {})
+        drop = [key for key in EXECUTION_METADATA if key in metadata] + (["tags"] if metadata.get("tags") == [] else [])
+        for key in drop:
+            del metadata[key]
+        changed += bool(drop)
+    if changed:
+        write_notebook(notebook, content)
+    return changed
+
+
+def record_status(run_dir: Path) -> str | None:
+    """``complete``, ``partial`` or ``failed`` from ``metrics.json``, or None when there is no record."""
+    metrics = Path(run_dir) / "metrics.json"
+    if not metrics.exists():
+        return None
+    return json.loads(metrics.read_text()).get("status")
+
+
+#: Keys of ``metrics.json`` renamed since records were first written: legacy name -> name.
+RENAMED_METRICS = {"target_density": "target"}
+
+
+def load_record(run_dir: Path) -> dict:
+    """A record as a dict: ``params``, ``metrics``, ``history`` (list of rows), ``gate_medians``.
+
+    Metrics under a legacy name (:data:`RENAMED_METRICS`) are returned under
+    the current one, so that every reader sees one name.
+    """
+    run_dir = Path(run_dir)
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    record = {"path": str(run_dir),
+              "params": json.loads((run_dir / "params.json").read_text()),
+              "metrics": {RENAMED_METRICS.get(key, key): value for key, value in metrics.items()}}
+    for name, files in DATA_FILES.items():
+        path = next((run_dir / file for file in files if (run_dir / file).exists()), None)
+        if path is None:
+            record[name] = None
+        else:
+            record[name] = read_json(path) if ".json" in path.name else read_csv(path)
+    return record
+
+
+def write_record(run_dir: Path, params: dict, metrics: dict, history: list[dict], steps: list[dict],
+                 gate_medians: dict) -> None:
+    """Write all files of a record; metrics.json last, so its status describes a finished write.
+
+    Refuses to replace a complete record by one that is not complete.
+    """
+    if metrics.get("status") not in STATUSES:
+        raise ValueError(f"metrics status must be one of {STATUSES}; got {metrics.get('status')!r}")
+    run_dir = Path(run_dir)
+    if metrics["status"] != "complete" and record_status(run_dir) == "complete":
+        raise RuntimeError(f"refusing to overwrite the complete record in {run_dir} with a "
+                           f"{metrics['status']} one")
+    write_json(run_dir / "params.json", params)
+    (history_file, _), (steps_file, _), (medians_file, _) = DATA_FILES.values()
+    write_csv(run_dir / history_file, history)
+    write_csv(run_dir / steps_file, steps)
+    if gate_medians:
+        write_json(run_dir / medians_file, gate_medians)
+    for _, legacy in DATA_FILES.values():
+        (run_dir / legacy).unlink(missing_ok=True)  # written by this run before it was stopped, by an older paperlib
+    write_json(run_dir / "metrics.json", metrics)
+
+
+def record_index(folder: Path) -> list[tuple[Path, dict]]:
+    """(run folder, ``params.json``) of every complete training record directly under ``folder``
+    (``runs/<experiment>``), in folder order: where a run's record is found by the parameters it was made
+    with, not by the name it sits under (:func:`paperlib.harness.grids.grid_records`).
+
+    Each file is parsed once per version of it (modification time and size); every call returns new dicts.
+    """
+    index = []
+    for params in sorted(Path(folder).glob("*/params.json")):
+        metrics = params.parent / "metrics.json"
+        if metrics.exists() and _cached_json(metrics).get("status") == "complete":
+            index.append((params.parent, _cached_json(params)))
+    return index
+
+
+def _cached_json(path: Path):
+    stat = path.stat()
+    return json.loads(_file_text(str(path.resolve()), stat.st_mtime_ns, stat.st_size))
+
+
+@functools.lru_cache(maxsize=4096)
+def _file_text(path: str, mtime_ns: int, size: int) -> str:
+    return Path(path).read_text()
+
+
+def find_records(experiment: str | None = None, root: Path | None = None) -> list[Path]:
+    """Run folders (those with a metrics.json) under ``runs/`` or ``runs/<experiment>``."""
+    base = Path(root or runs_dir())
+    base = base / experiment if experiment else base
+    return sorted(p.parent for p in base.glob("**/metrics.json"))
+
+
+def make_portable(run_dir: Path) -> None:
+    """Remove machine paths from a record: the data folder of records made before data was named by
+    checksum (``metrics.json``), and papermill's input and output paths (``notebook.ipynb``), which
+    become relative to the project root. Numbers are left as they are."""
+    run_dir = Path(run_dir)
+    metrics_path = run_dir / "metrics.json"
+    metrics = json.loads(metrics_path.read_text())
+    if isinstance(metrics.get("data"), dict) and "location" in metrics["data"]:
+        del metrics["data"]["location"]
+        write_json(metrics_path, metrics)
+    notebook = run_dir / "notebook.ipynb"
+    if not notebook.exists():
+        return
+    content = json.loads(notebook.read_text())
+    papermill = content.get("metadata", {}).get("papermill")
+    if not papermill:
+        return
+    root = project_root()
+    # runs/<experiment>/<run name>/notebook.ipynb, wherever PAPERLIB_RUNS put this record
+    portable = {"output_path": f"runs/{run_dir.parent.name}/{run_dir.name}/notebook.ipynb"}
+    source = papermill.get("input_path")
+    if source and Path(source).is_absolute():
+        portable["input_path"] = Path(os.path.relpath(source, root)).as_posix()
+    if any(papermill.get(key) != value for key, value in portable.items()):
+        papermill.update(portable)
+        write_notebook(notebook, content)

@@ -1,0 +1,101 @@
+"""Run one experiment from the command line, in one process or several under ``torchrun``.
+
+    python -m paperlib.harness.run dataset=mnist model=mlp target=0.3 epochs=2
+    torchrun --nproc_per_node=8 -m paperlib.harness.run dataset=cifar10 model=wrn-28-10 target=0.7 preset=paper
+
+Arguments are ``key=value`` or ``--key value`` (``--key=value``), with the
+parameters of :func:`paperlib.harness.training.run_experiment` (those of
+:class:`~paperlib.harness.presets.ExperimentConfig`, plus ``rerun`` and
+``sync_batchnorm``). Values are read as YAML: ``target=[0.3,0.3,0.3]``,
+``dual_restarts=false``, ``lr=1e-3``; ``--flag`` alone means true.
+
+One process (no ``torchrun``) runs exactly as ``run_experiment`` does. Under
+``torchrun`` (``WORLD_SIZE > 1``) the processes form one process group (NCCL
+on CUDA with ``LOCAL_RANK`` picking the GPU, gloo on the CPU), train one model
+on their shards of every global batch of ``batch_size`` examples, and rank 0
+writes the record and checkpoints (:mod:`paperlib.harness.distributed`). A killed run
+started again with the same command resumes from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import sys
+
+import yaml
+
+from . import distributed
+from .training import resolve_device, run_experiment
+
+
+_EXPONENT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
+
+
+def _value(text: str):
+    """A YAML scalar or list; YAML's float syntax without a dot (``1e-3``) is read as a float too."""
+    value = yaml.safe_load(text)
+    if isinstance(value, str) and _EXPONENT.match(value):
+        return float(value)
+    return value
+
+
+def parse(argv: list[str]) -> dict:
+    """``key=value``, ``--key value``, ``--key=value``, ``--flag`` -> parameters (``-`` in keys becomes ``_``)."""
+    params, i = {}, 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith("--"):
+            key, eq, text = arg[2:].partition("=")
+            if not eq:
+                if i + 1 < len(argv) and not argv[i + 1].startswith("--") and "=" not in argv[i + 1]:
+                    text, i = argv[i + 1], i + 1
+                else:
+                    text = "true"
+        elif "=" in arg:
+            key, _, text = arg.partition("=")
+        else:
+            raise SystemExit(f"paperlib.harness.run: expected key=value or --key value, got {arg!r}")
+        params[key.replace("-", "_")] = _value(text)
+        i += 1
+    return params
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Parse, join the process group if ``torchrun`` started several processes, run, leave the group."""
+    params = parse(sys.argv[1:] if argv is None else argv)
+    params.setdefault("progress", True)
+    distributed.setup(resolve_device(params.get("device", "auto")))
+    try:
+        return run_experiment(**params)
+    finally:
+        distributed.teardown()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank: int, world_size: int, port: int, argv: list[str], env: dict) -> None:
+    os.environ.update(env, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
+                      LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    main(argv)
+
+
+def launch_local(world_size: int, argv: list[str], env: dict | None = None, worker=_worker) -> None:
+    """Run ``python -m paperlib.harness.run *argv`` in ``world_size`` processes on this machine, as ``torchrun`` would.
+
+    For tests and notebooks without ``torchrun``; the processes start with
+    ``spawn`` and this process's environment plus ``env``. Raises if any fails.
+    ``worker(rank, world_size, port, argv, env)`` replaces :func:`_worker` (tests).
+    """
+    import torch.multiprocessing as mp
+
+    mp.spawn(worker, args=(world_size, free_port(), list(argv), dict(env or {})), nprocs=world_size, join=True)
+
+
+if __name__ == "__main__":
+    main()

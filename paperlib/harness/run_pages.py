@@ -1,0 +1,297 @@
+"""The labels of a run's page: its title, its one-line description, the pages that cite it, its table.
+
+A run's executed notebook (``runs/<experiment>/<run>/notebook.ipynb``) is a page of the
+book. Its first cell is written from the record after execution (:func:`write_header`,
+called by :mod:`paperlib.harness.sweeps`): a heading that names the run, which the book takes as
+the page's title, one line of its parameters, and links to the pages that cite it.
+Everything here is a function of the record's ``params.json`` and ``metrics.json`` and of
+:mod:`paperlib.harness.studies`; nothing is typed by hand.
+
+Example::
+
+    >>> run_title({"dataset": "mnist", "model": "mlp", "method": "constrained", "grouping": "model",
+    ...            "target": 0.2, "seed": 0, "preset": "paper"})
+    'MLP on MNIST, constrained, model-wise 20%, seed 0 — paper protocol'
+"""
+
+import io
+import json
+import os
+from functools import cache
+from pathlib import Path
+
+import pandas as pd
+
+from . import presets, records, studies
+from ..paper import paper_numbers
+from .vocabulary import METRIC_LABELS, WIDE_RESNET, short_number
+
+MODEL_LABELS = {"mlp": "MLP", "lenet5": "LeNet5", "resnet18": "ResNet-18", "resnet50": "ResNet-50"}
+DATASET_LABELS = {"mnist": "MNIST", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100", "tinyimagenet": "TinyImageNet",
+                  "imagenet": "ImageNet"}
+GROUPING_LABELS = {"model": "model-wise", "layer": "layer-wise"}
+DUAL_OPTIMIZER_LABELS = {"gradient_ascent": "gradient ascent", "nupi": "nuPI",
+                         "augmented_lagrangian": "augmented Lagrangian"}
+DEVICE_LABELS = {"cpu": "CPU", "cuda": "GPU"}
+#: Short column names of a run page's table (:func:`run_table`); every value is a percentage.
+SHORT_COLUMNS = {"l0_density": "density", "params_pct": "params", "macs_pct": "MACs",
+                 "val_error_best": "best err.", "val_error_final": "final err."}
+
+
+def model_label(model: str) -> str:
+    """``MLP``, ``LeNet5``, ``WRN-28-10``, ``ResNet-18``: a model as the paper writes it."""
+    match = WIDE_RESNET.fullmatch(model)
+    return f"WRN-{match[1]}-{match[2]}" if match else MODEL_LABELS.get(model, model)
+
+
+def percent(value) -> str:
+    """A density or a list of densities (a fraction) in percent: ``20%``, ``50/30/70/10%``."""
+    values = value if isinstance(value, list) else [value]
+    return "/".join(short_number(round(100 * v, 4)) for v in values) + "%"
+
+
+def setting(params: dict) -> str:
+    """The condition a run trains: ``constrained, layer-wise 30%``, ``penalized, model-wise λ_pen 0.1``,
+    ``dense``, ``magnitude pruning to 20%``; ``unstructured`` first for gates on single weights."""
+    method = params["method"]
+    grouping = GROUPING_LABELS.get(params.get("grouping"), params.get("grouping"))
+    words = {"constrained": f"constrained, {grouping} {percent(params['target'])}" if method == "constrained" else "",
+             "penalized": f"penalized, {grouping} λ_pen {short_number(params['lmbda'] or 0)}"
+             if method == "penalized" else "",
+             "dense": "dense",
+             "magnitude_pruning": f"magnitude pruning to {percent(params['target'])}"
+             if method == "magnitude_pruning" else ""}[method]
+    return ("unstructured " if params.get("sparsity") == "unstructured" else "") + words
+
+
+def variations(params: dict) -> list[str]:
+    """What the run changes from its method's and preset's defaults, one short label each (``no dual
+    restarts``, ``nuPI``, ``gates lr 3``): the same choices its run name spells
+    (:func:`paperlib.harness.presets.default_run_name`)."""
+    found = []
+    if params["method"] == "constrained":
+        if not params.get("dual_restarts", True):
+            found.append("no dual restarts")
+        if params.get("dual_optimizer", "gradient_ascent") != "gradient_ascent":
+            found.append(DUAL_OPTIMIZER_LABELS[params["dual_optimizer"]])
+    for name, label in (("detach_gates", "gates not detached"), ("pretrained", "pretrained"),
+                        ("autocast_bf16", "bf16 autocast")):
+        if params.get(name, name == "detach_gates") != (name == "detach_gates"):
+            found.append(label)
+    if params.get("compile_gates") == "always":
+        found.append("compiled gate pass")
+    try:
+        preset = presets.ExperimentConfig(**presets.preset_values(
+            params["preset"], params["dataset"], params["model"], params.get("sparsity", "structured"),
+            params.get("grouping", "model"), params.get("target"))).to_dict()
+    except ValueError:  # a pair the presets no longer know: nothing to compare with
+        preset = {}
+    unused = presets.UNUSED_BY_METHOD[params["method"]]
+    for name in presets.NAMED_IF_CHANGED:
+        if name in preset and name in params and name not in unused and params[name] != preset[name]:
+            value = params[name]
+            shown = "/".join(map(short_number, value)) if isinstance(value, list) else (
+                short_number(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value)
+            found.append(f"{name.replace('_', ' ')} {shown}")
+    return found
+
+
+def run_title(params: dict) -> str:
+    """A run's title: model and dataset, condition, variations, seed and protocol.
+
+    Example: ``LeNet5 on MNIST, constrained, layer-wise 50/30/70/10%, seed 1 — paper protocol``.
+    """
+    if params.get("kind") == "bisection search":
+        return (f"Bisection search for λ_pen: MLP on MNIST, {GROUPING_LABELS[params['grouping']]} "
+                f"{percent(params['target'])} ± {percent(params['tolerance'])}, seed {params['seed']} — "
+                f"{params['preset']} protocol")
+    parts = [f"{model_label(params['model'])} on {DATASET_LABELS[params['dataset']]}", setting(params),
+             *variations(params), f"seed {params['seed']}"]
+    return ", ".join(parts) + f" — {params['preset']} protocol"
+
+
+def run_line(params: dict, metrics: dict) -> str:
+    """One line of a run's parameters, where it ran and its record, as ``**name** value`` pairs.
+
+    Example: ``**method** constrained · **grouping** model-wise · **target** 20% · **model** MLP on MNIST ·
+    **protocol** paper preset, 200 of 200 epochs · **seed** 0 · **ran on** CPU (AMD EPYC), 1 thread ·
+    **record** `runs/mnist/...```.
+    """
+    if metrics.get("kind") == "bisection search":
+        pairs = {"method": "penalized, λ_pen searched by bisection",
+                 "grouping": GROUPING_LABELS[metrics["grouping"]],
+                 "target": f"{percent(metrics['target'])} ± {percent(metrics['tolerance'])}",
+                 "model": "MLP on MNIST", "protocol": f"{metrics['preset']} preset, {metrics['epochs']} epochs a training",
+                 "seed": metrics["seed"], "trainings": metrics["num_trainings"]}
+    else:
+        method = params["method"]
+        pairs = {"method": method.replace("_", " ")
+                 + (f" ({DUAL_OPTIMIZER_LABELS[params.get('dual_optimizer', 'gradient_ascent')]}"
+                    f"{', dual restarts' if params.get('dual_restarts', True) else ''})" if method == "constrained" else ""),
+                 "gates": params.get("sparsity", "structured")}
+        if method in ("constrained", "penalized"):
+            pairs["grouping"] = GROUPING_LABELS[params["grouping"]]
+        if method in ("constrained", "magnitude_pruning"):
+            pairs["target"] = percent(params["target"])
+        if method == "penalized":
+            pairs["λ_pen"] = short_number(params["lmbda"])
+        pairs["model"] = f"{model_label(params['model'])} on {DATASET_LABELS[params['dataset']]}"
+        pairs["protocol"] = (f"{params['preset']} preset, {metrics['epochs_completed']} of "
+                             f"{metrics['epochs_planned']} epochs")
+        pairs["seed"] = params["seed"]
+        device = DEVICE_LABELS.get(metrics.get("device"), metrics.get("device"))
+        pairs["ran on"] = (f"{device} ({metrics['device_name']})" if metrics.get("device_name") else device) + (
+            f", {metrics['threads']} thread{'s' if metrics['threads'] != 1 else ''}" if metrics.get("threads") else "")
+    pairs["record"] = f"`runs/{metrics['experiment']}/{metrics['run_name']}/`"
+    return " · ".join(f"**{name}** {value}" for name, value in pairs.items())
+
+
+@cache
+def _citations(runs: Path) -> dict[Path, tuple[str, ...]]:
+    """Record folder -> the studies whose grids ask for it (and whose ``where`` it meets), for the records
+    under ``runs`` (:func:`paperlib.harness.records.runs_dir`, the key of the cache)."""
+    from . import grids  # the grid files' runs, read when citations are asked for
+
+    cited: dict[Path, list[str]] = {}
+    for name, item in studies.STUDIES.items():
+        for grid in item.grids:
+            for config, folder in grids.grid_runs(grid):
+                if all(getattr(config, key, None) == value for key, value in (item.where or {}).items()):
+                    cited.setdefault(Path(folder).resolve(), []).append(name)
+    return {folder: tuple(dict.fromkeys(names)) for folder, names in cited.items()}
+
+
+def citing_pages(run_dir: Path) -> dict[str, list[str]]:
+    """The result pages that cite a record, each with the paper's tables and figures it shows the record in
+    (``{"results_mnist": ["Table 10"]}``; an empty list for a study of the book's own). A bisection search's
+    trainings are cited through their search."""
+    run_dir = Path(run_dir).resolve()
+    names = list(_citations(records.runs_dir()).get(run_dir, ()))
+    for search in run_dir.parent.glob("search-*/metrics.json"):
+        if any(e["run"] == run_dir.name for e in json.loads(search.read_text()).get("evaluations", [])):
+            names += _citations(records.runs_dir()).get(search.parent.resolve(), ())
+    pages: dict[str, list[str]] = {}
+    for name in dict.fromkeys(names):
+        refs = pages.setdefault(studies.study(name).page, [])
+        if name in studies.TABLES or name in studies.FIGURES:
+            refs.append(paper_numbers.ref(name))
+    return pages
+
+
+def run_index(experiment: str) -> str | None:
+    """The run index page (``runs_mnist``) that lists an experiment folder's runs, or None."""
+    return next((index for index in studies.RUN_INDEXES if experiment in studies.indexed_experiments(index)), None)
+
+
+def page_title(page: str) -> str:
+    """The first heading of a book page ``book/<page>.md``."""
+    text = (records.project_root() / "book" / f"{page}.md").read_text()
+    return next(line[2:].strip() for line in text.splitlines() if line.startswith("# "))
+
+
+def _page_link(page: str, notebook_dir: Path) -> str:
+    target = records.project_root() / "book" / f"{page}.md"
+    return f"[{page_title(page)}]({Path(os.path.relpath(target, notebook_dir)).as_posix()})"
+
+
+def cited_by_line(run_dir: Path) -> str:
+    """``**cited by** Table 10, Table 11 in [MNIST: ...](../../../book/results_mnist.md) · **all runs**
+    [Runs: MNIST](...)``: links from a run's page back to the pages that cite it and to its run index."""
+    run_dir = Path(run_dir).resolve()
+    links = [(", ".join(refs) + " in " if refs else "") + _page_link(page, run_dir)
+             for page, refs in citing_pages(run_dir).items()]
+    parts = [f"**cited by** {'; '.join(links)}"] if links else []
+    index = run_index(run_dir.parent.name)
+    if index:
+        parts.append(f"**all runs** {_page_link(index, run_dir)}")
+    return " · ".join(parts)
+
+
+def header(run_dir: Path) -> str:
+    """The markdown of a run page's first cell: its title as the page's heading, its line, its links."""
+    run_dir = Path(run_dir)
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    params = metrics if metrics.get("kind") == "bisection search" else records.load_record(run_dir)["params"]
+    lines = [f"# {run_title(params)}", run_line(params, metrics), cited_by_line(run_dir)]
+    return "\n\n".join(line for line in lines if line)
+
+
+def write_header(run_dir: Path) -> bool:
+    """Replace the first cell of a record's executed notebook (its template's heading) by :func:`header`;
+    whether it changed. Raises if that cell is not a markdown cell that opens with a heading."""
+    notebook = Path(run_dir) / "notebook.ipynb"
+    content = json.loads(notebook.read_text())
+    first = content["cells"][0]
+    if first["cell_type"] != "markdown" or not "".join(first["source"]).startswith("# "):
+        raise ValueError(f"{notebook} does not open with a markdown heading, so it has no cell for its title")
+    text = header(run_dir)
+    if "".join(first["source"]) == text:
+        return False
+    first["source"] = text.splitlines(keepends=True)
+    records.write_notebook(notebook, content)
+    return True
+
+
+def run_table(record: dict, paper_rows: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The run's numbers in one row (all in %, 2 decimals), with the paper's rows for its setting under it
+    (``paper_rows``, as :func:`paperlib.harness.paper_rows.paper_rows_for` gives them), under short column names
+    (:data:`SHORT_COLUMNS`) so that the table fits the page's text column.
+
+    The hyper-parameter column is ``target`` (%) or ``λ_pen``; our best error is
+    :func:`paperlib.harness.paper_rows.our_value`'s (for a constrained run, over the epochs that met the constraints).
+    """
+    from .paper_rows import our_value
+
+    params = record["params"]
+    hyper = {}
+    if params["method"] in ("constrained", "magnitude_pruning"):
+        hyper["target"] = percent(params["target"])[:-1]
+    elif params["method"] == "penalized":
+        hyper["λ_pen"] = short_number(params["lmbda"])
+    ours = {**hyper}
+    for metric, column in SHORT_COLUMNS.items():
+        value = our_value(record, metric)
+        ours[column] = "–" if value is None else f"{value:.2f}"
+    rows, labels = [ours], ["ours"]
+    if paper_rows is not None and not paper_rows.empty:
+        renamed = paper_rows.rename(columns={METRIC_LABELS[m]: c for m, c in SHORT_COLUMNS.items()})
+        for _, row in renamed.iloc[1:].iterrows():
+            rows.append({**hyper, **{c: row.get(c) if pd.notna(row.get(c)) else "–" for c in SHORT_COLUMNS.values()}})
+            labels.append(row[""])
+    return pd.DataFrame(rows, index=labels)
+
+
+def show(fig, colors: int = 32) -> None:
+    """Display a figure as a palette PNG of at most ``colors`` colours (no dithering), then close it.
+
+    A run page's figures are lines and text in a few colours: 32 keep those colours and their anti-aliased
+    edges to the eye at about a fifth of matplotlib's RGBA bytes. Example: ``show(plots.plot_dynamics(record))``.
+    """
+    import matplotlib.pyplot as plt
+    from IPython.display import Image, display
+    from PIL import Image as PILImage
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight", facecolor="white")
+    plt.close(fig)
+    image = PILImage.open(io.BytesIO(buffer.getvalue())).convert("RGB")
+    palette = image.quantize(colors=colors, method=PILImage.Quantize.MEDIANCUT, dither=PILImage.Dither.NONE)
+    out = io.BytesIO()
+    palette.save(out, "PNG", optimize=True)
+    display(Image(data=out.getvalue(), format="png"))
+
+
+def run_page_remarks(run_dir: Path) -> str:
+    """What a reader of a run's page should know before its log: that the run was resumed (its log starts
+    where it resumed), and that its parameters are an earlier preset's (:func:`~paperlib.harness.presets.current_run_name`)."""
+    if records.record_status(run_dir) is None or not (Path(run_dir) / "params.json").exists():
+        return ""  # no record, or a bisection search's (its trainings have their own pages)
+    record = records.load_record(run_dir)
+    remarks = []
+    if record["metrics"].get("git_commits_resumed_at"):
+        remarks.append(" It was stopped and resumed from a checkpoint: its log starts at the epoch it resumed from,"
+                       " and every epoch is in its history.")
+    if presets.current_run_name(record["params"]) != Path(run_dir).name:
+        remarks.append(" Its parameters are an earlier preset's: today the same name stands for another"
+                       " configuration.")
+    return "".join(remarks)

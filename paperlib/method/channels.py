@@ -1,0 +1,317 @@
+"""The channels of a traced model: which tensors share a channel index, and which channels are exactly zero.
+
+:func:`paperlib.method.sparsify.sparsify` and :func:`paperlib.method.graph_purge.purge`
+read a model through its ``torch.fx`` graph, as Torch-Pruning reads its
+dependency graph. Two tensors belong to the same *channel group* when channel
+``c`` of one is computed from channel ``c`` of the other and from nothing else:
+through a batch norm, an activation, pooling, dropout, a depthwise convolution,
+flattening, or an element-wise sum or product of two such tensors. A group's
+channels are created by its *sources* (convolutions with ``groups=1`` and
+linear layers, which mix the channels of their input) and read by its *sinks*
+(the same layers, one group further on). So in a ResNet block, conv1's
+output channels form a group read by conv2, while conv2's output joins the
+block's input through the residual sum, and with it every tensor of the stage.
+
+A group is *pinned* when slicing its channels could change what the model
+computes, or when the graph does not show that it could not: it holds the
+model's input or output, an operation not listed above (a concatenation, a
+hard-coded reshape, a functional convolution), a module with parameters
+called twice, or a tensor that is neither ``(N, C)`` nor ``(N, C, H, W)``.
+
+A channel is *zero* when it is exactly zero for every input: a convolution or
+linear row whose weights are zero on every input it reads and whose bias is
+zero, a batch norm with zero scale and shift, an activation ``f`` with
+``f(0) = 0`` of a zero channel, and so on. Removing a channel from an
+unpinned group changes nothing when every sink ignores it: its input there is
+zero or its weights there are zero.
+"""
+
+import math
+import operator
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+import torch.fx as fx
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.fx.passes.shape_prop import TensorMetadata
+
+#: Modules and functions that act on each channel separately and map a zero channel to a zero channel.
+_ZERO_PRESERVING_MODULES = (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.Hardtanh, nn.SiLU, nn.GELU, nn.Hardswish, nn.Tanh,
+                            nn.ELU, nn.Dropout, nn.Dropout2d, nn.Identity, nn.MaxPool2d, nn.AvgPool2d,
+                            nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d)
+_ZERO_PRESERVING_FUNCTIONS = {F.relu, torch.relu, F.relu6, F.leaky_relu, F.hardtanh, F.silu, F.gelu, F.hardswish,
+                              torch.tanh, F.elu, F.dropout, F.max_pool2d, F.avg_pool2d, F.adaptive_avg_pool2d,
+                              F.adaptive_max_pool2d, F.interpolate}
+_ZERO_PRESERVING_METHODS = {"relu", "relu_", "contiguous", "clone", "tanh"}
+#: Channel by channel, but f(0) != 0.
+_CHANNELWISE_MODULES = (nn.Sigmoid, nn.Hardsigmoid)
+_CHANNELWISE_FUNCTIONS = {torch.sigmoid, F.sigmoid, F.hardsigmoid}
+_CHANNELWISE_METHODS = {"sigmoid"}
+#: Element-wise operations of two tensors: channel c of the result reads channel c of both.
+_SUMS = {operator.add, operator.iadd, torch.add, operator.sub, operator.isub, torch.sub}
+_PRODUCTS = {operator.mul, operator.imul, torch.mul}
+#: Uses of a tensor that read only its shape.
+_SHAPE_METHODS = {"size", "dim"}
+_BATCH_NORMS = nn.modules.batchnorm._BatchNorm
+
+
+def is_depthwise(conv: nn.Conv2d) -> bool:
+    """One filter per input channel: channel c of the output reads channel c of the input only."""
+    return conv.groups > 1 and conv.groups == conv.in_channels == conv.out_channels
+
+
+@dataclass
+class Group:
+    """Tensors sharing one channel index (see the module docstring)."""
+
+    nodes: list = field(default_factory=list)
+    #: Nodes creating the group's channels: convolutions with groups=1 and linear layers.
+    sources: list = field(default_factory=list)
+    #: Batch norms and depthwise convolutions inside the group, whose parameters are per channel.
+    channel_ops: list = field(default_factory=list)
+    #: (layer node, input node) of the convolutions and linear layers reading the group.
+    sinks: list = field(default_factory=list)
+    #: Why the group's channels must stay (empty: they may go).
+    pinned: set = field(default_factory=set)
+    #: Whether a sum or product of two tensors joins the group (a residual connection, a gating branch).
+    merged: bool = False
+
+
+class ChannelGraph:
+    """The channel groups of a traced model, and, with shapes, its zero channels.
+
+    ``graph_module`` comes from ``torch.fx.symbolic_trace``; when
+    ``ShapeProp`` ran on it, the tensors' shapes are known, flattening is
+    resolved into features per channel and :meth:`zero_channels` can be called.
+
+    >>> import torchvision
+    >>> graph = ChannelGraph(torch.fx.symbolic_trace(torchvision.models.resnet18()))
+    >>> [n.target for n in graph.group_of("layer1.0.conv1").sources]
+    ['layer1.0.conv1']
+    """
+
+    def __init__(self, graph_module: fx.GraphModule):
+        self.module = graph_module
+        self.modules = dict(graph_module.named_modules())
+        self.calls = Counter(n.target for n in graph_module.graph.nodes if n.op == "call_module")
+        self._parent: dict = {}
+        #: Features per channel of each node: H * W after flattening an (N, C, H, W) tensor, else 1.
+        self.block: dict = {}
+        self._sources, self._ops, self._sinks, self._pins, self._merged = [], [], [], [], []
+        for node in graph_module.graph.nodes:
+            self._visit(node)
+        groups: dict = {}
+        for node in self._parent:
+            groups.setdefault(self.find(node), Group()).nodes.append(node)
+        for attribute, items in (("sources", self._sources), ("channel_ops", self._ops)):
+            for node in items:
+                getattr(groups[self.find(node)], attribute).append(node)
+        for layer, inp in self._sinks:
+            groups[self.find(inp)].sinks.append((layer, inp))
+        for node, reason in self._pins:
+            groups[self.find(node)].pinned.add(reason)
+        for node in self._merged:
+            groups[self.find(node)].merged = True
+        self.groups = list(groups.values())
+        self._group = {root: group for root, group in groups.items()}
+
+    # ----- union-find ----------------------------------------------------------
+    def find(self, node):
+        while self._parent[node] is not node:
+            self._parent[node] = self._parent[self._parent[node]]
+            node = self._parent[node]
+        return node
+
+    def _new(self, node, block: int = 1):
+        self._parent[node], self.block[node] = node, block
+
+    def _union(self, node, other, block: int | None = None):
+        self._parent.setdefault(node, node)
+        self.block[node] = self.block[other] if block is None else block
+        self._parent[self.find(node)] = self.find(other)
+
+    def group(self, node) -> Group:
+        """The group of a tensor node."""
+        return self._group[self.find(node)]
+
+    def group_of(self, module_name: str, output: bool = True) -> Group:
+        """The group of a module's output (or, ``output=False``, of its input), by the module's name."""
+        node = next(n for n in self.module.graph.nodes if n.op == "call_module" and n.target == module_name)
+        return self.group(node if output else node.args[0])
+
+    # ----- building ------------------------------------------------------------
+    @staticmethod
+    def is_tensor(node) -> bool:
+        meta = node.meta.get("tensor_meta")
+        if meta is not None or "type" in node.meta:
+            return isinstance(meta, TensorMetadata)
+        return not (node.op == "call_method" and node.target in _SHAPE_METHODS
+                    or node.op == "call_function" and node.target in (getattr, operator.getitem)
+                    and not ChannelGraph.is_tensor(node.args[0]))
+
+    def _tensor_inputs(self, node) -> list:
+        return [n for n in node.all_input_nodes if n in self._parent]
+
+    def _pin_all(self, node, reason: str) -> None:
+        for inp in self._tensor_inputs(node):
+            self._pins.append((inp, reason))
+        self._new(node)
+        self._pins.append((node, reason))
+
+    def _visit(self, node) -> None:
+        if node.op == "output":
+            for inp in self._tensor_inputs(node):
+                self._pins.append((inp, "model output"))
+            return
+        if not self.is_tensor(node):
+            if not self._reads_shape_only(node):
+                for inp in self._tensor_inputs(node):
+                    self._pins.append((inp, f"read by {node.format_node()}"))
+            return
+        meta = node.meta.get("tensor_meta")
+        if node.op == "placeholder":
+            self._new(node)
+            self._pins.append((node, "model input"))
+        elif node.op == "get_attr":
+            self._new(node)
+            self._pins.append((node, f"parameter {node.target} used directly"))
+        elif node.op == "call_module":
+            self._visit_module(node, self.modules[node.target])
+        else:
+            self._visit_operation(node)
+        if meta is not None and len(meta.shape) not in (2, 4):
+            self._pin_all(node, f"{node.name} is {len(meta.shape)}-dimensional")
+
+    def _reads_shape_only(self, node) -> bool:
+        return (node.op == "call_method" and node.target in _SHAPE_METHODS
+                or node.op == "call_function" and node.target is getattr and node.args[1] in ("shape", "dtype"))
+
+    def _visit_module(self, node, module: nn.Module) -> None:
+        inp = node.args[0] if node.args else None
+        if inp not in self._parent or len(self._tensor_inputs(node)) != 1:
+            return self._pin_all(node, f"module {node.target} takes other inputs")
+        if any(True for _ in module.parameters(recurse=False)) and self.calls[node.target] > 1:
+            return self._pin_all(node, f"module {node.target} is called {self.calls[node.target]} times")
+        meta = inp.meta.get("tensor_meta")
+        if isinstance(module, nn.Linear) and meta is not None and len(meta.shape) != 2:
+            return self._pin_all(node, f"linear layer {node.target} reads the last of {len(meta.shape)} dimensions")
+        if isinstance(module, nn.Conv2d) and module.groups == 1 or isinstance(module, nn.Linear):
+            self._sinks.append((node, inp))
+            self._new(node)
+            self._sources.append(node)
+            if isinstance(module, nn.Conv2d) and self.block[inp] != 1:
+                self._pins.append((inp, f"flattened input of {node.target}"))
+        elif isinstance(module, nn.Conv2d) and is_depthwise(module) or isinstance(module, _BATCH_NORMS):
+            self._union(node, inp)
+            self._ops.append(node)
+        elif isinstance(module, nn.Flatten) and module.start_dim == 1 and module.end_dim == -1:
+            self._flatten(node, inp)
+        elif isinstance(module, (*_ZERO_PRESERVING_MODULES, *_CHANNELWISE_MODULES)):
+            self._union(node, inp)
+        else:
+            self._pin_all(node, f"module {node.target} ({type(module).__name__}) is not known to act per channel")
+
+    def _visit_operation(self, node) -> None:
+        inputs = self._tensor_inputs(node)
+        target, first = node.target, node.args[0] if node.args else None
+        known = (_ZERO_PRESERVING_FUNCTIONS | _CHANNELWISE_FUNCTIONS if node.op == "call_function"
+                 else _ZERO_PRESERVING_METHODS | _CHANNELWISE_METHODS)
+        if len(inputs) == 1 and first is inputs[0] and target in known:
+            self._union(node, first)
+        elif target in _SUMS | _PRODUCTS and node.op == "call_function" or target in ("add", "mul", "sub"):
+            if len(inputs) == 1:  # a tensor and a number
+                self._union(node, inputs[0])
+            elif len(inputs) == 2 and self._same_channels(*inputs):
+                self._union(node, inputs[0])
+                self._union(inputs[1], inputs[0])
+                self._merged.append(node)
+            else:
+                self._pin_all(node, f"{node.name} broadcasts across channels")
+        elif len(inputs) == 1 and first is inputs[0] and self._flattens(node):
+            self._flatten(node, first)
+        else:
+            self._pin_all(node, f"{node.format_node()} is not known to act per channel")
+
+    def _same_channels(self, a, b) -> bool:
+        shapes = [n.meta.get("tensor_meta") for n in (a, b)]
+        if any(s is None for s in shapes):
+            return True
+        return tuple(shapes[0].shape[1:2]) == tuple(shapes[1].shape[1:2]) and self.block[a] == self.block[b]
+
+    @staticmethod
+    def _flattens(node) -> bool:
+        """``torch.flatten(x, 1)``, ``x.flatten(1)``, ``x.view(x.size(0), -1)`` or ``x.reshape(x.size(0), -1)``."""
+        args = list(node.args[1:]) + list(node.kwargs.values())
+        if node.target in (torch.flatten, "flatten"):
+            return args in ([1], [1, -1])
+        if node.target in ("view", "reshape") or node.target is torch.reshape:
+            sizes = args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
+            return (len(sizes) == 2 and sizes[1] == -1 and isinstance(sizes[0], fx.Node)
+                    and sizes[0].op == "call_method" and sizes[0].target == "size" and sizes[0].args[1:] == (0,))
+        return False
+
+    def _flatten(self, node, inp) -> None:
+        meta = inp.meta.get("tensor_meta")
+        self._union(node, inp, self.block[inp] * (math.prod(meta.shape[2:]) if meta is not None else 1))
+
+    # ----- zero channels -------------------------------------------------------
+    @torch.no_grad()
+    def zero_channels(self) -> dict:
+        """Node -> bool tensor over its dimension 1: entries exactly zero for every input (needs shapes).
+
+        Evaluated for the module in eval mode (batch norms use their running statistics).
+        """
+        zero = {}
+        for node in self.module.graph.nodes:
+            meta = node.meta.get("tensor_meta")
+            if not isinstance(meta, TensorMetadata) or len(meta.shape) < 2:
+                continue
+            size = meta.shape[1]
+            zero[node] = self._zero(node, size, zero)
+            if zero[node] is None or zero[node].shape != (size,):
+                zero[node] = torch.zeros(size, dtype=torch.bool)
+        return zero
+
+    def _zero(self, node, size: int, zero: dict):
+        inputs = [zero.get(n) for n in node.all_input_nodes]
+        first = inputs[0] if inputs else None
+        if node.op == "call_module":
+            module = self.modules[node.target]
+            if first is None:
+                return None
+            if isinstance(module, (nn.Conv2d, nn.Linear)):
+                weight = module.weight.detach()
+                if isinstance(module, nn.Conv2d) and module.groups > 1:  # each group reads its own input slice
+                    live = ~first.view(module.groups, -1).repeat_interleave(module.out_channels // module.groups, 0)
+                    silent = ~(weight.ne(0).flatten(2).any(2) & live).any(1)
+                else:
+                    read = weight if not first.any() else weight[:, ~first]
+                    silent = ~read.ne(0).flatten(1).any(1)
+                return silent if module.bias is None else silent & module.bias.detach().eq(0)
+            if isinstance(module, _BATCH_NORMS):
+                out = module.eval()(torch.zeros(1, size, *([1] * (len(node.meta["tensor_meta"].shape) - 2))))
+                constant_zero = out.flatten(1).eq(0).all(1) if out.dim() > 2 else out[0].eq(0)
+                scaled_out = (module.weight.detach().eq(0) & module.bias.detach().eq(0)) if module.affine else False
+                return (first & constant_zero.view(-1)) | scaled_out
+            if isinstance(module, nn.Flatten):
+                return first.repeat_interleave(size // len(first))
+            if isinstance(module, _ZERO_PRESERVING_MODULES):
+                return first
+            return None
+        target = node.target
+        if target in _ZERO_PRESERVING_FUNCTIONS or target in _ZERO_PRESERVING_METHODS:
+            return first
+        if node.op in ("call_function", "call_method") and self._flattens(node) and first is not None:
+            return first.repeat_interleave(size // len(first))
+        tensors = [zero.get(n) for n in node.args if isinstance(n, fx.Node) and n in zero]
+        if target in _SUMS or target in ("add", "sub"):
+            if len(tensors) == 2 and tensors[0].shape == tensors[1].shape:
+                return tensors[0] & tensors[1]
+        if target in _PRODUCTS or target == "mul":
+            if len(tensors) == 1:
+                return tensors[0]
+            if len(tensors) == 2 and tensors[0].shape == tensors[1].shape:
+                return tensors[0] | tensors[1]
+        return None

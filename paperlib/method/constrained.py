@@ -1,0 +1,280 @@
+"""One object owns a training step under sparsity constraints (§3, eq. 4-6): :class:`ConstrainedStep`.
+
+The problem is min f_obj(theta, phi) s.t. d_g(phi) <= eps_g, with d_g the
+expected L0-density (eq. 3) of the whole model or of each gated layer. One
+call of :meth:`ConstrainedStep.roll` is one step of simultaneous gradient
+descent-ascent on its Lagrangian (eq. 4, eq. 5), in this order:
+
+1. zero the gradients of the weights and the gates;
+2. sample every gate once (:mod:`paperlib.method.gate_pass`, compiled on CUDA by
+   default) and, with those gates in place, compute the task loss;
+3. backward through f_obj + sum_g lambda_g (d_g - eps_g), where f_obj is the
+   loss plus the expected L2 norm of the gated weights (eq. 13) when asked;
+4. the primal steps: the weights' optimiser, then the gates' (and the clamp
+   of log_alpha);
+5. the dual step from the densities measured in step 2, before the primal
+   step: projected gradient ascent with dual restarts (eq. 6), the nuPI
+   controller, or the augmented Lagrangian's method of multipliers
+   (:mod:`paperlib.method.lagrangian`).
+
+With ``penalty`` instead of ``target`` the same step minimises
+f_obj + sum_g lambda_pen_g d_g with fixed lambda_pen (§2, App. B, C): no dual step.
+
+This is the step of the book's runner (:mod:`paperlib.harness.methods`); it works on
+any ``nn.Module`` that contains the package's gated layers
+(:class:`~paperlib.method.layers.L0Layer`). Cooper's ``roll()`` is the model of the
+interface.
+"""
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from .gate_pass import ModelGates, compiles
+from .lagrangian import check_dual_optimizer
+from .layers import L0Layer
+from .objective import ConstrainedObjective, PenalizedObjective
+from .vocabulary import COMPILE_GATES, DUAL_OPTIMIZERS, GROUPINGS
+
+
+@dataclass
+class StepRecord:
+    """What one :meth:`ConstrainedStep.roll` did."""
+
+    #: The task loss (the first value ``loss_fn`` returned), with its graph.
+    loss: torch.Tensor
+    #: What the primal step minimised: the loss, the expected L2 term (eq. 13) and the Lagrangian's (or the
+    #: penalty's) term in the densities, with its graph.
+    objective: torch.Tensor
+    #: The constrained (or penalized) densities d_g at the step's gates, before the primal step: shape (1,)
+    #: for a model-wise target, (layers,) for per-layer ones.
+    densities: torch.Tensor
+    #: d_g - eps_g, the violations the dual step used (None for a penalty).
+    violations: torch.Tensor | None
+    #: lambda_g after the dual step (for a penalty: the fixed lambda_pen_g).
+    multipliers: torch.Tensor
+    #: Whatever ``loss_fn`` returned (e.g. ``(loss, logits)``).
+    output: Any
+
+
+def gated_modules(model: nn.Module) -> list[tuple[str, L0Layer]]:
+    """(name, layer) of every gated layer of ``model``, in ``model.modules()`` order: one constraint group each."""
+    return [(name, m) for name, m in model.named_modules() if isinstance(m, L0Layer)]
+
+
+def weight_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """Every parameter of ``model`` but the gates' ``log_alpha``: what the weights' optimiser takes.
+
+    Example::
+
+        optimizer = torch.optim.Adam(paperlib.weight_parameters(model), lr=1e-3)
+    """
+    gates = {id(p) for _, layer in gated_modules(model) for p in layer.gate_parameters()}
+    return [p for p in model.parameters() if id(p) not in gates]
+
+
+def _held(optimizer: torch.optim.Optimizer) -> set[int]:
+    return {id(p) for group in optimizer.param_groups for p in group["params"]}
+
+
+class ConstrainedStep:
+    """A training step of ``model`` with its expected L0-density constrained (or penalized): one :meth:`roll`.
+
+    Example: a model with two gated layers, trained to keep at most 30% of its weights' groups::
+
+        import torch, torch.nn as nn, torch.nn.functional as F
+        from paperlib import ConstrainedStep, weight_parameters
+        from paperlib.method.layers import L0Linear
+
+        model = nn.Sequential(nn.Flatten(), L0Linear(784, 300), nn.ReLU(), L0Linear(300, 10))
+        step = ConstrainedStep(model, torch.optim.Adam(weight_parameters(model), lr=1e-3),
+                               target=0.3, gates_lr=0.1, dual_lr=0.05)
+        x, y = torch.randn(32, 1, 28, 28), torch.randint(0, 10, (32,))  # in practice, a loader's batches
+        for _ in range(10):
+            record = step.roll(lambda: F.cross_entropy(model(x), y))
+        print(record.loss.item(), record.densities, record.violations, record.multipliers)
+
+    Arguments:
+
+    * ``optimizer``: the weights' optimiser (every parameter but the gates:
+      :func:`weight_parameters`), or None to train the gates alone.
+    * ``target``: the target density eps, a float for the whole model or a list
+      with one float per gated layer (in ``model.modules()`` order). Or, instead,
+      ``penalty``: the fixed lambda_pen of the penalized objective, a float or one
+      per layer.
+    * ``grouping``: ``"model"`` or ``"layer"``; by default ``"layer"`` for a list,
+      ``"model"`` for a float (a float with ``"layer"`` is every layer's).
+    * ``gates_optimizer``: the gates' optimiser over every ``log_alpha``, or
+      ``gates_lr``: the learning rate of Adam on them (their own, App. H.1).
+    * ``dual_lr``: the multipliers' step size (for the augmented Lagrangian, its
+      penalty coefficient rho); ``dual_optimizer``: ``"gradient_ascent"`` (the
+      paper's; with ``dual_restarts``, by default), ``"nupi"`` (needs
+      ``nupi_kp``, the proportional gain, and takes ``nupi_ema``) or
+      ``"augmented_lagrangian"``.
+    * ``weight_decay``: adds 0.5 * weight_decay * the expected L2 norm of the
+      gated layers' weights (eq. 13) to the objective, with the gate probabilities
+      detached when ``detach_gates`` (App. H.2); give the weights' optimiser no
+      weight decay of its own on those weights.
+    * ``clamp_log_alpha``: clamp every ``log_alpha`` after the gates' step
+      (:mod:`paperlib.method.gates`).
+    * ``compile_gates``: run the gate pass through ``torch.compile``: ``"auto"``
+      (on CUDA), ``"always"``, ``"never"``, or a bool.
+    """
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
+                 target: float | Sequence[float] | None = None, penalty: float | Sequence[float] | None = None,
+                 grouping: str | None = None, gates_optimizer: torch.optim.Optimizer | None = None,
+                 gates_lr: float | None = None, dual_lr: float | None = None,
+                 dual_optimizer: str = "gradient_ascent", dual_restarts: bool | None = None,
+                 nupi_kp: float | None = None, nupi_ema: float | None = None, weight_decay: float = 0.0,
+                 detach_gates: bool = True, clamp_log_alpha: bool = True, compile_gates: bool | str = "auto"):
+        layers = gated_modules(model)
+        if not layers:
+            raise ValueError(f"{type(model).__name__} has no gated layers (paperlib.method.layers.L0Layer modules, such as "
+                             f"L0Linear and L0Conv2d): put gates on it first")
+        if (target is None) == (penalty is None):
+            raise ValueError("pass either target (constrained densities) or penalty (a fixed lambda_pen), not "
+                             + ("both" if target is not None else "neither"))
+        values, what = (target, "target") if target is not None else (penalty, "penalty")
+        grouping = grouping or ("model" if isinstance(values, (int, float)) else "layer")
+        if grouping not in GROUPINGS:
+            raise ValueError(f"grouping must be one of {GROUPINGS}; got {grouping!r}")
+        _check_per_layer(values, what, grouping, [name for name, _ in layers])
+        self.model = model
+        self.optimizer = optimizer
+        self.gates_optimizer = _gates_optimizer(layers, optimizer, gates_optimizer, gates_lr)
+        self.clamp_log_alpha = bool(clamp_log_alpha)
+        if target is not None:
+            nupi = _dual_settings(dual_optimizer, dual_lr, dual_restarts, nupi_kp, nupi_ema)
+            self.objective = ConstrainedObjective(model, target, grouping, dual_lr, **nupi)
+        else:
+            extra = {k: v for k, v in dict(dual_lr=dual_lr, dual_restarts=dual_restarts, nupi_kp=nupi_kp,
+                                           nupi_ema=nupi_ema).items() if v is not None}
+            if extra or dual_optimizer != "gradient_ascent":
+                raise ValueError(f"a penalty has no multipliers to update; drop "
+                                 f"{', '.join(extra) or 'dual_optimizer'} or pass a target instead")
+            self.objective = PenalizedObjective(model, penalty, grouping)
+        if isinstance(compile_gates, str):
+            if compile_gates not in COMPILE_GATES:
+                raise ValueError(f"compile_gates must be a bool or one of {COMPILE_GATES}; got {compile_gates!r}")
+            compile_gates = compiles(compile_gates, layers[0][1].weight_log_alpha.device)
+        self.gates = ModelGates(model, grouping, weight_decay, detach_gates, bool(compile_gates))
+
+    @property
+    def constrained(self) -> bool:
+        """Whether the densities are constrained (multipliers updated) rather than penalized."""
+        return isinstance(self.objective, ConstrainedObjective)
+
+    @property
+    def multipliers(self) -> torch.Tensor:
+        """The current lambda_g (for a penalty, the fixed lambda_pen_g)."""
+        return self.objective.multipliers.value if self.constrained else self.objective.lambdas
+
+    def zero_grad(self) -> None:
+        for optimizer in (self.optimizer, self.gates_optimizer):
+            if optimizer is not None:
+                optimizer.zero_grad(set_to_none=True)
+
+    def roll(self, loss_fn: Callable[[], torch.Tensor | tuple]) -> StepRecord:
+        """One step: gates sampled, ``loss_fn()`` under them, backward, the primal steps, then the dual step.
+
+        ``loss_fn`` runs the model's forward and returns the task loss, or a
+        tuple whose first element is the loss (the whole tuple is kept in
+        :attr:`StepRecord.output`), e.g.
+        ``step.roll(lambda: F.cross_entropy(model(x), y))``.
+        """
+        self.zero_grad()
+        gate_pass = self.gates.sample(self.objective.term, self.objective.term_args())
+        with self.gates.installed(gate_pass):
+            output = loss_fn()
+        loss = output[0] if isinstance(output, tuple) else output
+        if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+            raise ValueError(f"loss_fn must return a 0-d loss tensor (or a tuple starting with one); "
+                             f"got {type(loss).__name__}{'' if not isinstance(loss, torch.Tensor) else tuple(loss.shape)}")
+        objective = loss + gate_pass.l2_penalty + gate_pass.density_term
+        objective.backward()
+        if self.optimizer is not None:
+            self.optimizer.step()
+        self.gates_optimizer.step()
+        if self.clamp_log_alpha:
+            for layer in self.gates.layers:
+                layer.clamp_log_alpha_()
+        densities, violations = gate_pass.densities, None
+        if self.constrained:  # simultaneous GDA (eq. 5): the dual step from the densities before the primal one
+            violations = densities.detach() - self.objective.target
+            self.objective.multipliers.step(violations)
+        return StepRecord(loss, objective, densities, violations, self.multipliers, output)
+
+    def state_dict(self) -> dict:
+        """The optimisers' states and the multipliers (the model's parameters are the model's)."""
+        state = {"optimizer": None if self.optimizer is None else self.optimizer.state_dict(),
+                 "gates_optimizer": self.gates_optimizer.state_dict()}
+        if self.constrained:
+            state["objective"] = self.objective.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.optimizer is not None:
+            self.optimizer.load_state_dict(state["optimizer"])
+        self.gates_optimizer.load_state_dict(state["gates_optimizer"])
+        if self.constrained:
+            self.objective.load_state_dict(state["objective"])
+
+
+def _check_per_layer(values, what: str, grouping: str, names: list[str]) -> None:
+    if isinstance(values, (int, float)):
+        return
+    values = list(values)
+    if grouping == "model":
+        raise ValueError(f"a model-wise {what} is one float; got {len(values)} values (pass grouping='layer' "
+                         f"for one per gated layer)")
+    if len(values) != len(names):
+        raise ValueError(f"{what} has {len(values)} values but the model has {len(names)} gated layers "
+                         f"({', '.join(names)}): give one per gated layer, in this order, or one float")
+
+
+def _gates_optimizer(layers, optimizer, gates_optimizer, gates_lr) -> torch.optim.Optimizer:
+    """The gates' optimiser, checked to hold every ``log_alpha`` and nothing the weights' optimiser holds."""
+    gate_params = [p for _, layer in layers for p in layer.gate_parameters()]
+    gates = {id(p) for p in gate_params}
+    if optimizer is not None and _held(optimizer) & gates:
+        raise ValueError("the weights' optimiser holds gate parameters (log_alpha): build it over "
+                         "paperlib.weight_parameters(model), and give the gates gates_optimizer or gates_lr")
+    if (gates_optimizer is None) == (gates_lr is None):
+        raise ValueError("the gates need their own optimiser: pass gates_lr (Adam at that learning rate) or "
+                         "gates_optimizer, " + ("not both" if gates_lr is not None else "one of them"))
+    if gates_optimizer is None:
+        return torch.optim.Adam(gate_params, lr=gates_lr)
+    held = _held(gates_optimizer)
+    missing = [name for name, layer in layers if any(id(p) not in held for p in layer.gate_parameters())]
+    if missing:
+        raise ValueError(f"gates_optimizer lacks the log_alpha of the gated layers {', '.join(missing)}")
+    if held - gates:
+        raise ValueError(f"gates_optimizer holds {len(held - gates)} parameters that are not gates' log_alpha; "
+                         f"give those to the weights' optimiser")
+    return gates_optimizer
+
+
+def _dual_settings(dual_optimizer, dual_lr, dual_restarts, nupi_kp, nupi_ema) -> dict:
+    """ConstrainedObjective's dual arguments, checked: restarts only for gradient ascent (by default there),
+    nuPI's gains only for nuPI, and its proportional gain given."""
+    if dual_optimizer not in DUAL_OPTIMIZERS:
+        raise ValueError(f"dual_optimizer must be one of {DUAL_OPTIMIZERS}; got {dual_optimizer!r}")
+    if dual_lr is None:
+        raise ValueError(f"a target needs dual_lr, the multipliers' step size ({dual_optimizer})")
+    if dual_restarts is None:
+        dual_restarts = dual_optimizer == "gradient_ascent"
+    check_dual_optimizer(dual_optimizer, dual_restarts)
+    if dual_optimizer == "nupi":
+        if nupi_kp is None:
+            raise ValueError("dual_optimizer='nupi' needs its proportional gain nupi_kp (0 is gradient ascent "
+                             "without restarts); nupi_ema, the violation's EMA coefficient, defaults to 0")
+        return dict(dual_restarts=False, dual_optimizer="nupi", nupi_kp=nupi_kp,
+                    nupi_ema=0.0 if nupi_ema is None else nupi_ema)
+    if nupi_kp is not None or nupi_ema is not None:
+        raise ValueError(f"nupi_kp and nupi_ema are gains of dual_optimizer='nupi'; got "
+                         f"dual_optimizer={dual_optimizer!r}")
+    return dict(dual_restarts=dual_restarts, dual_optimizer=dual_optimizer)

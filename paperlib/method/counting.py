@@ -1,0 +1,179 @@
+"""Parameter and MAC counts of test-time (purged) models (App. D, App. J.1).
+
+Two conventions:
+
+* ``"paper"``: the one the paper's tables use, i.e. that of the ``pytorch``
+  backend of ptflops, which the authors' code calls: convolution and linear
+  multiply-accumulates *plus* one operation per bias entry, two per element for
+  affine batch-norm, one per output element of a ReLU (ReLU6, PReLU, ELU,
+  LeakyReLU) and one per input element
+  of a pooling layer. Functional operations (the residual additions) are not
+  counted.
+* ``"plain"``: only the multiply-accumulates of convolutions and linear layers.
+
+Both are computed by running one forward pass on a single zero input and
+reading each leaf module's input and output shapes. With ``sparse_weights``
+(unstructured models, App. L) a weight or bias entry that is exactly zero costs
+neither a parameter nor a MAC.
+
+Gated layers (:mod:`paperlib.method.layers`, :mod:`paperlib.sparsify`) are counted
+according to ``gates``:
+
+* ``"dense"``: as the plain layers they gate, every gate open;
+* ``"expected"``: each entry weighted by the probability that its gate is
+  non-zero (eq. 8), so that ``count_params`` is the expected L0 norm of the
+  gated parameters plus the others (a float);
+* ``"test"``: the entries whose median gate (eq. 9) is non-zero, i.e. the
+  test-time model before purging. Purging can remove more (the next layer's
+  inputs of a closed channel, App. D): count the purged model for that.
+
+A batch norm that a gated convolution took in loses its closed channels with
+it, and a :class:`~paperlib.method.layers.ConvBN` likewise. The gates' own
+``log_alpha`` are not parameters of the model in these three modes.
+"""
+
+import math
+
+import torch
+import torch.nn as nn
+
+from .layers import ConvBN, L0Conv2d, L0Layer, L0Linear
+from .sparsify import GatedConv2d, GatedLinear
+
+CONVENTIONS = ("paper", "plain")
+GATES = ("dense", "expected", "test")
+_ACTIVATIONS = (nn.ReLU, nn.ReLU6, nn.PReLU, nn.ELU, nn.LeakyReLU)  # ptflops' one operation per output element
+_POOLS = (nn.MaxPool2d, nn.AvgPool2d, nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d)
+_CONV_LIKE = (nn.Conv2d, L0Conv2d)
+_LINEAR_LIKE = (nn.Linear, L0Linear, GatedLinear)
+
+
+def _entries(tensor: torch.Tensor | None, sparse_weights: bool, keep: torch.Tensor | None = None) -> int | float:
+    if tensor is None:
+        return 0
+    if keep is not None:  # probabilities (a float count) or whether the median gate is non-zero
+        kept = keep * tensor.ne(0) if sparse_weights else keep
+        return float(kept.sum()) if kept.is_floating_point() else int(kept.sum())
+    return int(tensor.count_nonzero()) if sparse_weights else tensor.numel()
+
+
+@torch.no_grad()
+def gate_keeps(model: nn.Module, gates: str) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor]]:
+    """What each gated parameter counts for under ``gates``: ``(by parameter, by batch norm)``.
+
+    The first maps ``id(parameter)`` to a tensor of its shape (probabilities,
+    or booleans: the median gate is not zero), the second ``id(batch norm)`` to one value per channel. Empty for
+    ``"dense"``.
+    """
+    if gates not in GATES:
+        raise ValueError(f"gates must be one of {GATES}; got {gates!r}")
+    by_param, by_bn = {}, {}
+    if gates == "dense":
+        return by_param, by_bn
+    layers = [m for m in model.modules() if isinstance(m, L0Layer)]
+    bn_of = {id(m.conv): m.bn for m in model.modules() if isinstance(m, ConvBN) and m.gated_batch_norm() is not None}
+    for layer in layers:
+        if gates == "expected":
+            values = layer.gate_probabilities()
+        else:
+            values = tuple(None if z is None else z.ne(0) for z in layer.gate_tensors(median=True))
+        weight_keep, bias_keep = layer._broadcast_gates(*values)
+        by_param[id(layer.weight)] = weight_keep.expand_as(layer.weight)
+        if layer.bias is not None and bias_keep is not None:
+            by_param[id(layer.bias)] = bias_keep.expand_as(layer.bias)
+        bn = layer.bn if isinstance(layer, GatedConv2d) else bn_of.get(id(layer))
+        if bn is not None and layer.sparsity == "structured":
+            by_bn[id(bn)] = values[0]
+            by_param.update({id(p): values[0] for p in bn.parameters()})
+    return by_param, by_bn
+
+
+def _module_macs(module: nn.Module, inp: torch.Tensor, out: torch.Tensor, convention: str,
+                 sparse_weights: bool, keeps: tuple[dict, dict] = ({}, {})) -> int | float:
+    paper = convention == "paper"
+    by_param, by_bn = keeps
+    if isinstance(module, ConvBN):  # its L0Conv2d runs through forward_with_mask, unseen by hooks
+        module = module.conv
+    if isinstance(module, (*_CONV_LIKE, GatedConv2d)):
+        positions = out.shape[0] * math.prod(out.shape[2:])  # output positions per channel
+        weight, bias = module.weight, module.bias
+        macs = positions * _entries(weight, sparse_weights, by_param.get(id(weight)))
+        return macs + (positions * _entries(bias, sparse_weights, by_param.get(id(bias))) if paper else 0)
+    if isinstance(module, _LINEAR_LIKE):
+        rows = math.prod(inp.shape[:-1])
+        weight, bias = module.weight, module.bias
+        macs = rows * _entries(weight, sparse_weights, by_param.get(id(weight)))
+        return macs + (_entries(bias, sparse_weights, by_param.get(id(bias))) if paper else 0)
+    if not paper:
+        return 0
+    if isinstance(module, nn.BatchNorm2d):
+        macs = inp.numel() * (2 if module.affine else 1)
+        keep = by_bn.get(id(module))
+        return macs if keep is None else macs // len(keep) * _entries(keep, False, keep)
+    if isinstance(module, _ACTIVATIONS):
+        return out.numel()
+    if isinstance(module, _POOLS):
+        return inp.numel()
+    return 0
+
+
+@torch.no_grad()
+def count_macs(model: nn.Module, input_shape: tuple[int, ...] | None = None, convention: str = "paper",
+               sparse_weights: bool = False, gates: str = "dense") -> int | float:
+    """Multiply-accumulates of one forward pass on a single example of ``input_shape``.
+
+    ``input_shape`` defaults to ``model.input_shape``; ``gates`` says how gated
+    layers count (module docstring): a float for ``"expected"``.
+
+    >>> import torchvision
+    >>> count_macs(torchvision.models.resnet18(), (3, 32, 32), "plain")
+    37523456
+    """
+    if convention not in CONVENTIONS:
+        raise ValueError(f"convention must be one of {CONVENTIONS}; got {convention!r}")
+    shape = tuple(input_shape or model.input_shape)
+    keeps = gate_keeps(model, gates)
+    total = [0]
+
+    def hook(module, inputs, output):
+        total[0] += _module_macs(module, inputs[0], output, convention, sparse_weights, keeps)
+
+    counted = [m for m in model.modules() if len(list(m.children())) == 0 or isinstance(m, GatedLinear)
+               or isinstance(m, GatedConv2d) and m.sparsity == "unstructured"
+               or isinstance(m, ConvBN) and isinstance(m.conv, L0Conv2d)]
+    handles = [m.register_forward_hook(hook) for m in counted]
+    was_training = model.training
+    try:
+        model.eval()
+        device = next(model.parameters()).device
+        model(torch.zeros((1, *shape), device=device))
+    finally:
+        model.train(was_training)
+        for handle in handles:
+            handle.remove()
+    return total[0]
+
+
+def count_params(model: nn.Module, sparse_weights: bool = False, gates: str | None = None) -> int | float:
+    """Trainable parameters; with ``sparse_weights`` only non-zero conv/linear entries count.
+
+    ``gates=None`` counts every parameter tensor, gates included; ``"dense"``,
+    ``"expected"`` or ``"test"`` count a gated model's weights as the module
+    docstring says (a float for ``"expected"``).
+
+    >>> import torchvision
+    >>> count_params(torchvision.models.resnet18(num_classes=10))
+    11181642
+    """
+    keeps, gate_ids = {}, set()
+    if gates is not None:
+        keeps = gate_keeps(model, gates)[0]
+        gate_ids = {id(p) for m in model.modules() if isinstance(m, L0Layer) for p in m.gate_parameters()}
+    total = 0
+    for module in model.modules():
+        for name, param in module.named_parameters(recurse=False):
+            if id(param) in gate_ids:
+                continue
+            counted_sparsely = sparse_weights and isinstance(module, (nn.Conv2d, nn.Linear, L0Conv2d, L0Linear))
+            total += _entries(param, counted_sparsely, keeps.get(id(param)))
+    return total

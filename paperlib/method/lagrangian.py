@@ -1,0 +1,122 @@
+"""Lagrange multipliers updated by projected gradient ascent, with dual restarts (§3).
+
+For constraints g_g(phi) - eps_g <= 0 the Lagrangian is (eq. 4)
+
+    L(theta, phi, lambda) = f_obj(theta, phi) + sum_g lambda_g (g_g(phi) - eps_g).
+
+Simultaneous gradient descent-ascent (eq. 5) takes a primal step on
+``L`` with the *current* multipliers and, from the same iterate, a dual step
+
+    lambda <- max(0, lambda + eta_dual * (g(phi) - eps)).
+
+The gradient of ``L`` with respect to ``lambda`` is exactly the violation,
+so the dual step needs no autograd. With dual restarts (eq. 6) a multiplier
+whose constraint is satisfied (g <= eps) is reset to zero instead: the best
+response of the dual player (App. G.1).
+
+Beyond the paper, :class:`NuPIMultipliers` replaces gradient ascent by the
+nuPI controller of the authors' follow-up (Sohrabi et al., "On PI controllers
+for updating Lagrange multipliers in constrained optimization", ICML 2024),
+which adds to the integral (gradient-ascent) term a proportional one that
+reacts to the change of the violation, damping the multipliers' overshoot.
+The augmented Lagrangian keeps gradient ascent on the multipliers and changes
+the primal objective (:func:`paperlib.method.objective.augmented_lagrangian_term`).
+"""
+
+import torch
+
+from .vocabulary import DUAL_OPTIMIZERS
+
+
+def check_dual_optimizer(dual_optimizer: str, dual_restarts: bool) -> None:
+    """Raise unless ``dual_optimizer`` is one of :data:`~paperlib.harness.vocabulary.DUAL_OPTIMIZERS` and comes with dual
+    restarts only if it is the paper's gradient ascent."""
+    if dual_optimizer not in DUAL_OPTIMIZERS:
+        raise ValueError(f"dual_optimizer must be one of {DUAL_OPTIMIZERS}; got {dual_optimizer!r}")
+    if dual_restarts and dual_optimizer != "gradient_ascent":
+        raise ValueError(f"dual restarts (eq. 6) are the paper's addition to gradient ascent; with "
+                         f"dual_optimizer={dual_optimizer!r} pass dual_restarts=False")
+
+
+class LagrangeMultipliers:
+    """Non-negative multipliers, one per constraint, initialised at zero (App. J.2).
+
+    ``step`` applies eq. 5 (projected gradient ascent) or, with
+    ``dual_restarts``, eq. 6.
+    """
+
+    def __init__(self, num_constraints: int, lr: float, dual_restarts: bool = True,
+                 device: torch.device | str | None = None):
+        if num_constraints < 1:
+            raise ValueError(f"num_constraints must be >= 1; got {num_constraints!r}")
+        if not lr >= 0:
+            raise ValueError(f"dual learning rate lr must be >= 0; got {lr!r}")
+        self.lr = float(lr)
+        self.dual_restarts = bool(dual_restarts)
+        self.value = torch.zeros(num_constraints, device=device)
+
+    def _checked(self, violation: torch.Tensor) -> torch.Tensor:
+        if violation.shape != self.value.shape:
+            raise ValueError(f"expected {self.value.numel()} violations; got shape {tuple(violation.shape)}")
+        if (violation.dtype, violation.device) != (self.value.dtype, self.value.device):
+            violation = violation.to(self.value)
+        return violation
+
+    @torch.no_grad()
+    def step(self, violation: torch.Tensor) -> torch.Tensor:
+        """Update from the constraint violations g - eps at the current primal iterate."""
+        violation = self._checked(violation)
+        updated = torch.clamp(self.value + self.lr * violation, min=0.0)
+        if self.dual_restarts:
+            updated = torch.where(violation > 0, updated, 0.0)
+        self.value = updated
+        return self.value
+
+    def state_dict(self) -> dict:
+        return {"value": self.value.clone(), "lr": self.lr, "dual_restarts": self.dual_restarts}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.value = state["value"].to(self.value)
+        self.lr, self.dual_restarts = state["lr"], state["dual_restarts"]
+
+
+class NuPIMultipliers(LagrangeMultipliers):
+    """Multipliers updated by the nuPI controller (Sohrabi et al., 2024), projected onto lambda >= 0.
+
+    With the violation e_t = g(phi_t) - eps as the error signal and its
+    exponential average xi_t = nu xi_{t-1} + (1 - nu) e_t (xi_{-1} = 0):
+
+        lambda <- max(0, lambda + eta_dual * (e_t + kp * (xi_t - xi_{t-1})))
+
+    The integral gain is 1 (``lr`` is eta_dual K_I); ``kp = 0`` is gradient
+    ascent without restarts. The first step is eta_dual (1 + kp (1 - nu)) e_0.
+    This is Cooper 1.0's ``nuPI`` with ``init_type=ZEROS`` on a multiplier
+    projected after every step (tests/test_lagrangian.py checks it to 1e-6).
+    """
+
+    def __init__(self, num_constraints: int, lr: float, kp: float, ema_nu: float = 0.0,
+                 device: torch.device | str | None = None):
+        super().__init__(num_constraints, lr, dual_restarts=False, device=device)
+        if not kp >= 0:
+            raise ValueError(f"nuPI proportional gain kp must be >= 0; got {kp!r}")
+        if not 0.0 <= ema_nu < 1.0:
+            raise ValueError(f"nuPI EMA coefficient nu must be in [0, 1); got {ema_nu!r}")
+        self.kp, self.ema_nu = float(kp), float(ema_nu)
+        self.xi = torch.zeros_like(self.value)
+
+    @torch.no_grad()
+    def step(self, violation: torch.Tensor) -> torch.Tensor:
+        """Update from the constraint violations g - eps at the current primal iterate."""
+        violation = self._checked(violation)
+        xi = self.ema_nu * self.xi + (1.0 - self.ema_nu) * violation
+        self.value = torch.clamp(self.value + self.lr * (violation + self.kp * (xi - self.xi)), min=0.0)
+        self.xi = xi
+        return self.value
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "xi": self.xi.clone(), "kp": self.kp, "ema_nu": self.ema_nu}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.xi = state["xi"].to(self.value)
+        self.kp, self.ema_nu = state["kp"], state["ema_nu"]

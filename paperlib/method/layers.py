@@ -1,0 +1,444 @@
+"""Layers with hard-concrete gates (paper §2, App. B and App. L).
+
+Two sparsity kinds are supported:
+
+* ``"structured"`` (the paper's main setting, §2 "Parameter grouping"):
+  :class:`L0Linear` has one gate per *input neuron* and :class:`L0Conv2d` one gate
+  per *output feature map*.
+* ``"unstructured"`` (App. L): one gate per weight entry and one per bias entry.
+
+Each layer knows how many parameters its gates can switch off
+(:attr:`num_sparsifiable_params`) and how many are active in expectation
+(:meth:`expected_active_params`), so that the L0-density of eq. 3 is their
+ratio. Counting follows the authors' code: a convolution's bias belongs to its
+output-channel group (it is switched off with the channel), while a structured
+linear layer's bias is never gated and is left out of both counts.
+
+A gated convolution that feeds a batch-norm layer is wrapped in
+:class:`ConvBN`, which zeroes the batch-norm output of inactive channels so that
+removing those channels at purge time (App. D) leaves the output unchanged.
+"""
+
+import contextlib
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from . import gates
+from .vocabulary import LINEAR_INITS, SPARSITY_KINDS
+
+
+
+def _check_sparsity(sparsity: str) -> None:
+    if sparsity not in SPARSITY_KINDS:
+        raise ValueError(f"sparsity must be one of {SPARSITY_KINDS}; got {sparsity!r}")
+
+
+def init_weights_(weight: torch.Tensor, bias: torch.Tensor | None, mode: str = "fan_in") -> None:
+    """He-normal weights (standard deviation sqrt(2 / fan)) and biases drawn from N(0, 0.01^2).
+
+    Every layer uses fan-in, the initialisation both the authors' and Louizos
+    et al.'s code intended. The authors' gated linear layer asks for fan-out, a
+    mode inherited from Louizos et al.'s code, where the weight is stored
+    transposed as (in, out) so that it meant fan-in there. In PyTorch's (out, in)
+    layout it scales each linear layer's weights by sqrt(in / out), e.g. sqrt(10)
+    for the MLP's output layer (book/errata.md). ``mode="fan_out"`` reproduces it.
+    """
+    if mode not in LINEAR_INITS:
+        raise ValueError(f"initialisation mode must be one of {LINEAR_INITS}; got {mode!r}")
+    with torch.no_grad():
+        nn.init.kaiming_normal_(weight, mode=mode)
+        if bias is not None:
+            bias.normal_(0.0, 1e-2)
+
+
+class L0Layer(nn.Module):
+    """Behaviour shared by :class:`L0Linear` and :class:`L0Conv2d`.
+
+    Subclasses define ``weight``, ``bias`` (or None), ``weight_log_alpha``,
+    ``bias_log_alpha`` (unstructured with bias only, else None) and
+    :meth:`_group_view`, which reshapes per-gate values so that they broadcast
+    against ``weight``.
+    """
+
+    sparsity: str
+
+    #: Whether a structured gate also switches off its group's bias entry (a convolution's output channel),
+    #: or the bias is never gated (a linear layer's input neuron).
+    bias_in_group: bool = False
+
+    #: The training forward's gated (weight, bias, channel mask), when :mod:`paperlib.method.gate_pass` computed
+    #: them for every layer at once; None: the layer samples its own gates.
+    pass_params: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None] | None = None
+
+    # ----- gate values -------------------------------------------------------
+    def gate_tensors(self, median: bool, uniforms: tuple | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One gate per entry of ``weight_log_alpha`` and of ``bias_log_alpha`` (None when the bias has no gates).
+
+        ``median=True`` gives the deterministic test-time gates (eq. 9), else one
+        reparametrised sample per gate (eq. 7), from ``uniforms`` (noise shaped
+        like the two tensors) when given, else from a fresh draw.
+        """
+        uniforms = uniforms or (None, None)
+        return tuple(None if log_alpha is None
+                     else gates.median_gates(log_alpha) if median else gates.sample_gates(log_alpha, uniform=u)
+                     for log_alpha, u in zip((self.weight_log_alpha, self.bias_log_alpha), uniforms))
+
+    def gate_values(self, median: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Gates broadcast to the weight's shape and to the bias's shape (None: the bias is not gated or absent)."""
+        return self._broadcast_gates(*self.gate_tensors(median))
+
+    def _broadcast_gates(self, weight_z: torch.Tensor, bias_z: torch.Tensor | None):
+        if self.sparsity == "unstructured":
+            return weight_z, bias_z
+        bias_z = weight_z if (self.bias is not None and self.bias_in_group) else None
+        return self._group_view(weight_z), bias_z
+
+    def gated_weight_and_bias(self, median: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Weight and bias multiplied by their gates: theta = theta_tilde * z (§2)."""
+        return self._apply_gates(*self.gate_values(median))
+
+    def _apply_gates(self, weight_z: torch.Tensor, bias_z: torch.Tensor | None):
+        """The product with gates broadcast to the parameters' shapes, laid out in memory like the weight.
+
+        Where the two layouts describe the same tensor (LeNet5's first convolution
+        has one input channel, so NCHW and channels_last both fit it) the product
+        could come out NCHW, and that one layout would make the convolution and
+        everything after it up to the next one run in the slower layout.
+        """
+        bias = self.bias if (self.bias is None or bias_z is None) else self.bias * bias_z
+        weight = self.weight * weight_z
+        if weight.stride() != self.weight.stride():
+            weight = torch.empty_strided(self.weight.shape, self.weight.stride(), dtype=weight.dtype,
+                                         device=weight.device).copy_(weight)
+        return weight, bias
+
+    def forward_params(self, weight_z: torch.Tensor, bias_z: torch.Tensor | None):
+        """What the forward computes with, from the gates of :meth:`gate_tensors`: (weight, bias, channel mask).
+
+        The mask (which output channels have a non-zero gate) exists for
+        structured convolutions only, else it is None.
+        """
+        return *self._apply_gates(*self._broadcast_gates(weight_z, bias_z)), None
+
+    def _forward_params(self):
+        if self.training and self.pass_params is not None:
+            return self.pass_params
+        return self.forward_params(*self.gate_tensors(median=not self.training))
+
+    def group_gate_values(self, median: bool = True) -> torch.Tensor:
+        """One value per structured group (per input neuron or output channel), unbroadcast."""
+        return self.gate_tensors(median)[0]
+
+    # ----- expected L0 and L2 ------------------------------------------------
+    @property
+    def group_size(self) -> int:
+        """Number of parameters switched off by one structured gate (App. B)."""
+        raise NotImplementedError
+
+    @property
+    def num_sparsifiable_params(self) -> int:
+        """#(theta_g) of eq. 3: parameters that some gate can switch off."""
+        if self.sparsity == "unstructured":
+            return self.weight.numel() + (0 if self.bias is None else self.bias.numel())
+        return self.weight_log_alpha.numel() * self.group_size
+
+    def gate_probabilities(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """P(z != 0) of every gate of ``weight_log_alpha`` and of ``bias_log_alpha`` (eq. 8)."""
+        return tuple(None if log_alpha is None else gates.prob_active(log_alpha)
+                     for log_alpha in (self.weight_log_alpha, self.bias_log_alpha))
+
+    def expected_active_params(self, probs: tuple | None = None) -> torch.Tensor:
+        """E[||theta_g||_0] = sum_j P(z_j != 0) * (parameters gated by z_j) (eq. 8); its share of the layer's
+        parameters is the L0-density of eq. 3.
+
+        ``probs`` are the layer's :meth:`gate_probabilities` when the caller has them.
+        """
+        prob_w, prob_b = probs or self.gate_probabilities()
+        if self.sparsity == "structured":
+            return prob_w.sum() * self.group_size
+        return prob_w.sum() if prob_b is None else prob_w.sum() + prob_b.sum()
+
+    def density(self) -> torch.Tensor:
+        """Layer-wise L0-density: expected active over sparsifiable parameters (eq. 3)."""
+        return self.expected_active_params() / self.num_sparsifiable_params
+
+    def expected_l2(self, detach_gates: bool = True, probs: tuple | None = None) -> torch.Tensor:
+        """E[||theta_hat||_2^2] = sum_j P(z_j != 0) * theta_tilde_j^2 (§2, eq. 13).
+
+        With ``detach_gates`` (the paper's fix, App. H.2) the probabilities are
+        constants, so weight decay cannot switch gates off. Ungated biases of
+        structured linear layers enter with probability one. ``probs`` are the
+        layer's :meth:`gate_probabilities` when the caller has them.
+        """
+        prob_w, prob_b = probs or self.gate_probabilities()
+        if detach_gates:
+            prob_w = prob_w.detach()
+            prob_b = None if prob_b is None else prob_b.detach()
+        if self.sparsity == "unstructured":
+            total = (prob_w * self.weight.pow(2)).sum()
+            if prob_b is not None:
+                total = total + (prob_b * self.bias.pow(2)).sum()
+            return total
+        total = (self._group_view(prob_w) * self.weight.pow(2)).sum()
+        if self.bias is not None:
+            prob_b = prob_w if self.bias_in_group else torch.ones_like(self.bias)
+            total = total + (prob_b * self.bias.pow(2)).sum()
+        return total
+
+    def gate_parameters(self) -> list[nn.Parameter]:
+        """The learnable ``log_alpha`` tensors of this layer."""
+        return [p for p in (self.weight_log_alpha, self.bias_log_alpha) if p is not None]
+
+    def clamp_log_alpha_(self) -> None:
+        """Clamp every ``log_alpha`` to [ln 0.01, ln 100] (authors' code)."""
+        for p in self.gate_parameters():
+            gates.clamp_log_alpha_(p)
+
+    # ----- construction ------------------------------------------------------
+    def _init_gates(self, gate_shape: tuple[int, ...], rho_init: float) -> None:
+        self.weight_log_alpha = nn.Parameter(torch.empty(gate_shape))
+        gates.init_log_alpha_(self.weight_log_alpha, rho_init)
+        if self.sparsity == "unstructured" and self.bias is not None:
+            self.bias_log_alpha = nn.Parameter(torch.empty(self.bias.shape))
+            gates.init_log_alpha_(self.bias_log_alpha, rho_init)
+        else:
+            self.bias_log_alpha = None
+
+    def _compensate_init_shrinkage(self, rho_init: float) -> None:
+        """Divide the initial weights by (1 - rho_init), as the authors' code does.
+
+        Gates start around 1 - rho_init in their code's reasoning, so this keeps
+        the effective initial weights of gated and dense models alike. The paper
+        is silent on this detail. Their code divides the biases of convolutions
+        only; this also divides the gated biases of unstructured linear layers
+        (book/errata.md).
+        """
+        with torch.no_grad():
+            self.weight.div_(1.0 - rho_init)
+            if self.bias is not None and (isinstance(self, L0Conv2d) or self.sparsity == "unstructured"):
+                self.bias.div_(1.0 - rho_init)
+
+
+class LinearGates(L0Layer):
+    """What every gated linear layer shares: ``F.linear`` with its gated weights, and a structured gate per
+    input feature, which scales that column of the weight (the paper's MLP, §5.2). :class:`L0Linear` owns
+    its weights; :class:`~paperlib.method.sparsify.GatedLinear` gates an existing ``nn.Linear``'s."""
+
+    @property
+    def group_size(self) -> int:
+        return self.weight.shape[0]  # the weights one input feature's gate scales: one per output
+
+    def _group_view(self, per_gate: torch.Tensor) -> torch.Tensor:
+        return per_gate.view(1, -1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight, bias, _ = self._forward_params()
+        return F.linear(x, weight, bias)
+
+
+class L0Linear(LinearGates):
+    """Fully connected layer with hard-concrete gates.
+
+    Structured: one gate per input neuron, shared by the ``out_features`` weights
+    leaving that neuron; the bias is not gated. Unstructured: one gate per entry.
+    ``init="fan_out"`` initialises the weights as the authors' code does (:func:`init_weights_`).
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True,
+                 sparsity: str = "structured", rho_init: float = 0.5, init: str = "fan_in"):
+        super().__init__()
+        _check_sparsity(sparsity)
+        self.in_features, self.out_features, self.sparsity = in_features, out_features, sparsity
+        self.weight = nn.Parameter(torch.empty(out_features, in_features))
+        self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
+        init_weights_(self.weight, self.bias, mode=init)
+        self._init_gates((in_features,) if sparsity == "structured" else (out_features, in_features), rho_init)
+        self._compensate_init_shrinkage(rho_init)
+
+    def extra_repr(self) -> str:
+        return f"{self.in_features}, {self.out_features}, bias={self.bias is not None}, sparsity={self.sparsity}"
+
+
+class L0Conv2d(L0Layer):
+    """2-D convolution with hard-concrete gates.
+
+    Structured: one gate per output feature map, shared by that filter's weights
+    and its bias. Unstructured: one gate per weight and per bias entry.
+    ``kernel_size``, ``stride``, ``padding``, ``dilation``, ``groups`` and
+    ``padding_mode`` are those of ``nn.Conv2d`` (ints or pairs).
+    :func:`paperlib.method.sparsify.sparsify` gates an existing ``nn.Conv2d`` instead.
+
+    >>> L0Conv2d(4, 6, (3, 5), padding=(1, 2), dilation=(1, 2), groups=2)(torch.randn(1, 4, 8, 8)).shape
+    torch.Size([1, 6, 8, 4])
+    """
+
+    bias_in_group = True
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int], stride=1,
+                 padding=0, bias: bool = True, sparsity: str = "structured", rho_init: float = 0.5,
+                 dilation=1, groups: int = 1, padding_mode: str = "zeros"):
+        super().__init__()
+        _check_sparsity(sparsity)
+        # nn.Conv2d checks the geometry (divisibility by groups, padding mode) and says what is wrong
+        geometry = nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, False,
+                             padding_mode, device="meta")
+        self._padding_repeated = geometry._reversed_padding_repeated_twice
+        self.in_channels, self.out_channels, self.sparsity = in_channels, out_channels, sparsity
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.dilation, self.groups, self.padding_mode = dilation, groups, padding_mode
+        kernel = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
+        self.weight = nn.Parameter(torch.empty(out_channels, in_channels // groups, *kernel))
+        self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
+        init_weights_(self.weight, self.bias)
+        self._init_gates((out_channels,) if sparsity == "structured" else tuple(self.weight.shape), rho_init)
+        self._compensate_init_shrinkage(rho_init)
+
+    @property
+    def group_size(self) -> int:
+        return self.weight[0].numel() + (1 if self.bias is not None else 0)
+
+    def _group_view(self, per_gate: torch.Tensor) -> torch.Tensor:
+        return per_gate.view(-1, 1, 1, 1)
+
+    def forward_params(self, weight_z: torch.Tensor, bias_z: torch.Tensor | None):
+        """(weight, bias, channel mask); structured: the mask is 1 for output channels with a non-zero gate, else 0."""
+        if self.sparsity == "unstructured":
+            return super().forward_params(weight_z, bias_z)
+        bias = None if self.bias is None else self.bias * weight_z
+        return self.weight * self._group_view(weight_z), bias, weight_z.ne(0).to(weight_z.dtype)
+
+    def forward_with_mask(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Convolve and also return which output channels have a non-zero gate.
+
+        The mask (1: non-zero gate, 0: closed) comes from the same gate sample as
+        the output (structured only; None for unstructured layers, whose
+        channels are never removed).
+        """
+        weight, bias, mask = self._forward_params()
+        return self._convolve(x, weight, bias), mask
+
+    def _convolve(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        if self.padding_mode != "zeros":  # as nn.Conv2d: pad first, then convolve without padding
+            x = F.pad(x, self._padding_repeated, mode=self.padding_mode)
+            return F.conv2d(x, weight, bias, self.stride, 0, self.dilation, self.groups)
+        return F.conv2d(x, weight, bias, self.stride, self.padding, self.dilation, self.groups)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_with_mask(x)[0]
+
+    def extra_repr(self) -> str:
+        extra = "".join(f", {name}={getattr(self, name)!r}" for name, default in
+                        (("dilation", 1), ("groups", 1), ("padding_mode", "zeros")) if getattr(self, name) != default)
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
+                f"padding={self.padding}{extra}, bias={self.bias is not None}, sparsity={self.sparsity}")
+
+
+class ConvBN(nn.Module):
+    """A convolution followed by batch normalisation, gated or not.
+
+    When the convolution is a structured :class:`L0Conv2d`, the batch-norm
+    output of channels whose gate is zero is set to zero and their running
+    statistics are left untouched, as the authors' ``L0BatchNorm2d`` does.
+    Without this a switched-off channel would still emit the batch-norm shift
+    ``beta``, and removing it at purge time (App. D) would change the output.
+    """
+
+    def __init__(self, conv: nn.Module, bn: nn.BatchNorm2d):
+        super().__init__()
+        self.conv, self.bn = conv, bn
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not isinstance(self.conv, L0Conv2d):
+            return self.bn(self.conv(x))
+        out, mask = self.conv.forward_with_mask(x)
+        if mask is None:
+            return self.bn(out)
+        if self.training and self.conv.pass_params is None:  # the gate pass keeps the statistics of every layer
+            with closed_channel_stats_kept([self.bn], [mask]):
+                out = self.bn(out)
+        else:
+            out = self.bn(out)
+        return out * mask.view(1, -1, 1, 1)
+
+    def gated_batch_norm(self) -> nn.BatchNorm2d | None:
+        """The batch norm whose closed channels keep their running statistics, if any."""
+        gated = isinstance(self.conv, L0Conv2d) and self.conv.sparsity == "structured"
+        return self.bn if gated and self.bn.track_running_stats else None
+
+
+@contextlib.contextmanager
+def closed_channel_stats_kept(batch_norms: list[nn.BatchNorm2d], masks: list[torch.Tensor]):
+    """Within the block, the batch norms update the running statistics of open channels only.
+
+    ``masks`` hold 1 for an open channel (non-zero gate) and 0 for a closed one,
+    one per batch norm. A closed channel's convolution output is zero; updating
+    its running statistics with those zeros would pull them towards zero,
+    which the authors' ``L0BatchNorm2d`` avoids. For every batch norm at once,
+    the closed channels' statistics are kept before the block and put back
+    after it (exactly: x * 1 + 0 and 0 + x). They are written through
+    ``.data``: ``batch_norm`` saves the running statistics for its backward
+    although in training it uses the batch's, and a write on the tensors
+    themselves would fail autograd's version check."""
+    stats = [t.data for bn in batch_norms if bn.track_running_stats for t in (bn.running_mean, bn.running_var)]
+    open_ = [m for bn, m in zip(batch_norms, masks) if bn.track_running_stats for _ in range(2)]
+    if not stats:
+        yield
+        return
+    closed = torch._foreach_add(torch._foreach_neg(open_), 1.0)
+    kept = torch._foreach_mul(stats, closed)
+    try:
+        yield
+    finally:
+        torch._foreach_mul_(stats, open_)
+        torch._foreach_add_(stats, kept)
+
+
+@dataclass(frozen=True)
+class LayerFactory:
+    """Makes a model's layers: gated (:class:`L0Linear`, :class:`L0Conv2d`) or plain, with one sparsity and rho_init.
+
+    A model's builder hands one factory to every block, in the manner of
+    torchvision's ``norm_layer``, instead of threading ``gated, sparsity,
+    rho_init`` through every constructor. :attr:`dense` makes the layers that
+    are never gated (stems, shortcuts and classifiers, App. J.4-J.6). Plain
+    layers are initialised by fan-in (:func:`init_weights_`); ``linear_init``
+    applies to gated linear layers only, as in the authors' code, whose plain
+    linear layers use fan-in.
+    """
+
+    gated: bool = True
+    sparsity: str = "structured"
+    rho_init: float | list[float] = 0.5
+    linear_init: str = "fan_in"
+
+    @property
+    def dense(self) -> "LayerFactory":
+        """The same factory for layers without gates."""
+        return replace(self, gated=False)
+
+    def linear(self, in_features: int, out_features: int, rho_init: float | None = None) -> nn.Module:
+        """A linear layer; ``rho_init`` overrides the factory's (one value per layer, App. A.2)."""
+        if self.gated:
+            return L0Linear(in_features, out_features, sparsity=self.sparsity,
+                            rho_init=self.rho_init if rho_init is None else rho_init, init=self.linear_init)
+        layer = nn.Linear(in_features, out_features)
+        init_weights_(layer.weight, layer.bias)
+        return layer
+
+    def conv(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1, padding: int = 0,
+             bias: bool = True, rho_init: float | None = None) -> nn.Module:
+        """A 2-D convolution; ``rho_init`` overrides the factory's."""
+        if self.gated:
+            return L0Conv2d(in_channels, out_channels, kernel_size, stride, padding, bias=bias,
+                            sparsity=self.sparsity, rho_init=self.rho_init if rho_init is None else rho_init)
+        layer = nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, bias=bias)
+        init_weights_(layer.weight, layer.bias)
+        return layer
+
+    def conv_bn(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1) -> ConvBN:
+        """A "same"-padded convolution without bias, followed by batch norm (:class:`ConvBN`)."""
+        conv = self.conv(in_channels, out_channels, kernel_size, stride, padding=kernel_size // 2, bias=False)
+        return ConvBN(conv, nn.BatchNorm2d(out_channels))

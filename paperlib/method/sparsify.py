@@ -1,0 +1,238 @@
+"""Hard-concrete gates on anyone's model: :func:`sparsify`.
+
+:func:`sparsify` puts the gates of :mod:`paperlib.method.gates` on the layers of a
+model built with plain ``torch.nn`` layers (a torchvision ResNet, a
+MobileNetV2, a VGG), in place, keeping its weights:
+
+* ``sparsity="structured"`` (§2, "Parameter grouping"): one gate per *output
+  channel* of a convolution (:class:`GatedConv2d`, any ``nn.Conv2d``: groups,
+  depthwise, dilation, padding modes, bias or not) and one per *input feature*
+  of a linear layer (:class:`GatedLinear`), as the paper's MLP has;
+* ``sparsity="unstructured"`` (App. L): one gate per weight and per bias entry.
+
+Which layers? The model is traced with ``torch.fx`` and its channels grouped
+(:mod:`paperlib.method.channels`). A convolution is gated by default when purging
+can remove its closed channels: its channels do not join a residual sum (the
+paper gates only the first convolution of a ResNet block, App. J.4-J.6), do
+not reach the model's output (a classifier's outputs stay), and pass through no
+operation the graph does not show to act per channel. Where a channel runs
+through a depthwise convolution (MobileNet), the last convolution of the run is
+gated, so that a closed channel is silent where the next layer reads it.
+Every linear layer has its input features gated. ``include`` and ``exclude``
+(module names, or predicates ``f(name, module)``) add layers to that rule or
+take them out.
+
+A structured convolution followed by its batch norm takes the batch norm in
+(the batch norm's place in the model becomes an ``nn.Identity``) and gates its
+output: ``bn(conv(x)) * z``, so a closed channel outputs exactly zero and the
+batch norm's statistics are those of the ungated convolution. Without a batch
+norm, ``conv(x) * z`` equals a convolution with gated weights and bias, the
+gating of :class:`paperlib.method.layers.L0Conv2d`.
+
+The gated layers are :class:`paperlib.method.layers.L0Layer`\\ s: densities (eq. 3),
+expected L2 (eq. 13), the gate pass of :mod:`paperlib.method.gate_pass` and
+:func:`paperlib.method.counting.count_params` work on them as on the paper's models.
+A group's parameters, for the densities, are those of the paper: a filter and
+its bias; an input feature's column of weights.
+"""
+
+from collections.abc import Callable, Iterable
+
+import torch
+import torch.fx as fx
+import torch.nn as nn
+
+from . import gates
+from .channels import ChannelGraph
+from .layers import L0Layer, LinearGates, _check_sparsity
+
+Selector = str | Callable[[str, nn.Module], bool]
+
+
+class GatedConv2d(L0Layer):
+    """An ``nn.Conv2d`` (and the batch norm after it, if any) with hard-concrete gates.
+
+    Structured: one gate per output channel, applied to the output of ``bn``
+    when there is one, else of ``conv``. Unstructured: one gate per weight and
+    per bias entry; ``bn`` is then None. ``bn_name`` is where the batch norm sat
+    in the model, so that :func:`paperlib.method.graph_purge.purge` can put it back.
+
+    >>> layer = GatedConv2d(nn.Conv2d(3, 8, 3, groups=1, dilation=2), nn.BatchNorm2d(8))
+    >>> layer(torch.randn(2, 3, 9, 9)).shape
+    torch.Size([2, 8, 5, 5])
+    """
+
+    bias_in_group = True
+
+    def __init__(self, conv: nn.Conv2d, bn: nn.BatchNorm2d | None = None, sparsity: str = "structured",
+                 rho_init: float = 0.3, bn_name: str | None = None):
+        super().__init__()
+        _check_sparsity(sparsity)
+        if bn is not None and sparsity != "structured":
+            raise ValueError("only a structured GatedConv2d takes in its batch norm")
+        self.conv, self.bn, self.sparsity, self.bn_name = conv, bn, sparsity, bn_name
+        self._init_gates((conv.out_channels,) if sparsity == "structured" else tuple(conv.weight.shape), rho_init)
+        self.to(conv.weight.device)
+
+    @property
+    def weight(self) -> nn.Parameter:
+        return self.conv.weight
+
+    @property
+    def bias(self) -> nn.Parameter | None:
+        return self.conv.bias
+
+    @property
+    def group_size(self) -> int:
+        return self.conv.weight[0].numel() + (1 if self.conv.bias is not None else 0)
+
+    def _group_view(self, per_gate: torch.Tensor) -> torch.Tensor:
+        return per_gate.view(-1, 1, 1, 1)
+
+    def forward_params(self, weight_z: torch.Tensor, bias_z: torch.Tensor | None):
+        """Structured: (the channel gates, None, None); unstructured: (gated weight, gated bias, None)."""
+        if self.sparsity == "structured":
+            return weight_z, None, None
+        return super().forward_params(weight_z, bias_z)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        first, second, _ = self._forward_params()
+        if self.sparsity == "unstructured":
+            return self.conv._conv_forward(x, first, second)
+        out = self.conv(x)
+        if self.bn is not None:
+            out = self.bn(out)
+        return out * first.view(1, -1, 1, 1)
+
+    def extra_repr(self) -> str:
+        return f"sparsity={self.sparsity}"
+
+
+class GatedLinear(LinearGates):
+    """An ``nn.Linear`` with hard-concrete gates: one per input feature (structured) or per entry (unstructured).
+
+    As in :class:`paperlib.method.layers.L0Linear`, a structured layer's bias has no gate.
+
+    >>> GatedLinear(nn.Linear(4, 2))(torch.randn(3, 4)).shape
+    torch.Size([3, 2])
+    """
+
+    def __init__(self, linear: nn.Linear, sparsity: str = "structured", rho_init: float = 0.3):
+        super().__init__()
+        _check_sparsity(sparsity)
+        self.linear, self.sparsity = linear, sparsity
+        self._init_gates((linear.in_features,) if sparsity == "structured" else tuple(linear.weight.shape),
+                         rho_init)
+        self.to(linear.weight.device)
+
+    @property
+    def weight(self) -> nn.Parameter:
+        return self.linear.weight
+
+    @property
+    def bias(self) -> nn.Parameter | None:
+        return self.linear.bias
+
+    def extra_repr(self) -> str:
+        return f"sparsity={self.sparsity}"
+
+
+def default_layers(model: nn.Module, graph: ChannelGraph | None = None) -> list[str]:
+    """Names of the convolutions and linear layers that :func:`sparsify` gates unless told otherwise.
+
+    >>> import torchvision
+    >>> names = default_layers(torchvision.models.resnet18())
+    >>> names[:3], names[-1]
+    (['layer1.0.conv1', 'layer1.1.conv1', 'layer2.0.conv1'], 'fc')
+    """
+    graph = graph or ChannelGraph(fx.symbolic_trace(model))
+    order = {node: i for i, node in enumerate(graph.module.graph.nodes)}
+    chosen = set()
+    for group in graph.groups:
+        convs = sorted((n for n in group.sources + group.channel_ops if isinstance(graph.modules[n.target], nn.Conv2d)),
+                       key=order.get)
+        if convs and not group.pinned and not group.merged and len(group.sources) == 1:
+            chosen.add(convs[-1].target)
+    for node in graph.module.graph.nodes:
+        if node.op == "call_module" and isinstance(graph.modules[node.target], nn.Linear) \
+                and graph.calls[node.target] == 1:
+            chosen.add(node.target)
+    return [name for name, _ in model.named_modules() if name in chosen]
+
+
+def _selected(selectors: Iterable[Selector] | Selector | None, candidates: dict[str, nn.Module], what: str) -> set:
+    if selectors is None:
+        return set()
+    if isinstance(selectors, str) or callable(selectors):
+        selectors = [selectors]
+    names = set()
+    for selector in selectors:
+        if callable(selector):
+            names |= {name for name, module in candidates.items() if selector(name, module)}
+        elif selector in candidates:
+            names.add(selector)
+        else:
+            raise ValueError(f"{what}: {selector!r} is not a convolution or linear layer of the model, called once "
+                             f"in its forward; those are: {', '.join(candidates) or 'none'}")
+    return names
+
+
+def sparsify(model: nn.Module, sparsity: str = "structured", include: Iterable[Selector] | Selector | None = None,
+             exclude: Iterable[Selector] | Selector | None = None, rho_init: float = 0.3) -> nn.Module:
+    """Put hard-concrete gates on ``model``'s convolutions and linear layers, in place; returns ``model``.
+
+    ``sparsity`` is ``"structured"`` (output channels of convolutions, input
+    features of linear layers) or ``"unstructured"`` (every weight). The layers
+    are those of :func:`default_layers`, plus ``include`` and minus
+    ``exclude`` (module names, or predicates ``f(name, module) -> bool``).
+    Each gate's ``log_alpha`` starts at N(log((1 - rho_init) / rho_init),
+    0.01^2) (App. A.2); the weights are kept as they are.
+
+    >>> import torchvision
+    >>> model = sparsify(torchvision.models.resnet18(num_classes=10), exclude="fc")
+    >>> model.layer1[0].conv1.conv, model.layer1[0].bn1
+    (Conv2d(64, 64, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1), bias=False), Identity())
+    >>> sum(isinstance(m, GatedConv2d) for m in model.modules())
+    8
+    """
+    _check_sparsity(sparsity)
+    gates.initial_log_alpha(rho_init)  # checks the range
+    if any(isinstance(m, L0Layer) for m in model.modules()):
+        raise ValueError("model already has gated layers")
+    try:
+        traced = fx.symbolic_trace(model)
+    except Exception as error:  # fx raises several types; say what failed and why
+        raise ValueError(f"sparsify reads the model through torch.fx, which cannot trace "
+                         f"{type(model).__name__}: {error}") from error
+    graph = ChannelGraph(traced)
+    candidates = {n.target: graph.modules[n.target] for n in traced.graph.nodes
+                  if n.op == "call_module" and isinstance(graph.modules[n.target], (nn.Conv2d, nn.Linear))
+                  and graph.calls[n.target] == 1}
+    chosen = (set(default_layers(model, graph)) | _selected(include, candidates, "include")) \
+        - _selected(exclude, candidates, "exclude")
+    nodes = {n.target: n for n in traced.graph.nodes if n.op == "call_module"}
+    for name in [name for name, _ in model.named_modules() if name in chosen]:
+        layer = candidates[name]
+        if isinstance(layer, nn.Linear):
+            _set_module(model, name, GatedLinear(layer, sparsity, rho_init))
+            continue
+        bn_name = _batch_norm_after(nodes[name], graph) if sparsity == "structured" else None
+        bn = graph.modules[bn_name] if bn_name else None
+        _set_module(model, name, GatedConv2d(layer, bn, sparsity, rho_init, bn_name))
+        if bn_name:
+            _set_module(model, bn_name, nn.Identity())
+    return model
+
+
+def _batch_norm_after(node: fx.Node, graph: ChannelGraph) -> str | None:
+    """The name of the batch norm that alone reads a convolution's output and is called once, if any."""
+    users = list(node.users)
+    if len(users) == 1 and users[0].op == "call_module" and graph.calls[users[0].target] == 1 \
+            and isinstance(graph.modules[users[0].target], nn.BatchNorm2d):
+        return users[0].target
+    return None
+
+
+def _set_module(model: nn.Module, name: str, module: nn.Module) -> None:
+    parent, _, child = name.rpartition(".")
+    setattr(model.get_submodule(parent), child, module)
