@@ -134,7 +134,9 @@ def test_dual_lr_rows_say_when_every_constraint_first_held_and_how_far_it_slippe
 def test_the_protocol_table_reads_both_presets_and_marks_what_the_cpu_changes():
     table = control.protocol_table("cifar10").set_index("parameter")
     assert table.loc["epochs", "paper"] == "200" and table.loc["model", "CPU protocol"] == "wrn-16-1"
-    assert set(table.index[table["differs"] == "yes"]) == {"model", "epochs", "lr_milestones", "dual_lr"}
+    assert set(table.index[table["differs"] == "✓"]) == {"model", "epochs", "lr milestones (epochs)", "dual learning rate"}
+    assert table.loc["dual restarts", "paper"] == "yes" and table.loc["log α clamped", "paper"] in ("yes", "no")
+    assert not table.isin(["True", "False"]).any().any()
 
 
 def test_epoch_minutes_divide_wall_time_by_epochs():

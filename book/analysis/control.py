@@ -378,6 +378,12 @@ def plot_layer_traces(runs: list[dict]) -> plt.Figure:
 #: The hyper-parameters a protocol table compares, in the order a reader checks them.
 PROTOCOL_FIELDS = ("model", "epochs", "batch_size", "optimizer", "lr", "lr_milestones", "lr_gamma", "weight_decay",
                    "gates_optimizer", "gates_lr", "dual_lr", "dual_restarts", "rho_init", "clamp_log_alpha")
+#: How the protocol table names the configuration's fields.
+PROTOCOL_LABELS = {"batch_size": "batch size", "lr": "learning rate", "lr_milestones": "lr milestones (epochs)",
+                   "lr_gamma": "lr decay at a milestone", "weight_decay": "weight decay",
+                   "gates_optimizer": "gates' optimiser", "gates_lr": "gates' learning rate",
+                   "dual_lr": "dual learning rate", "dual_restarts": "dual restarts", "rho_init": "ρ_init",
+                   "clamp_log_alpha": "log α clamped"}
 
 
 def protocol_table(dataset: str) -> pd.DataFrame:
@@ -386,8 +392,13 @@ def protocol_table(dataset: str) -> pd.DataFrame:
     from paperlib.harness.presets import resolve_config
 
     paper, cpu = (resolve_config(dataset=dataset, preset=preset, target=0.5) for preset in ("paper", "cpu"))
-    rows = [{"parameter": name, "paper": str(getattr(paper, name)), "CPU protocol": str(getattr(cpu, name)),
-             "differs": "yes" if getattr(paper, name) != getattr(cpu, name) else ""} for name in PROTOCOL_FIELDS]
+
+    def shown(value) -> str:
+        return ("yes" if value else "no") if isinstance(value, bool) else str(value)
+
+    rows = [{"parameter": PROTOCOL_LABELS.get(name, name), "paper": shown(getattr(paper, name)),
+             "CPU protocol": shown(getattr(cpu, name)),
+             "differs": "✓" if getattr(paper, name) != getattr(cpu, name) else ""} for name in PROTOCOL_FIELDS]
     return pd.DataFrame(rows)
 
 
