@@ -448,7 +448,7 @@ def plot_collapse(groups: dict[str, dict[Cell, dict[str, dict | None]]]) -> plt.
         ax.set_title(f"{title}: one line per cell", fontsize=10)
         ax.grid(alpha=0.3)
     axes[0, 0].set_ylabel("test error (%)")
-    handles, labels = {}, {}
+    handles = {}
     for ax in axes[0]:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(label, handle)
