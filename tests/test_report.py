@@ -299,6 +299,12 @@ def test_show_writes_yes_and_no_as_ticks_and_crosses_never_true_false():
     assert html.count("✓") == 2 and html.count("✗") == 1
 
 
+def test_show_writes_a_number_that_rounds_to_zero_without_its_sign():
+    table = pd.DataFrame({"row": ["a", "b", "c"], "Δ (points)": [-0.004, -0.006, 0.0]})
+    cells = [row[-1]["display_value"] for row in report.show(table)._translate(False, False)["body"]]
+    assert cells == ["0.00", "-0.01", "0.00"]
+
+
 def test_a_run_index_folds_one_table_per_experiment_with_every_run():
     index = pd.DataFrame({"run": ["a", "b", "c"], "experiment": ["mnist", "mnist", "mlp_control"],
                           "protocol": ["paper, 200 of 200 ep"] * 3, "status": ["complete"] * 3})

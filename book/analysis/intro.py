@@ -93,7 +93,7 @@ def compute_spent(runs_dir) -> pd.DataFrame:
                                                                                             metrics.get("device"))
         runs, hours = rows.get(kind, (0, 0.0))
         rows[kind] = (runs + 1, hours + metrics["wall_time_s"] / 3600)
-    return pd.DataFrame([{"device": kind, "runs": runs, "hours of training": round(hours, 1)}
+    return pd.DataFrame([{"device": kind, "runs": runs, "hours of training": f"{hours:.1f}"}
                          for kind, (runs, hours) in rows.items()])
 
 
@@ -101,7 +101,8 @@ def summary(claims) -> pd.DataFrame:
     """The reproducibility summary's table: one row per claim, in the order reproduced, partly, not
     reproduced, in progress, not tested; the claim linked to its page, and what was run for it."""
     order = ["reproduced", "partly", "not reproduced", "in progress", "not tested here"]
-    rows = [{"verdict": c.verdict, "claim": f'<a href="{c.page}.html">{c.claim}</a>', "what was run": str(c.ran)}
+    rows = [{"verdict": c.verdict, "claim": f'<a href="{c.page}.html{"#" + c.section if c.section else ""}">{c.claim}</a>',
+             "what was run": str(c.ran)}
             for c in sorted(claims, key=lambda c: order.index(c.verdict))]
     return pd.DataFrame(rows)
 
@@ -119,6 +120,7 @@ def central_claim_numbers(points: pd.DataFrame) -> dict[str, str]:
         numbers[f"{name}_rows"] = str(len(gaps))
         numbers[f"{name}_lowest"] = f"{gaps.min():+.1f}"
         numbers[f"{name}_highest"] = f"{gaps.max():+.1f}"
+        numbers[f"{name}_furthest_under"] = f"{max(0.0, -gaps.min()):.1f}"
     penalized = points[(points["kind"] == "lmbda") & points["ours"].notna()]
     spread = penalized.groupby("setting")["ours"].agg(lambda d: d.max() - d.min())
     numbers["penalty_spread"] = f"{spread.max():.0f}"

@@ -16,7 +16,7 @@ import pandas as pd
 import yaml
 
 from paperlib.harness import plots, presets, records
-from paperlib.harness.grids import _found_records, complete_records, grid_records, grid_runs  # noqa: F401 (read as report's)
+from paperlib.harness.grids import found_records, complete_records, grid_records, grid_runs  # noqa: F401 (read as report's)
 
 
 def _fmt(value) -> str:
@@ -72,7 +72,7 @@ def grid_table(grid_file: str | Path) -> pd.DataFrame:
     produces the missing rows.
     """
     rows, runs = [], grid_runs(grid_file)
-    for (config, run_dir), (_, found) in zip(runs, _found_records(runs)):
+    for (config, run_dir), (_, found) in zip(runs, found_records(runs)):
         hyper = config.lmbda if config.method == "penalized" else config.target
         status = "complete" if found is not None else records.record_status(run_dir) or "not run"
         row = {"model": config.model, "method": config.method, "grouping": config.grouping,
@@ -206,6 +206,8 @@ def show(table: pd.DataFrame, digits: int = 2, caption: str | None = None):
     if "command" in table.attrs:
         captions.append(f"rows not complete yet: run <code>{table.attrs['command']}</code>")
     table = table.drop(columns=constant).apply(lambda column: column.map(_unbroken))
+    for column in table.columns[[pd.api.types.is_float_dtype(t) for t in table.dtypes]]:
+        table[column] = table[column].round(digits) + 0.0  # -0.004 shows as 0.00, not -0.00
     styled = table.style.format(precision=digits, na_rep="—")
     if "epochs" in table:
         styled = styled.format("{:.0f}", subset=["epochs"], na_rep="—")

@@ -114,10 +114,12 @@ def grid_records(grid_file: str | Path) -> list[tuple[object, Path | None]]:
     an earlier preset is never taken for today's run. A bisection search's record is its search folder,
     complete or not (its trainings are records of their own).
     """
-    return _found_records(grid_runs(grid_file))
+    return found_records(grid_runs(grid_file))
 
 
-def _found_records(runs: list[tuple[object, Path]]) -> list[tuple[object, Path | None]]:
+def found_records(runs: list[tuple[object, Path]]) -> list[tuple[object, Path | None]]:
+    """Each ``(config, folder)`` of ``runs`` with the folder of its complete record made with
+    ``config``'s parameters, or ``None`` (:func:`grid_records` for a grid file)."""
     found, indexes = [], {}
     for config, folder in runs:
         if folder != records.run_folder(config):  # a bisection search's record (record_folder)
