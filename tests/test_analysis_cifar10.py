@@ -47,3 +47,11 @@ def test_the_gates_lr_candidates_are_every_rate_tried_largest_first_with_the_rul
             assert (row["≥ 85%"] == "✓") == (float(row["free density (%)"]) >= cifar10.FREE_DENSITY_NEEDED)
         else:
             assert row["≥ 85%"] == "not in yet"
+
+
+def test_each_candidate_reads_its_model_wise_free_run_never_the_layer_wise_one():
+    model_wise = {run["params"]["gates_lr"]: run for grid in cifar10.CPU_FREE_GATES_GRIDS
+                  for run in cifar10.report.complete_records(grid) if run["metrics"]["grouping"] == "model"}
+    table = cifar10.gates_lr_candidates().set_index("gates lr")
+    for rate, run in model_wise.items():
+        assert table.loc[f"{rate:g}", "free density (%)"] == f"{100 * run['metrics']['l0_density']:.2f}"

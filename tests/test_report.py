@@ -305,6 +305,13 @@ def test_show_writes_a_number_that_rounds_to_zero_without_its_sign():
     assert cells == ["0.00", "-0.01", "0.00"]
 
 
+def test_show_writes_a_column_of_whole_numbers_without_decimals():
+    table = pd.DataFrame({"target (%)": [30.0, 70.0, float("nan")], "final (%)": [30.48, 70.0, 1.0]})
+    body = report.show(table)._translate(False, False)["body"]
+    assert [[cell["display_value"] for cell in row[-2:]] for row in body] == [
+        ["30", "30.48"], ["70", "70.00"], ["—", "1.00"]]
+
+
 def test_a_run_index_folds_one_table_per_experiment_with_every_run():
     index = pd.DataFrame({"run": ["a", "b", "c"], "experiment": ["mnist", "mnist", "mlp_control"],
                           "protocol": ["paper, 200 of 200 ep"] * 3, "status": ["complete"] * 3})

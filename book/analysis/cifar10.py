@@ -113,6 +113,8 @@ def gates_lr_candidates() -> pd.DataFrame:
     for grid in CPU_FREE_GATES_GRIDS:
         done = {run["metrics"]["run_name"]: run for run in report.complete_records(grid)}
         for config, _ in report.grid_runs(grid):
+            if config.grouping != "model":  # the layer-wise free run at the chosen rate is not a candidate
+                continue
             run = done.get(config.run_name)
             rows[config.gates_lr] = {"gates lr": f"{config.gates_lr:g}",
                                      "free density (%)": f"{100 * run['metrics']['l0_density']:.2f}" if run else "–",

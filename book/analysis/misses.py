@@ -125,11 +125,12 @@ def plot_gate_steps(run: dict) -> plt.Figure:
 
 
 def cause_rows(reference: dict, tests: list[dict]) -> pd.DataFrame:
-    """:func:`dual_lr_rows` of a run and of the runs that test a cause of its miss, with which of them
+    """:func:`dual_lr_rows` of a run and of the runs that test a cause of its miss, each named by whether it
     decayed the gates' learning rate."""
     compared = [reference, *tests]
     rows = pd.concat([dual_lr_rows([run]) for run in compared], ignore_index=True)
-    rows.insert(1, "gates' lr decayed", [run["params"]["schedule_gates"] for run in compared])
+    names = ["gates' lr decayed" if run["params"]["schedule_gates"] else "gates' lr constant" for run in compared]
+    rows["run"] = [notebook_link(run["path"], name) or name for run, name in zip(compared, names)]
     return rows
 
 

@@ -209,8 +209,11 @@ def show(table: pd.DataFrame, digits: int = 2, caption: str | None = None):
     for column in table.columns[[pd.api.types.is_float_dtype(t) for t in table.dtypes]]:
         table[column] = table[column].round(digits) + 0.0  # -0.004 shows as 0.00, not -0.00
     styled = table.style.format(precision=digits, na_rep="—")
-    if "epochs" in table:
-        styled = styled.format("{:.0f}", subset=["epochs"], na_rep="—")
+    whole = [c for c in table.columns if pd.api.types.is_float_dtype(table[c]) and table[c].notna().any()
+             and (table[c].dropna() % 1 == 0).all()]  # targets, epochs: 30, not 30.00
+    if whole or "epochs" in table:
+        styled = styled.format("{:.0f}", subset=list(dict.fromkeys(whole + (["epochs"] if "epochs" in table else []))),
+                               na_rep="—")
     styled = (styled.hide(axis="index")
               .set_table_styles(TABLE_STYLES, overwrite=False))
     return styled.set_caption("; ".join(captions)) if captions else styled
