@@ -27,6 +27,8 @@ PROTOCOLS = (
     Protocol("GPU protocol", "gpu", "wrn-16-4", ("grids/cifar10_gpu_control.yaml",), 6.0, needs_gpu=True),
 )
 PAPER_MODEL = "wrn-28-10"
+#: The CPU stand-in's flagship (model-wise 70%, the README's command), outside its control table.
+STAND_IN_FLAGSHIP_GRID = "grids/cifar10_flagship.yaml"
 
 
 def gates_per_block(model: str) -> str:
@@ -123,3 +125,31 @@ def gates_lr_candidates() -> pd.DataFrame:
                                                                     >= FREE_DENSITY_NEEDED else "✗") if run
                                      else "not in yet"}
     return pd.DataFrame([rows[lr] for lr in sorted(rows, reverse=True)])
+
+
+def beside_stand_in(protocol: Protocol, free: list[dict] | None = None) -> pd.DataFrame:
+    """Each constrained run of ``protocol`` that is in, beside the CPU stand-in's seed-0 run of the same
+    setting: final density (%), outcome by the book's rule, and final error (%) at each."""
+    free = rules.free_gates_records() if free is None else free
+    stand_in = {(row["grouping"], str(row["target"])): row
+                for _, row in control.run_rows(_constrained((*PROTOCOLS[0].grids, STAND_IN_FLAGSHIP_GRID), seed=0),
+                                               None, free).iterrows()}
+    ours = control.run_rows(_constrained(protocol.grids), None, free)
+    old, new = f"lr {PROTOCOLS[0].gates_lr:g}", f"lr {protocol.gates_lr:g}"
+    rows = []
+    for _, row in ours.iterrows():
+        before = stand_in.get((row["grouping"], str(row["target"])))
+        rows.append({"run": row["condition"],
+                     f"density, {old} (%)": None if before is None else before["L0-density (%)"],
+                     f"density, {new} (%)": row["L0-density (%)"],
+                     f"outcome, {old}": None if before is None else before["outcome"],
+                     f"outcome, {new}": row["outcome"],
+                     f"error, {old} (%)": None if before is None else before["val. error final (%)"],
+                     f"error, {new} (%)": row["val. error final (%)"]})
+    return pd.DataFrame(rows)
+
+
+def _constrained(grids, seed: int | None = None) -> list[dict]:
+    runs = [run for grid in grids for run in report.complete_records(grid) if run["metrics"]["method"] == "constrained"
+            and (seed is None or run["metrics"]["seed"] == seed)]
+    return sorted(runs, key=control.table_order)
