@@ -22,13 +22,14 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from paperlib.harness import records, studies
-from paperlib.method import counting
-from . import report
-from .comparison import compare_table
 from paperlib.harness.paper_rows import best_feasible_error, best_finetuned_error
+from paperlib.method import counting
 from paperlib.paper.models import build_model
 from paperlib.paper.paper_numbers import ref
 from paperlib.paper.paper_results import paper_cell, paper_results
+
+from . import report
+from .comparison import compare_table
 
 #: App. L's target densities, in the order of its tables.
 DENSITIES = (0.2, 0.1, 0.05, 0.01)

@@ -6,8 +6,9 @@ from dataclasses import dataclass
 import pandas as pd
 
 from paperlib.harness import presets, rules, studies
-from analysis import control, report
 from paperlib.paper.paper_results import paper_results
+
+from analysis import control, report
 
 
 @dataclass(frozen=True)

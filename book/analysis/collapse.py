@@ -26,8 +26,9 @@ import torch
 
 from paperlib.harness import plots, presets, records, studies
 from paperlib.method import gates
-from . import report
 from paperlib.paper.paper_results import paper_cell
+
+from . import report
 
 LAYERS = ("conv1", "conv2", "fc1", "fc2")
 #: The layer-wise targets of Table 1's LeNet5 cell, for :data:`LAYERS`.

@@ -36,14 +36,15 @@ import numpy as np
 import pandas as pd
 
 from paperlib.harness import records, rules
-from .intervals import difference_interval, mean_ci
-from paperlib.paper.paper_numbers import ref
-from paperlib.paper.paper_results import paper_results, paper_runs
-from .report import grid_runs, notebook_link, show
+from paperlib.harness.paper_rows import (MODEL_FAMILIES, ROW_KEYS, describe_key, largest_gap, matches, our_value,
+                                        paper_key, printed_cell, target_label)
 from paperlib.harness.studies import TABLES
 from paperlib.harness.vocabulary import METRIC_LABELS
-from paperlib.harness.paper_rows import (MODEL_FAMILIES, ROW_KEYS, describe_key, largest_gap, matches, our_value, paper_key, printed_cell,
-                         target_label)
+from paperlib.paper.paper_numbers import ref
+from paperlib.paper.paper_results import paper_results, paper_runs
+
+from .intervals import difference_interval, mean_ci
+from .report import grid_runs, notebook_link, show
 
 
 def _format(mean: float, ci: float | None, digits: int = 2) -> str:

@@ -28,10 +28,11 @@ import pandas as pd
 
 from paperlib.harness import rules, studies
 from paperlib.harness.paper_rows import constrained_densities, largest_gap, target_label
-from paperlib.paper.paper_results import paper_results
 from paperlib.harness.plots import plot_gate_histograms
-from .report import complete_records, grid_table, notebook_link, sweep_command
 from paperlib.harness.vocabulary import METRIC_LABELS
+from paperlib.paper.paper_results import paper_results
+
+from .report import complete_records, grid_table, notebook_link, sweep_command
 
 def short_layer_name(layer: str) -> str:
     """``stage2.1.conv1.conv`` -> ``s2.1``: a gated WideResNet block's column heading; other names unchanged."""

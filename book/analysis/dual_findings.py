@@ -37,11 +37,12 @@ import pandas as pd
 
 from paperlib.harness import rules, studies
 from paperlib.harness.paper_rows import PAPER_MODEL_NAMES, constrained_densities, largest_gap, target_label
+from paperlib.harness.vocabulary import short_number
+from paperlib.paper.paper_numbers import ref
+
 from .control import run_link
 from .mnist_findings import records_of, select
-from paperlib.paper.paper_numbers import ref
 from .report import grid_runs, notebook_link, sweep_command
-from paperlib.harness.vocabulary import short_number
 
 #: Table 1's MLP rows at the paper's protocol (five seeds), and the MLP control table's.
 TABLE1_GRID = studies.grids("tab:mnist", preset="paper")[0]

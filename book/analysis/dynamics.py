@@ -19,6 +19,7 @@ from matplotlib.lines import Line2D
 import pandas as pd
 
 from paperlib.harness import studies
+
 from . import report
 
 #: The dual-restarts figure's grids and the gate-histogram figure's, the paper's protocol first.

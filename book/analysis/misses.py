@@ -31,10 +31,11 @@ import pandas as pd
 
 from paperlib.harness import rules, studies
 from paperlib.harness.paper_rows import constrained_densities
-from .control import (ABLATION_GRID, condition_link, constraint_names, dense_run, dual_lr_rows, final_gaps,
-                      run_label, run_rows, short_layer_name, step_log)
 from paperlib.paper.models import gate_counts
 from paperlib.paper.paper_results import paper_cell
+
+from .control import (ABLATION_GRID, condition_link, constraint_names, dense_run, dual_lr_rows, final_gaps,
+                      run_label, run_rows, short_layer_name, step_log)
 from .report import complete_records, notebook_link
 
 #: The cause test of layer-wise 20%: the gates' learning rate decayed with the weights'.

@@ -34,14 +34,15 @@ import pandas as pd
 import torch
 
 from paperlib.harness import paper_rows, plots, records, rules, studies
+from paperlib.harness.paper_rows import PAPER_MODEL_NAMES, target_label
+from paperlib.harness.vocabulary import METRIC_LABELS
 from paperlib.method import counting, gates
 from paperlib.paper import models
-from . import comparison, intervals, report
-from paperlib.harness.paper_rows import PAPER_MODEL_NAMES, target_label
 from paperlib.paper.paper_numbers import ref
-from paperlib.paper.purge import keep_first  # not `from . import purge`: paperlib.purge is the function (paperlib/__init__.py)
 from paperlib.paper.paper_results import paper_cell, paper_results, paper_runs
-from paperlib.harness.vocabulary import METRIC_LABELS
+from paperlib.paper.purge import keep_first  # not `from . import purge`: paperlib.purge is the function (paperlib/__init__.py)
+
+from . import comparison, intervals, report
 
 #: The paper's MNIST tables: Table 1, Table 10 (MLP) and Table 11 (LeNet5).
 TABLES = ("tab:mnist", "tab:mlp_control", "tab:lenet_control")

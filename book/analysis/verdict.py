@@ -19,8 +19,9 @@ from dataclasses import dataclass
 import pandas as pd
 
 from paperlib.harness import rules, studies
-from . import comparison, control, report
 from paperlib.paper.paper_numbers import ref
+
+from . import comparison, control, report
 
 VERDICTS = tuple(verdict.value for verdict in rules.Verdict)
 
