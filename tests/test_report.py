@@ -200,9 +200,13 @@ def test_run_index_marks_records_of_an_earlier_preset_and_resumed_runs(workspace
     records.write_json(folder / "metrics.json", metrics)
 
     index = report.run_index(["index"]).set_index("run")
-    assert index.loc[current["metrics"]["run_name"], "notes"] == ""
-    assert index.loc[old["metrics"]["run_name"], "notes"] == "earlier preset, resumed"
-    assert index.loc[current["metrics"]["run_name"], "protocol"] == "cpu, 1 of 1 ep"
+    changed = "epochs 1, batch size 16"  # what the test runs change from the preset, named as on their pages
+    now = f"MLP, constrained, model-wise 40%, {changed}, seed 0"
+    before = f"MLP, constrained, model-wise 60%, {changed}, dual lr 0.003, seed 0"
+    assert sorted(index.index) == [now, before]  # rows named by their condition, the earlier preset's change named
+    assert index.loc[now, "notes"] == ""
+    assert index.loc[before, "notes"] == "earlier preset, resumed"
+    assert index.loc[now, "protocol"] == "cpu, 1 of 1 ep"
 
 
 def test_a_run_page_says_when_its_run_resumed_or_is_of_an_earlier_preset(workspace):

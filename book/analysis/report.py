@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from paperlib.harness import plots, presets, records
+from paperlib.harness import plots, presets, records, run_pages
 from paperlib.harness.grids import found_records, complete_records, grid_records, grid_runs  # noqa: F401 (read as report's)
 
 
@@ -299,8 +299,16 @@ def plot_density_traces(runs: list[dict], label_key: str = "run_name") -> plt.Fi
     return fig
 
 
+def run_condition(params: dict) -> str:
+    """A run named by what it trains, for a table's row: model, condition, what it changes from its preset,
+    seed (``LeNet5, constrained, layer-wise 50/30/70/10%, dual lr 0.003, seed 0``)."""
+    return ", ".join([run_pages.model_label(params["model"]), run_pages.setting(params),
+                      *run_pages.variations(params), f"seed {params['seed']}"])
+
+
 def run_index(experiments: list[str]) -> pd.DataFrame:
-    """One row per record of these experiment folders: the run (linked to its notebook), its protocol, and its
+    """One row per record of these experiment folders: the run named by its condition (:func:`run_condition`,
+    linked to its notebook), its protocol, and its
     final numbers, with two marks a reader needs before trusting a row: *earlier preset* (its parameters
     resolve to another run today, :func:`~paperlib.harness.presets.current_run_name`) and *resumed* (it was
     stopped and resumed from a checkpoint, so its log starts mid-training)."""
@@ -322,7 +330,8 @@ def run_index(experiments: list[str]) -> pd.DataFrame:
                 marks.append("resumed")
             if m.get("device", "cpu").startswith("cuda"):
                 marks.append("on GPU")
-            rows.append({"run": notebook_link(folder, folder.name) or folder.name, "experiment": experiment,
+            label = run_condition(params)
+            rows.append({"run": notebook_link(folder, label) or label, "experiment": experiment,
                          "protocol": f"{m['preset']}, {m['epochs_completed']} of {m['epochs_planned']} ep",
                          "status": m["status"], **{k: v for k, v in plots.result_columns(record).items()
                                                    if k != "epochs"},
