@@ -51,7 +51,10 @@ def test_layer_densities_by_run_puts_each_run_on_a_row_headed_by_the_layers_targ
                 "gate_medians": {"7": {"a": [0.0, 0.3, 1.0, 1.0], "b": [0.0] * 9 + [1.0]}}}
     table = report.layer_densities_by_run([run("s0", 0.12), run("s1", 0.0875)])
     assert list(table.columns) == ["run", "a (50%)", "b (10%)"]
-    assert list(table["run"]) == ["s0", "s1"]  # no notebook in the folder: the bare name
+    assert list(table["run"]) == ["s0", "s1"]  # no notebook in the folder, no parameters: the bare name
+    named = run("s2", 0.1) | {"params": {"model": "lenet5", "method": "constrained", "grouping": "layer",
+                                        "target": [0.5, 0.1], "seed": 2, "preset": "paper", "dataset": "mnist"}}
+    assert report.layer_densities_by_run([named])["run"][0] == "LeNet5, constrained, layer-wise 50/10%, seed 2"
     assert list(table["a (50%)"]) == ["52.0 / 75.0"] * 2
     assert list(table["b (10%)"]) == ["12.0 / 10.0", "8.8 / 10.0"]
 

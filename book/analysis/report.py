@@ -265,7 +265,8 @@ def layer_densities_by_run(runs: list[dict]) -> pd.DataFrame:
     rows = []
     for run in runs:
         table = layer_densities(run)
-        row = {"run": notebook_link(run["path"], run["metrics"]["run_name"]) or run["metrics"]["run_name"]}
+        name = run_condition(run["params"]) if run.get("params") else run["metrics"]["run_name"]
+        row = {"run": notebook_link(run["path"], name) or name}
         for _, layer in table.iterrows():
             header = f"{layer['layer']} ({layer['target (%)']:g}%)"
             row[header] = f"{layer['expected L0-density (%)']:.1f} / {layer['groups kept at test time (%)']:.1f}"
