@@ -92,8 +92,7 @@ def protocol_answers() -> pd.DataFrame:
     free = rules.free_gates_records()
     rows = []
     for protocol in PROTOCOLS:
-        runs = [run for grid in protocol.grids for run in report.complete_records(grid)
-                if run["metrics"]["method"] == "constrained"]
+        runs = _constrained(protocol.grids)
         outcomes = [rules.judge_record(run, free).outcome for run in runs]
         epochs = presets.resolve_config(dataset="cifar10", preset=protocol.preset, model=protocol.model,
                                         target=0.5).epochs

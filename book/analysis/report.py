@@ -211,9 +211,8 @@ def show(table: pd.DataFrame, digits: int = 2, caption: str | None = None):
     styled = table.style.format(precision=digits, na_rep="—")
     whole = [c for c in table.columns if pd.api.types.is_float_dtype(table[c]) and table[c].notna().any()
              and (table[c].dropna() % 1 == 0).all()]  # targets, epochs: 30, not 30.00
-    if whole or "epochs" in table:
-        styled = styled.format("{:.0f}", subset=list(dict.fromkeys(whole + (["epochs"] if "epochs" in table else []))),
-                               na_rep="—")
+    if whole:
+        styled = styled.format("{:.0f}", subset=whole, na_rep="—")
     styled = (styled.hide(axis="index")
               .set_table_styles(TABLE_STYLES, overwrite=False))
     return styled.set_caption("; ".join(captions)) if captions else styled
@@ -303,8 +302,7 @@ def plot_density_traces(runs: list[dict], label_key: str = "run_name") -> plt.Fi
 def run_condition(params: dict) -> str:
     """A run named by what it trains, for a table's row: model, condition, what it changes from its preset,
     seed (``LeNet5, constrained, layer-wise 50/30/70/10%, dual lr 0.003, seed 0``)."""
-    return ", ".join([run_pages.model_label(params["model"]), run_pages.setting(params),
-                      *run_pages.variations(params), f"seed {params['seed']}"])
+    return f"{run_pages.model_label(params['model'])}, {run_pages.run_condition(params)}"
 
 
 def run_index(experiments: list[str]) -> pd.DataFrame:

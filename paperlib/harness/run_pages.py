@@ -105,9 +105,14 @@ def run_title(params: dict) -> str:
         return (f"Bisection search for λ_pen: MLP on MNIST, {GROUPING_LABELS[params['grouping']]} "
                 f"{percent(params['target'])} ± {percent(params['tolerance'])}, seed {params['seed']} — "
                 f"{params['preset']} protocol")
-    parts = [f"{model_label(params['model'])} on {DATASET_LABELS[params['dataset']]}", setting(params),
-             *variations(params), f"seed {params['seed']}"]
-    return ", ".join(parts) + f" — {params['preset']} protocol"
+    return (f"{model_label(params['model'])} on {DATASET_LABELS[params['dataset']]}, {run_condition(params)}"
+            f" — {params['preset']} protocol")
+
+
+def run_condition(params: dict) -> str:
+    """What a run trains, without its model and protocol: condition, variations and seed
+    (``constrained, layer-wise 50/30/70/10%, dual lr 0.003, seed 0``)."""
+    return ", ".join([setting(params), *variations(params), f"seed {params['seed']}"])
 
 
 def run_line(params: dict, metrics: dict) -> str:
