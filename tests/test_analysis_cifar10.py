@@ -60,10 +60,10 @@ def test_each_candidate_reads_its_model_wise_free_run_never_the_layer_wise_one()
 def test_each_run_of_the_new_protocol_sits_beside_the_stand_ins_run_of_its_setting():
     protocol = cifar10.PROTOCOLS[1]
     table = cifar10.beside_stand_in(protocol)
-    runs = cifar10._constrained(protocol.grids)
+    runs = cifar10.constrained_runs(protocol.grids)
     assert len(table) == len(runs)
     stand_in = {(run["metrics"]["grouping"], str(run["metrics"]["target"])): run
-                for run in cifar10._constrained((*cifar10.PROTOCOLS[0].grids, cifar10.STAND_IN_FLAGSHIP_GRID), seed=0)}
+                for run in cifar10.constrained_runs((*cifar10.PROTOCOLS[0].grids, cifar10.STAND_IN_FLAGSHIP_GRID), seed=0)}
     free = rules.free_gates_records()
     for (_, row), run in zip(table.iterrows(), runs):
         assert row[f"density, lr {protocol.gates_lr:g} (%)"] == pytest.approx(100 * run["metrics"]["l0_density"])

@@ -54,3 +54,19 @@ def test_teaching_pages_fold_their_code_and_end_with_exercises(notebook):
     exercises = "\n".join(markdown[start:])
     solutions = re.findall(r"^:::\{admonition\} Solution\n:class: dropdown$", exercises, re.M)
     assert 2 <= len(re.findall(r"^\*\*Exercise \d", exercises, re.M)) == len(solutions) <= 3
+
+
+RUN_COMMAND = re.compile(r"python -m paperlib\.harness\.run ([^`\n]+)`")
+
+
+def test_every_run_command_a_page_names_resolves_to_a_configuration():
+    """A command a page gives for a run it did not make must run as written: its parameters parse and its preset
+    knows the dataset and model (a command without ``dataset=cifar10`` fails on a WideResNet)."""
+    from paperlib.harness.presets import resolve_config
+    from paperlib.harness.run import parse
+
+    commands = [match for page in (ROOT / "book").glob("*.md") for match in RUN_COMMAND.findall(page.read_text())]
+    assert commands, "no page names a paperlib.harness.run command: the pattern no longer finds them"
+    for command in commands:
+        params = {key: value for key, value in parse(command.split()).items() if key != "progress"}
+        resolve_config(**params)

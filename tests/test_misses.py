@@ -87,24 +87,47 @@ def test_inactive_misses_are_runs_under_a_target_only_where_that_multiplier_is_z
     assert misses.inactive_misses([layer]) == []
 
 
+def with_params(run, gates_lr):
+    """``run`` with the run parameters that tell its protocol (and whether its constraint can bind)."""
+    run["params"] = {"method": "constrained", "grouping": "model", "target": run["metrics"]["target"],
+                     "gates_lr": gates_lr, "epochs": 20}
+    return run
+
+
 def test_the_drift_starts_at_the_last_step_a_multiplier_pushed():
     run = drifting(0.8, 0.72)
     push, after = misses.last_push(run)
     assert push["epoch"] == 0.5 and push["l0_density"] == pytest.approx(0.805) and after["epoch"] == 0.6
     rows = misses.drift_rows([run])
-    assert rows[["last epoch with λ > 0", "density then (%)", "a step later (%)", "final density (%)", "gap (points)"]
-                ].iloc[0].tolist() == pytest.approx([0.5, 80.5, 79.0, 72.0, -8.0])
+    assert rows[["last epoch with λ > 0", "a step later (%)", "lowest after (%)", "final density (%)", "gap (points)"]
+                ].iloc[0].tolist() == pytest.approx([0.5, 79.0, 72.0, 72.0, -8.0])
     assert rows["gap (gates)"].isna().all()  # a model-wise density weighs gates by their parameters
-    free = drifting(1.0, 0.74)
-    with_free = misses.drift_rows([run], free)
-    assert misses.drift_numbers(with_free) == {"crossed": 1, "constraints": 1, "within a gate": 0, "blocks": 0}
-    assert with_free["final density (%)"].tolist() == pytest.approx([72.0, 74.0])  # the free row: 92% -> 74%
-    assert with_free["density then (%)"].iloc[1] == pytest.approx(92.0)
+    assert rows["no constraint, then (%)"].isna().all() and rows["gates' lr"].tolist() == [6.0]
     # the paper's own run with no binding constraint, read from Table 12 (source line 1370 of the LaTeX)
     assert misses.paper_free_densities() == {6: 91.63, 0.1: 92.34}
-    fig = misses.plot_free_drift([run], free)
-    assert len(fig.axes[0].lines) == 3  # two density curves and the 80% target (none for the free run)
-    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["model-wise 80%", "model, no binding constraint"]
+
+
+def test_the_drift_is_set_beside_the_run_of_its_protocol_whose_constraint_never_binds():
+    slow, fast = with_params(drifting(0.8, 0.72), 2.0), with_params(drifting(0.8, 0.72), 6.0)
+    free_slow = with_params(drifting(1.0, 0.74), 2.0)    # 79% a step after the push, then 74%: 5 points
+    free_fast = with_params(drifting(1.0, 0.715), 6.0)  # 7.5 points, more than the pushed run's 7
+    free_other = with_params(drifting(1.0, 0.9), 2.0)
+    free_other["params"]["epochs"] = 200                # another protocol: never a twin
+    free = [free_other, free_fast, free_slow]
+    assert misses.free_twin(slow, free) is free_slow and misses.free_twin(fast, free) is free_fast
+    assert misses.free_twin(slow, [free_other, fast]) is None  # a run whose constraint binds is no twin
+    rows = misses.drift_rows([slow, fast], free)
+    assert rows["gates' lr"].tolist() == [2.0, 6.0]
+    assert rows[["no constraint, then (%)", "no constraint, final (%)"]].values.ravel().tolist() == pytest.approx(
+        [79.0, 74.0, 79.0, 71.5])
+    assert misses.drift_numbers(rows) == {"crossed": 2, "constraints": 2, "within a gate": 0, "blocks": 0,
+                                          "fell further": 1, "no further": 1, "compared": 2}
+    fig = misses.plot_free_drift([slow, fast], free)
+    assert len(fig.axes[0].lines) == 6  # each run's density, its twin's and its 80% target
+    assert [line.get_linestyle() for line in fig.axes[0].lines[:2]] == ["-", ":"]
+    assert list(fig.axes[0].lines[1].get_ydata()) == pytest.approx([92.0, 80.5, 79.0, 74.0])  # slow's own twin
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [
+        "model-wise 80%, gates' lr 2", "model-wise 80%, gates' lr 6", "its protocol, no binding constraint"]
 
 
 def test_a_layers_drift_is_counted_in_its_gates():
@@ -120,7 +143,8 @@ def test_a_layers_drift_is_counted_in_its_gates():
     assert rows["constraint"].tolist() == ["s2.0"]  # s1.0 is at its target
     assert rows[["last epoch with λ > 0", "a step later (%)", "gap (points)", "gap (gates)"]].iloc[0].tolist() == \
         pytest.approx([1.0, 100 * (0.5 - 1 / 32), -100 / 32, -1.0])
-    assert misses.drift_numbers(rows) == {"crossed": 1, "constraints": 1, "within a gate": 1, "blocks": 1}
+    assert misses.drift_numbers(rows) == {"crossed": 1, "constraints": 1, "within a gate": 1, "blocks": 1,
+                                          "fell further": 0, "no further": 0, "compared": 0}
 
 
 def test_the_free_runs_at_both_gates_lrs_give_where_the_loss_alone_takes_the_model(monkeypatch):

@@ -92,7 +92,7 @@ def protocol_answers() -> pd.DataFrame:
     free = rules.free_gates_records()
     rows = []
     for protocol in PROTOCOLS:
-        runs = _constrained(protocol.grids)
+        runs = constrained_runs(protocol.grids)
         outcomes = [rules.judge_record(run, free).outcome for run in runs]
         epochs = presets.resolve_config(dataset="cifar10", preset=protocol.preset, model=protocol.model,
                                         target=0.5).epochs
@@ -132,9 +132,9 @@ def beside_stand_in(protocol: Protocol, free: list[dict] | None = None) -> pd.Da
     setting: final density (%), outcome by the book's rule, and final error (%) at each."""
     free = rules.free_gates_records() if free is None else free
     stand_in = {(row["grouping"], str(row["target"])): row
-                for _, row in control.run_rows(_constrained((*PROTOCOLS[0].grids, STAND_IN_FLAGSHIP_GRID), seed=0),
+                for _, row in control.run_rows(constrained_runs((*PROTOCOLS[0].grids, STAND_IN_FLAGSHIP_GRID), seed=0),
                                                None, free).iterrows()}
-    ours = control.run_rows(_constrained(protocol.grids), None, free)
+    ours = control.run_rows(constrained_runs(protocol.grids), None, free)
     old, new = f"lr {PROTOCOLS[0].gates_lr:g}", f"lr {protocol.gates_lr:g}"
     rows = []
     for _, row in ours.iterrows():
@@ -149,7 +149,8 @@ def beside_stand_in(protocol: Protocol, free: list[dict] | None = None) -> pd.Da
     return pd.DataFrame(rows)
 
 
-def _constrained(grids, seed: int | None = None) -> list[dict]:
+def constrained_runs(grids, seed: int | None = None) -> list[dict]:
+    """The complete constrained records of ``grids`` (of ``seed`` only, if given), in the control table's order."""
     runs = [run for grid in grids for run in report.complete_records(grid) if run["metrics"]["method"] == "constrained"
             and (seed is None or run["metrics"]["seed"] == seed)]
     return sorted(runs, key=control.table_order)

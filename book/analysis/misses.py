@@ -10,9 +10,10 @@ and each has a test of its cause:
   (:data:`CAUSE_GRID`, :func:`cause_numbers`).
 * **Under, with the constraint holding.** After the multiplier's last push the task
   loss alone goes on closing gates (:func:`inactive_misses`, :func:`drift_rows`,
-  :func:`drift_numbers`). The tests: the same model with a constraint that never
-  binds, at the gates' learning rates of 6 (:data:`FREE_GATES_GRID`) and 0.1 (the
-  ablation's; :func:`free_runs`), beside the paper's (:func:`paper_free_densities`),
+  :func:`drift_numbers`), beside the same constraint in the run of its protocol whose
+  constraints never bind (:func:`free_twin`). The tests: that model at the gates'
+  learning rates of 6 (:data:`FREE_GATES_GRID`) and 0.1 (the ablation's;
+  :func:`free_runs`), beside the paper's (:func:`paper_free_densities`),
   and the 80% constraints at 0.1 (:data:`UNDER_CAUSE_GRID`, :func:`under_cause_rows`,
   :func:`under_cause_numbers`).
 
@@ -213,57 +214,79 @@ def _one_gate_points(record: dict, index: int) -> float | None:
     return 100 / gate_counts(record["metrics"]["model"])[layer]
 
 
-def drift_rows(runs: list[dict], free: dict | None = None) -> pd.DataFrame:
-    """One row per constraint of :func:`unpushed_under` in ``runs``, and one for the run whose constraint
-    never binds (``free``): the last epoch its multiplier pushed, its density then, a logged step later and
-    at the end, and its final gap in points and, for a layer, in gates."""
+def gates_lr(run: dict) -> float:
+    """A run's gates' learning rate (the paper's 6 for records that do not name one)."""
+    value = (run.get("params") or {}).get("gates_lr")
+    return 6.0 if value is None else float(value)
+
+
+def free_twin(run: dict, free_records: list[dict]) -> dict | None:
+    """The seed-0 run among ``free_records`` of ``run``'s model, grouping and protocol whose constraints never bind
+    (:func:`paperlib.harness.rules.same_protocol`), or None."""
+    return next((free for free in free_records if rules.is_free_gates(free) and free["metrics"]["seed"] == 0
+                 and rules.same_protocol(run, free)), None)
+
+
+def drift_rows(runs: list[dict], free_records: list[dict] = ()) -> pd.DataFrame:
+    """One row per constraint of :func:`unpushed_under` in ``runs``: its gates' learning rate, the last epoch its
+    multiplier pushed, its density a logged step later, its lowest after that and at the end, and its final gap
+    in points and, for a layer, in gates. Beside them, the same constraint's density in the run of the same
+    model, grouping and protocol whose constraints never bind (:func:`free_twin` among ``free_records``) at the
+    same logged epoch and at the end."""
     rows = []
     for run in runs:
         names, finals = constraint_names(run), constrained_densities(run, run["history"][-1])
+        steps, twin = step_log(run), free_twin(run, free_records)
+        if twin is not None:
+            twin_steps, twin_finals = step_log(twin), constrained_densities(twin, twin["history"][-1])
         for i in unpushed_under(run):
             (push, after), gate = last_push(run, i), _one_gate_points(run, i)
             gap = 100 * (finals[i][0] - finals[i][1])
-            rows.append({"run": condition_link(run), "setting": run_label(run), "constraint": names[i],
+            later = steps.loc[steps["epoch"] >= after["epoch"], f"constrained_density_{i}"]
+            free_then = free_final = None
+            if twin is not None:
+                nearest = (twin_steps["epoch"] - after["epoch"]).abs().idxmin()
+                free_then, free_final = 100 * twin_steps.loc[nearest, f"constrained_density_{i}"], 100 * twin_finals[i][0]
+            rows.append({"run": condition_link(run), "setting": run_label(run), "gates' lr": gates_lr(run),
+                         "constraint": names[i],
                          "last epoch with λ > 0": float(push["epoch"]) if push[f"lambda_{i}"] > 0 else None,
-                         "density then (%)": 100 * push[f"constrained_density_{i}"],
                          "a step later (%)": 100 * after[f"constrained_density_{i}"],
-                         "final density (%)": 100 * finals[i][0],
-                         "gap (points)": gap, "gap (gates)": None if gate is None else gap / gate})
-    if free:
-        rows.append({"run": notebook_link(free["path"], "no binding constraint") or "no binding constraint",
-                     "setting": "no binding constraint", "constraint": "model",
-                     "last epoch with λ > 0": None, "density then (%)": 100 * _start_density(free),
-                     "a step later (%)": None, "final density (%)": 100 * free["metrics"]["l0_density"],
-                     "gap (points)": None, "gap (gates)": None})
+                         "lowest after (%)": 100 * later.min(), "final density (%)": 100 * finals[i][0],
+                         "gap (points)": gap, "gap (gates)": None if gate is None else gap / gate,
+                         "no constraint, then (%)": free_then, "no constraint, final (%)": free_final})
     return pd.DataFrame(rows)
 
 
-def plot_free_drift(runs: list[dict], free: dict | None = None) -> plt.Figure:
+def plot_free_drift(runs: list[dict], free_records: list[dict] = ()) -> plt.Figure:
     """The density (left) and multiplier (right, log epochs) of every constraint of :func:`unpushed_under` in
-    ``runs`` against epochs, one colour per run (one line per constraint), beside the model's density in the run
-    whose constraint never binds; targets dashed. The legend names each run's condition."""
+    ``runs`` against epochs, one colour per run (one line per constraint), targets dashed; dotted in the same
+    colour, the same density in the run of its protocol whose constraints never bind (:func:`free_twin` among
+    ``free_records``). The legend names each run's condition and gates' learning rate."""
     from matplotlib.lines import Line2D
 
     fig, axes = plt.subplots(1, 2, figsize=(7, 3.6))
     handles = []
     for colour, run in enumerate(runs):
-        steps = step_log(run)
+        steps, twin = step_log(run), free_twin(run, free_records)
+        twin_steps = None if twin is None else step_log(twin)
         for i in unpushed_under(run):
-            axes[0].plot(steps["epoch"], 100 * steps[f"constrained_density_{i}"], color=f"C{colour}", lw=1)
-            axes[1].plot(steps["epoch"], steps[f"lambda_{i}"], color=f"C{colour}", lw=1)
+            axes[0].plot(steps["epoch"], 100 * steps[f"constrained_density_{i}"], color=f"C{colour}", lw=1.2)
+            axes[1].plot(steps["epoch"], steps[f"lambda_{i}"], color=f"C{colour}", lw=1.2)
+            if twin_steps is not None:
+                axes[0].plot(twin_steps["epoch"], 100 * twin_steps[f"constrained_density_{i}"], color=f"C{colour}",
+                             lw=1.2, ls=":")
         for target in {target for _, target in constrained_densities(run, run["history"][-1])}:
             axes[0].axhline(100 * target, color=f"C{colour}", ls="--", lw=0.8)
-        handles.append(Line2D([], [], color=f"C{colour}", label=run_label(run).replace("target ", "")))
-    if free:
-        steps = step_log(free)
-        axes[0].plot(steps["epoch"], 100 * steps["l0_density"], color="k", lw=1.4)
-        handles.append(Line2D([], [], color="k", lw=1.4, label="model, no binding constraint"))
+        label = run_label(run).replace("target ", "") + f", gates' lr {gates_lr(run):g}"
+        handles.append(Line2D([], [], color=f"C{colour}", label=label))
+    if any(free_twin(run, free_records) is not None for run in runs):
+        handles.append(Line2D([], [], color="0.4", ls=":", label="its protocol, no binding constraint"))
     axes[0].set(xlabel="epoch", ylabel="constraint's L0-density (%)")
     axes[1].set(xlabel="epoch (log scale)", ylabel="multiplier λ", xscale="symlog", xlim=(0, None))
     for ax in axes:
         ax.grid(alpha=0.3)
-    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=9, frameon=False)
-    fig.tight_layout(rect=(0, 0.05 + 0.06 * -(-len(handles) // 3), 1, 1))
+    fig.legend(handles=handles, loc="lower center", ncol=2, fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.05 + 0.06 * -(-len(handles) // 2), 1, 1))
     return fig
 
 
@@ -285,14 +308,21 @@ def under_cause_rows(runs: list[dict], tests: list[dict], target: float = 0.8) -
 
 
 def drift_numbers(rows: pd.DataFrame) -> dict:
-    """From :func:`drift_rows` (without the free run's row): in how many constraints the multiplier's last push
-    took the density under the target within a logged step (``crossed`` of ``constraints``), and how many of the
-    blocks end within one gate of their target (``within a gate`` of ``blocks``)."""
-    rows = rows[rows["gap (points)"].notna()]
+    """From :func:`drift_rows`: in how many constraints the multiplier's last push took the density under the
+    target within a logged step (``crossed`` of ``constraints``); how many of the blocks end within one gate of
+    their target (``within a gate`` of ``blocks``); and, of the constraints with a run whose constraints never bind
+    (``compared``), in how many the density falls from a step after the push to the end more than
+    :data:`~paperlib.harness.rules.ON_TARGET_POINTS` further than that run's over the same epochs (``fell
+    further``), and in how many not (``no further``)."""
     targets = rows["final density (%)"] - rows["gap (points)"]
     gates = rows["gap (gates)"].dropna()
+    compared = rows.dropna(subset=["no constraint, then (%)"])
+    fall = compared["a step later (%)"] - compared["final density (%)"]
+    free_fall = compared["no constraint, then (%)"] - compared["no constraint, final (%)"]
     return {"crossed": int((rows["a step later (%)"] < targets).sum()), "constraints": len(rows),
-            "within a gate": int((gates >= -1).sum()), "blocks": len(gates)}
+            "within a gate": int((gates >= -1).sum()), "blocks": len(gates),
+            "fell further": int((fall > free_fall + rules.ON_TARGET_POINTS).sum()),
+            "no further": int((fall <= free_fall + rules.ON_TARGET_POINTS).sum()), "compared": len(compared)}
 
 
 def paper_free_densities() -> dict[float, float]:
