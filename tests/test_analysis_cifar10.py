@@ -72,3 +72,24 @@ def test_each_run_of_the_new_protocol_sits_beside_the_stand_ins_run_of_its_setti
         if twin is not None:
             assert row["density, lr 6 (%)"] == pytest.approx(100 * twin["metrics"]["l0_density"])
             assert twin["params"]["gates_lr"] == 6.0
+
+
+def _run(target, density, gates_lr):
+    """A model-wise WideResNet-16-1 record at the CPU protocol's settings, ending at ``density``."""
+    params = {"model": "wrn-16-1", "grouping": "model", "method": "constrained", "target": target,
+              "gates_lr": gates_lr, "epochs": 20}
+    metrics = {**params, "run_name": f"t{target}-lr{gates_lr}", "seed": 0, "l0_density": density}
+    return {"params": params, "metrics": metrics, "history": [{"l0_density": str(density)}]}
+
+
+def test_a_protocols_runs_are_judged_against_the_free_run_at_its_own_gates_lr(monkeypatch):
+    """80% ending at 78.5%: under where the free run at the protocol's rate ends at 86%, but 'does not bind'
+    against a free run at another rate's 75% would be the stand-in's verdict, not this protocol's."""
+    monkeypatch.setattr(cifar10, "constrained_runs", lambda grids, seed=None: [_run(0.8, 0.785, 2.0),
+                                                                               _run(0.5, 0.497, 2.0)])
+    at_two, at_six = _run(1.0, 0.86, 2.0), _run(1.0, 0.75, 6.0)
+    outcomes = cifar10.protocol_outcomes(cifar10.PROTOCOLS[1], [at_six, at_two])
+    assert outcomes == [rules.Outcome.UNDER, rules.Outcome.ON_TARGET]
+    assert rules.passed_and_judged(outcomes) == (1, 2)
+    at_two["metrics"]["l0_density"] = at_two["history"][0]["l0_density"] = 0.78  # now 80% never binds at lr 2
+    assert cifar10.protocol_outcomes(cifar10.PROTOCOLS[1], [at_six, at_two])[0] == rules.Outcome.DOES_NOT_BIND

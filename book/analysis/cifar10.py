@@ -92,8 +92,7 @@ def protocol_answers() -> pd.DataFrame:
     free = rules.free_gates_records()
     rows = []
     for protocol in PROTOCOLS:
-        runs = constrained_runs(protocol.grids)
-        outcomes = [rules.judge_record(run, free).outcome for run in runs]
+        outcomes = protocol_outcomes(protocol, free)
         epochs = presets.resolve_config(dataset="cifar10", preset=protocol.preset, model=protocol.model,
                                         target=0.5).epochs
         rows.append(_row(protocol.label, protocol.model, epochs, free_density(protocol.model, protocol.gates_lr, free),
@@ -101,6 +100,13 @@ def protocol_answers() -> pd.DataFrame:
     outcomes = paper_outcomes()
     rows.append(_row("the paper", PAPER_MODEL, 200, paper_free_density(), outcomes, len(outcomes)))
     return pd.DataFrame(rows).set_index("protocol")
+
+
+def protocol_outcomes(protocol: Protocol, free: list[dict] | None = None) -> list[rules.Outcome]:
+    """Each constrained run of ``protocol`` that is in, judged by :func:`paperlib.harness.rules.judge_record`
+    against the free-gates runs ``free`` (default: :func:`paperlib.harness.rules.free_gates_records`)."""
+    free = rules.free_gates_records() if free is None else free
+    return [rules.judge_record(run, free).outcome for run in constrained_runs(protocol.grids)]
 
 
 #: The free-gates runs that choose the CPU protocol's gates learning rate, and the rule's threshold (%).
