@@ -9,7 +9,7 @@ and each has a test of its cause:
   The cause test decays the gates' learning rate with the weights'
   (:data:`CAUSE_GRID`, :func:`cause_numbers`).
 * **Under, with the constraint holding.** After the multiplier's last push the task
-  loss alone goes on closing gates (:func:`inactive_misses`, :func:`drift_rows`,
+  loss goes on closing gates (:func:`inactive_misses`, :func:`drift_rows`,
   :func:`drift_numbers`), beside the same constraint in the run of its protocol whose
   constraints never bind (:func:`free_twin`). The tests: that model at the gates'
   learning rates of 6 (:data:`FREE_GATES_GRID`) and 0.1 (the ablation's;
