@@ -68,5 +68,4 @@ def test_every_run_command_a_page_names_resolves_to_a_configuration():
     commands = [match for page in (ROOT / "book").glob("*.md") for match in RUN_COMMAND.findall(page.read_text())]
     assert commands, "no page names a paperlib.harness.run command: the pattern no longer finds them"
     for command in commands:
-        params = {key: value for key, value in parse(command.split()).items() if key != "progress"}
-        resolve_config(**params)
+        resolve_config(**parse(command.split()))
