@@ -116,8 +116,10 @@ def test_the_drift_is_set_beside_the_run_of_its_protocol_whose_constraint_never_
     free = [free_other, free_fast, free_slow]
     assert misses.free_twin(slow, free) is free_slow and misses.free_twin(fast, free) is free_fast
     assert misses.free_twin(slow, [free_other, fast]) is None  # a run whose constraint binds is no twin
+    slow["steps"].insert(3, {"epoch": "1.0", "l0_density": "0.70", "constrained_density_0": "0.70", "lambda_0": "0.0"})
     rows = misses.drift_rows([slow, fast], free)
     assert rows["gates' lr"].tolist() == [2.0, 6.0]
+    assert rows["lowest after (%)"].tolist() == pytest.approx([70.0, 72.0])  # slow dips under its final 72%
     assert rows[["no constraint, then (%)", "no constraint, final (%)"]].values.ravel().tolist() == pytest.approx(
         [79.0, 74.0, 79.0, 71.5])
     assert misses.drift_numbers(rows) == {"crossed": 2, "constraints": 2, "within a gate": 0, "blocks": 0,
