@@ -223,8 +223,7 @@ def gates_lr(run: dict) -> float:
 def free_twin(run: dict, free_records: list[dict]) -> dict | None:
     """The seed-0 run among ``free_records`` of ``run``'s model, grouping and protocol whose constraints never bind
     (:func:`paperlib.harness.rules.same_protocol`), or None."""
-    return next((free for free in free_records if rules.is_free_gates(free) and free["metrics"]["seed"] == 0
-                 and rules.same_protocol(run, free)), None)
+    return next((free for free in rules.free_twins(run, free_records) if free["metrics"]["seed"] == 0), None)
 
 
 def drift_rows(runs: list[dict], free_records: list[dict] = ()) -> pd.DataFrame:
@@ -265,10 +264,11 @@ def plot_free_drift(runs: list[dict], free_records: list[dict] = ()) -> plt.Figu
     from matplotlib.lines import Line2D
 
     fig, axes = plt.subplots(1, 2, figsize=(7, 3.6))
-    handles = []
+    handles, twinned = [], False
     for colour, run in enumerate(runs):
         steps, twin = step_log(run), free_twin(run, free_records)
         twin_steps = None if twin is None else step_log(twin)
+        twinned = twinned or twin is not None
         for i in unpushed_under(run):
             axes[0].plot(steps["epoch"], 100 * steps[f"constrained_density_{i}"], color=f"C{colour}", lw=1.2)
             axes[1].plot(steps["epoch"], steps[f"lambda_{i}"], color=f"C{colour}", lw=1.2)
@@ -279,7 +279,7 @@ def plot_free_drift(runs: list[dict], free_records: list[dict] = ()) -> plt.Figu
             axes[0].axhline(100 * target, color=f"C{colour}", ls="--", lw=0.8)
         label = run_label(run).replace("target ", "") + f", gates' lr {gates_lr(run):g}"
         handles.append(Line2D([], [], color=f"C{colour}", label=label))
-    if any(free_twin(run, free_records) is not None for run in runs):
+    if twinned:
         handles.append(Line2D([], [], color="0.4", ls=":", label="its protocol, no binding constraint"))
     axes[0].set(xlabel="epoch", ylabel="constraint's L0-density (%)")
     axes[1].set(xlabel="epoch (log scale)", ylabel="multiplier λ", xscale="symlog", xlim=(0, None))
@@ -299,7 +299,7 @@ def under_cause_rows(runs: list[dict], tests: list[dict], target: float = 0.8) -
                  == ("constrained", target, 0)]
     compared = sorted(at_target, key=lambda run: run["metrics"]["grouping"]) + tests
     rows = run_rows(compared, dense_run(runs))
-    rows.insert(4, "gates' lr", [run["params"].get("gates_lr", 6.0) for run in compared])
+    rows.insert(4, "gates' lr", [gates_lr(run) for run in compared])
     rows.insert(rows.columns.get_loc("over target (points)"), "under target (points)",
                 [min(0.0, *final_gaps(run)) for run in compared])
     rows.insert(rows.columns.get_loc("over target (points)") + 1, "final λ",

@@ -294,13 +294,18 @@ def _constraint_densities(record: dict) -> dict[str, float]:
     return {name: density for name, (density, _) in zip(names, constrained_densities(record, record["history"][-1]))}
 
 
+def free_twins(record: dict, free_records: list[dict]) -> list[dict]:
+    """The free-gates runs (:func:`is_free_gates`) among ``free_records`` of ``record``'s model and protocol
+    (:func:`same_protocol`), every seed."""
+    return [free for free in free_records if is_free_gates(free) and same_protocol(record, free)]
+
+
 def free_densities(record: dict, free_records: list[dict]) -> list[float | None]:
     """The final expected density of each of ``record``'s constraints in the free-gates runs of its model and
     protocol among ``free_records`` (:func:`same_protocol`; their mean over seeds, constraint by constraint
     name), or None for each where there is none."""
     names = list(_constraint_densities(record))
-    twins = [_constraint_densities(free) for free in free_records
-             if is_free_gates(free) and same_protocol(record, free)]
+    twins = [_constraint_densities(free) for free in free_twins(record, free_records)]
     return [statistics.fmean(twin[name] for twin in twins) if twins and all(name in twin for twin in twins) else None
             for name in names]
 
