@@ -23,8 +23,8 @@ class Protocol:
 
 PROTOCOLS = (
     Protocol("CPU stand-in, gates lr 6", "cpu", "wrn-16-1", studies.grids("tab:cifar10_control", preset="cpu"), 6.0),
-    Protocol(f"CPU protocol, gates lr {presets.CPU2_GATES_LR:g}", "cpu2", "wrn-16-1", ("grids/cifar10_cpu2_control.yaml",),
-             presets.CPU2_GATES_LR),
+    Protocol(f"CPU protocol, gates lr {presets.CPU2_GATES_LR:g}", "cpu2", "wrn-16-1", ("grids/cifar10_cpu2_control.yaml",
+             "grids/cifar10_cpu2_penalized.yaml"), presets.CPU2_GATES_LR),
     Protocol("GPU protocol", "gpu", "wrn-16-4", ("grids/cifar10_gpu_control.yaml",), 6.0, needs_gpu=True),
 )
 PAPER_MODEL = "wrn-28-10"
