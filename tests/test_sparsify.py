@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.fx as fx
 import torch.nn as nn
+import torch.nn.functional as F
 from fake_models import randomise_batch_norms_
 import torchvision
 
@@ -287,6 +288,71 @@ def test_unstructured_purge_keeps_shapes_and_counts_match_the_test_time_model():
     assert count_params(purged) == count_params(model, gates="dense")
     assert count_params(purged, sparse_weights=True) == count_params(model, gates="test")
     assert count_macs(purged, SHAPE, "plain", sparse_weights=True) == count_macs(model, SHAPE, "plain", gates="test")
+
+
+class ChannelsLastBlock(nn.Module):
+    """ConvNeXt's block in small: a depthwise convolution, then channels last through a layer norm and two
+    linear layers, scaled by a parameter, added to the block's input. The forward reads the layer norm's
+    parameters (vectors) and the scale directly, as torchvision's ConvNeXt does."""
+
+    def __init__(self, dim: int = 8):
+        super().__init__()
+        self.dw = nn.Conv2d(dim, dim, 3, padding=1, groups=dim)
+        self.norm_weight, self.norm_bias = nn.Parameter(torch.rand(dim) + 0.5), nn.Parameter(torch.randn(dim))
+        self.up, self.act, self.down = nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim)
+        self.scale = nn.Parameter(torch.full((dim, 1, 1), 0.5))
+
+    def forward(self, x):
+        y = self.dw(x).permute(0, 2, 3, 1)
+        y = F.layer_norm(y, self.norm_weight.shape, self.norm_weight, self.norm_bias)
+        y = self.down(self.act(self.up(y))).permute(0, 3, 1, 2)
+        return x + self.scale * y
+
+
+def test_linear_layers_on_channels_last_tensors_are_gated_and_purged_to_their_open_features():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), ChannelsLastBlock(), nn.AdaptiveAvgPool2d(1),
+                          nn.Flatten(), nn.Linear(8, 10))
+    sparsify(model)
+    block = model[1]
+    assert isinstance(block.up, GatedLinear) and isinstance(block.down, GatedLinear)
+    close_gates_(model)
+    x = torch.randn(2, *SHAPE)
+    purged = paperlib.purge(model.eval(), x)
+    assert_same_outputs(model, purged, x)
+    # the hidden features' group is pinned (they lie on the last of four dimensions), so `up` keeps its
+    # rows, and `down` reads only the features whose gates are open
+    down = purged[1].down
+    assert isinstance(down, nn.Sequential) and isinstance(down[0], SelectFeatures)
+    assert down[1].in_features == int((block.down.group_gate_values() != 0).sum()) < 32
+    assert count_params(purged) == count_params(model, gates="test")
+
+
+def test_a_gated_layer_the_example_input_does_not_reach_keeps_its_closed_channels_and_is_reported():
+    class AuxiliaryHead(nn.Module):  # GoogLeNet's auxiliary classifiers: called in training only
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.conv2 = nn.Conv2d(3, 8, 3), nn.Conv2d(8, 8, 3)
+            self.aux = nn.Sequential(nn.Conv2d(8, 6, 1), nn.ReLU(), nn.Conv2d(6, 4, 1))
+            self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10))
+
+        def forward(self, x):
+            h = torch.relu(self.conv1(x))
+            out = self.head(torch.relu(self.conv2(h)))
+            return (out, self.aux(h)) if self.training else out
+
+    torch.manual_seed(0)
+    model = sparsify(AuxiliaryHead())  # traced in training mode: the auxiliary branch is gated
+    assert isinstance(model.aux[0], GatedConv2d)
+    with torch.no_grad():
+        model.aux[0].weight_log_alpha[:2] = CLOSED
+        model.conv1.weight_log_alpha[:3] = CLOSED
+    x = torch.randn(2, *SHAPE)
+    with pytest.warns(UserWarning, match="aux.0"):
+        purged = paperlib.purge(model.eval(), x)  # traced in eval mode: the branch is not in the graph
+    assert purged.purge_report == {"aux.0": [0, 1]}
+    assert purged.conv1.out_channels == 5 and purged.aux[0].out_channels == 6
+    assert_same_outputs(model, purged, x)
 
 
 def test_purge_without_example_input_says_what_it_needs():

@@ -43,14 +43,14 @@ from .sparsify import GatedConv2d, GatedLinear, _set_module
 
 
 class SelectFeatures(nn.Module):
-    """Keep the features ``index`` (along dim 1) of a batch of flat inputs."""
+    """Keep the features ``index`` (along the last dimension) of a linear layer's input."""
 
     def __init__(self, index: torch.Tensor):
         super().__init__()
         self.register_buffer("index", index)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.index_select(1, self.index)
+        return x.index_select(-1, self.index)
 
     def extra_repr(self) -> str:
         return f"{len(self.index)} features"
@@ -87,6 +87,8 @@ def purge(model: nn.Module, example_input: torch.Tensor) -> nn.Module:
     keep = {}  # node -> bool mask over its dimension 1
     for group in graph.groups:
         channels = _channels(graph, group)
+        if channels is None:  # a pinned group of scalars or vectors (a ConvNeXt's layer scale): nothing to slice
+            continue
         kept = torch.ones(channels, dtype=torch.bool)
         if not group.pinned and group.sinks:
             kept = torch.zeros(channels, dtype=torch.bool)
@@ -185,9 +187,13 @@ def _sliced_batch_norm(bn: nn.modules.batchnorm._BatchNorm, index: torch.Tensor)
     return sliced
 
 
-def _channels(graph: ChannelGraph, group) -> int:
-    node = group.nodes[0]
-    return node.meta["tensor_meta"].shape[1] // graph.block[node]
+def _channels(graph: ChannelGraph, group) -> int | None:
+    """The group's number of channels; None when none of its tensors has a dimension 1."""
+    for node in group.nodes:
+        shape = node.meta["tensor_meta"].shape
+        if len(shape) >= 2:
+            return shape[1] // graph.block[node]
+    return None
 
 
 def _read(layer: nn.Module, zero: torch.Tensor) -> torch.Tensor:
@@ -217,7 +223,13 @@ def _slice(plain: nn.Module, graph: ChannelGraph, keep: dict, zero: dict) -> Non
                 rows = weight if full_out else weight.index_select(0, out)
                 _set_module(plain, node.target, _plain_conv(layer, rows.index_select(1, columns), bias))
         elif isinstance(layer, nn.Linear):
-            read = inp & _read(layer, zero[node.args[0]])
+            if len(node.args[0].meta["tensor_meta"].shape) == 2:
+                read = inp & _read(layer, zero[node.args[0]])
+            else:  # features on the last of several dimensions (a ConvNeXt's pointwise layers): their group,
+                # over dimension 1, is pinned; the layer still drops the features whose weights are all zero
+                inp = torch.ones(layer.in_features, dtype=torch.bool)
+                out, full_out = torch.arange(layer.out_features), True
+                read = _read(layer, torch.zeros(layer.in_features, dtype=torch.bool))
             if not read.any():
                 read[inp.nonzero().flatten()[:1]] = True
             bias = None if layer.bias is None else layer.bias[out]
@@ -233,12 +245,15 @@ def _slice(plain: nn.Module, graph: ChannelGraph, keep: dict, zero: dict) -> Non
 
 
 def _report(closed: dict, graph: ChannelGraph, keep: dict) -> dict:
-    """Gated convolution -> its closed channels that the purged model keeps."""
+    """Gated convolution -> its closed channels that the purged model keeps.
+
+    A layer that ``example_input``'s forward pass does not reach (GoogLeNet's auxiliary classifiers in eval mode)
+    is not in the graph and keeps them all."""
     nodes = {n.target: n for n in graph.module.graph.nodes if n.op == "call_module"}
     report = {}
     for name, channels in closed.items():
         node = nodes.get(name) or nodes.get(f"{name}.0")
-        stays = [c for c in channels if keep[node][c]]
+        stays = channels if node is None else [c for c in channels if keep[node][c]]
         if stays:
             report[name] = stays
     return report
