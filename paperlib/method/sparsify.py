@@ -15,7 +15,9 @@ Which layers? The model is traced with ``torch.fx`` and its channels grouped
 can remove its closed channels: its channels do not join a residual sum (the
 paper gates only the first convolution of a ResNet block, App. J.4-J.6), do
 not reach the model's output (a classifier's outputs stay), and pass through no
-operation the graph does not show to act per channel. Where a channel runs
+operation the graph does not show to act per channel (a concatenation, as in
+GoogLeNet; a grouped convolution that is not depthwise, as in ResNeXt and
+RegNet-X, where the default rule gates almost nothing). Where a channel runs
 through a depthwise convolution (MobileNet), the last convolution of the run is
 gated, so that a closed channel is silent where the next layer reads it.
 Every linear layer has its input features gated. ``include`` and ``exclude``
