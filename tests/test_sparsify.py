@@ -320,12 +320,48 @@ def test_linear_layers_on_channels_last_tensors_are_gated_and_purged_to_their_op
     x = torch.randn(2, *SHAPE)
     purged = paperlib.purge(model.eval(), x)
     assert_same_outputs(model, purged, x)
-    # the hidden features' group is pinned (they lie on the last of four dimensions), so `up` keeps its
-    # rows, and `down` reads only the features whose gates are open
-    down = purged[1].down
-    assert isinstance(down, nn.Sequential) and isinstance(down[0], SelectFeatures)
-    assert down[1].in_features == int((block.down.group_gate_values() != 0).sum()) < 32
-    assert count_params(purged) == count_params(model, gates="test")
+    # the hidden features run along the last dimension, from `up` to `down` through an activation: a feature
+    # whose gate in `down` is closed goes from both; the layer norm's output, which `up` reads, stays whole
+    open_hidden = int((block.down.group_gate_values() != 0).sum())
+    up = purged[1].up
+    assert isinstance(up, nn.Sequential) and isinstance(up[0], SelectFeatures)  # up's own closed inputs
+    assert up[1].in_features == int((block.up.group_gate_values() != 0).sum()) < 8
+    assert up[1].out_features == purged[1].down.in_features == open_hidden < 32
+    assert purged[1].down.out_features == 8  # its output joins the residual sum
+    assert count_params(purged) < count_params(model, gates="test")
+
+
+class TokenMLP(nn.Module):
+    """A transformer's MLP block on (batch, tokens, features): layer norm, two linear layers, a residual sum."""
+
+    def __init__(self, dim: int = 8, hidden: int = 24):
+        super().__init__()
+        self.embed, self.norm = nn.Linear(5, dim), nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Dropout(0.1), nn.Linear(hidden, dim),
+                                 nn.Dropout(0.1))
+        self.head = nn.Linear(dim, 3)
+
+    def forward(self, x):
+        h = self.embed(x)
+        h = h + self.mlp(self.norm(h))
+        return self.head(h.mean(1))
+
+
+def test_a_transformer_mlp_loses_its_closed_hidden_features_from_both_layers():
+    torch.manual_seed(0)
+    model = sparsify(TokenMLP())
+    close_gates_(model)
+    x = torch.randn(4, 6, 5)
+    purged = paperlib.purge(model.eval(), x)
+    assert_same_outputs(model, purged, x)
+    def linear(module):  # a purged linear layer, behind the selection of its open input features if it has one
+        return module[1] if isinstance(module, nn.Sequential) else module
+
+    open_hidden = int((model.mlp[3].group_gate_values() != 0).sum())
+    assert linear(purged.mlp[0]).out_features == linear(purged.mlp[3]).in_features == open_hidden < 24
+    # the residual stream keeps its 8 features: `embed` and the MLP's last layer feed the sum
+    assert linear(purged.embed).out_features == 8 and linear(purged.mlp[3]).out_features == 8
+    assert count_params(purged) < count_params(model, gates="test")
 
 
 def test_a_gated_layer_the_example_input_does_not_reach_keeps_its_closed_channels_and_is_reported():

@@ -12,11 +12,20 @@ linear layers, which mix the channels of their input) and read by its *sinks*
 output channels form a group read by conv2, while conv2's output joins the
 block's input through the residual sum, and with it every tensor of the stage.
 
+A channel runs along dimension 1 (``(N, C)``, ``(N, C, H, W)``), except the
+features a linear layer computes from a tensor of three or four dimensions
+(the MLP of a transformer or of a ConvNeXt block), which run along the last
+dimension; a group's tensors all have their channels on the same side, and on
+the last side only element-wise operations (activations, dropout, sums and
+products of equal shapes) join a group.
+
 A group is *pinned* when slicing its channels could change what the model
 computes, or when the graph does not show that it could not: it holds the
 model's input or output, an operation not listed above (a concatenation, a
-hard-coded reshape, a functional convolution), a module with parameters
-called twice, or a tensor that is neither ``(N, C)`` nor ``(N, C, H, W)``.
+hard-coded reshape, a functional convolution, a layer norm), a module with
+parameters called twice, a tensor whose channels run along dimension 1 that is
+neither ``(N, C)`` nor ``(N, C, H, W)``, or the input of a linear layer that
+reads the last dimension of such a tensor.
 
 A channel is *zero* when it is exactly zero for every input: a convolution or
 linear row whose weights are zero on every input it reads and whose bias is
@@ -45,6 +54,9 @@ _ZERO_PRESERVING_FUNCTIONS = {F.relu, torch.relu, F.relu6, F.leaky_relu, F.hardt
                               torch.tanh, F.elu, F.dropout, F.max_pool2d, F.avg_pool2d, F.adaptive_avg_pool2d,
                               F.adaptive_max_pool2d, F.interpolate}
 _ZERO_PRESERVING_METHODS = {"relu", "relu_", "contiguous", "clone", "tanh"}
+#: Of those, the ones that act on the last two dimensions (per channel only when channels run along dimension 1).
+_SPATIAL_MODULES = (nn.Dropout2d, nn.MaxPool2d, nn.AvgPool2d, nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d)
+_SPATIAL_FUNCTIONS = {F.max_pool2d, F.avg_pool2d, F.adaptive_avg_pool2d, F.adaptive_max_pool2d, F.interpolate}
 #: Channel by channel, but f(0) != 0.
 _CHANNELWISE_MODULES = (nn.Sigmoid, nn.Hardsigmoid)
 _CHANNELWISE_FUNCTIONS = {torch.sigmoid, F.sigmoid, F.hardsigmoid}
@@ -99,6 +111,9 @@ class ChannelGraph:
         self._parent: dict = {}
         #: Features per channel of each node: H * W after flattening an (N, C, H, W) tensor, else 1.
         self.block: dict = {}
+        #: The dimension along which each node's channels run: 1, or -1 (a linear layer's features on the
+        #: last dimension of a tensor of three or four dimensions).
+        self.axis: dict = {}
         self._sources, self._ops, self._sinks, self._pins, self._merged = [], [], [], [], []
         for node in graph_module.graph.nodes:
             self._visit(node)
@@ -124,12 +139,13 @@ class ChannelGraph:
             node = self._parent[node]
         return node
 
-    def _new(self, node, block: int = 1):
-        self._parent[node], self.block[node] = node, block
+    def _new(self, node, block: int = 1, axis: int = 1):
+        self._parent[node], self.block[node], self.axis[node] = node, block, axis
 
     def _union(self, node, other, block: int | None = None):
         self._parent.setdefault(node, node)
         self.block[node] = self.block[other] if block is None else block
+        self.axis[node] = self.axis[other]
         self._parent[self.find(node)] = self.find(other)
 
     def group(self, node) -> Group:
@@ -181,7 +197,7 @@ class ChannelGraph:
             self._visit_module(node, self.modules[node.target])
         else:
             self._visit_operation(node)
-        if meta is not None and len(meta.shape) not in (2, 4):
+        if meta is not None and len(meta.shape) not in (2, 4) and self.axis.get(node) != -1:
             self._pin_all(node, f"{node.name} is {len(meta.shape)}-dimensional")
 
     def _reads_shape_only(self, node) -> bool:
@@ -195,14 +211,22 @@ class ChannelGraph:
         if any(True for _ in module.parameters(recurse=False)) and self.calls[node.target] > 1:
             return self._pin_all(node, f"module {node.target} is called {self.calls[node.target]} times")
         meta = inp.meta.get("tensor_meta")
-        if isinstance(module, nn.Linear) and meta is not None and len(meta.shape) != 2:
-            return self._pin_all(node, f"linear layer {node.target} reads the last of {len(meta.shape)} dimensions")
+        last = self.axis[inp] == -1
         if isinstance(module, nn.Conv2d) and module.groups == 1 or isinstance(module, nn.Linear):
-            self._sinks.append((node, inp))
-            self._new(node)
+            features_last = isinstance(module, nn.Linear) and meta is not None and len(meta.shape) > 2
+            if features_last and not last:
+                self._pins.append((inp, f"linear layer {node.target} reads the last of {len(meta.shape)} dimensions"))
+            elif isinstance(module, nn.Conv2d) and last:
+                self._pins.append((inp, f"convolution {node.target} reads channels that run along the last dimension"))
+            else:
+                self._sinks.append((node, inp))
+            self._new(node, axis=-1 if features_last else 1)
             self._sources.append(node)
             if isinstance(module, nn.Conv2d) and self.block[inp] != 1:
                 self._pins.append((inp, f"flattened input of {node.target}"))
+        elif last and isinstance(module, (nn.Conv2d, _BATCH_NORMS, nn.Flatten, *_SPATIAL_MODULES)):
+            self._pin_all(node, f"module {node.target} ({type(module).__name__}) does not act per channel on "
+                                f"channels that run along the last dimension")
         elif isinstance(module, nn.Conv2d) and is_depthwise(module) or isinstance(module, _BATCH_NORMS):
             self._union(node, inp)
             self._ops.append(node)
@@ -218,7 +242,8 @@ class ChannelGraph:
         target, first = node.target, node.args[0] if node.args else None
         known = (_ZERO_PRESERVING_FUNCTIONS | _CHANNELWISE_FUNCTIONS if node.op == "call_function"
                  else _ZERO_PRESERVING_METHODS | _CHANNELWISE_METHODS)
-        if len(inputs) == 1 and first is inputs[0] and target in known:
+        if len(inputs) == 1 and first is inputs[0] and target in known \
+                and not (self.axis[first] == -1 and target in _SPATIAL_FUNCTIONS):
             self._union(node, first)
         elif target in _SUMS | _PRODUCTS and node.op == "call_function" or target in ("add", "mul", "sub"):
             if len(inputs) == 1:  # a tensor and a number
@@ -229,15 +254,19 @@ class ChannelGraph:
                 self._merged.append(node)
             else:
                 self._pin_all(node, f"{node.name} broadcasts across channels")
-        elif len(inputs) == 1 and first is inputs[0] and self._flattens(node):
+        elif len(inputs) == 1 and first is inputs[0] and self._flattens(node) and self.axis[first] == 1:
             self._flatten(node, first)
         else:
             self._pin_all(node, f"{node.format_node()} is not known to act per channel")
 
     def _same_channels(self, a, b) -> bool:
         shapes = [n.meta.get("tensor_meta") for n in (a, b)]
+        if self.axis[a] != self.axis[b]:
+            return False
         if any(s is None for s in shapes):
             return True
+        if self.axis[a] == -1:
+            return tuple(shapes[0].shape) == tuple(shapes[1].shape)
         return tuple(shapes[0].shape[1:2]) == tuple(shapes[1].shape[1:2]) and self.block[a] == self.block[b]
 
     @staticmethod
@@ -259,7 +288,7 @@ class ChannelGraph:
     # ----- zero channels -------------------------------------------------------
     @torch.no_grad()
     def zero_channels(self) -> dict:
-        """Node -> bool tensor over its dimension 1: entries exactly zero for every input (needs shapes).
+        """Node -> bool tensor over its channels (:attr:`axis`): entries exactly zero for every input (needs shapes).
 
         Evaluated for the module in eval mode (batch norms use their running statistics).
         """
@@ -268,7 +297,7 @@ class ChannelGraph:
             meta = node.meta.get("tensor_meta")
             if not isinstance(meta, TensorMetadata) or len(meta.shape) < 2:
                 continue
-            size = meta.shape[1]
+            size = meta.shape[self.axis.get(node, 1)]
             zero[node] = self._zero(node, size, zero)
             if zero[node] is None or zero[node].shape != (size,):
                 zero[node] = torch.zeros(size, dtype=torch.bool)
@@ -283,6 +312,9 @@ class ChannelGraph:
                 return None
             if isinstance(module, (nn.Conv2d, nn.Linear)):
                 weight = module.weight.detach()
+                inputs = module.in_channels if isinstance(module, nn.Conv2d) else module.in_features
+                if first.shape != (inputs,):  # its input's channels run along another dimension: none known zero
+                    first = torch.zeros(inputs, dtype=torch.bool)
                 if isinstance(module, nn.Conv2d) and module.groups > 1:  # each group reads its own input slice
                     live = ~first.view(module.groups, -1).repeat_interleave(module.out_channels // module.groups, 0)
                     silent = ~(weight.ne(0).flatten(2).any(2) & live).any(1)

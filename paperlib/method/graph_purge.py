@@ -84,7 +84,7 @@ def purge(model: nn.Module, example_input: torch.Tensor) -> nn.Module:
     ShapeProp(traced).propagate(example_input)
     graph = ChannelGraph(traced)
     zero = graph.zero_channels()
-    keep = {}  # node -> bool mask over its dimension 1
+    keep = {}  # node -> bool mask over its channels (dimension graph.axis[node])
     for group in graph.groups:
         channels = _channels(graph, group)
         if channels is None:  # a pinned group of scalars or vectors (a ConvNeXt's layer scale): nothing to slice
@@ -192,7 +192,7 @@ def _channels(graph: ChannelGraph, group) -> int | None:
     for node in group.nodes:
         shape = node.meta["tensor_meta"].shape
         if len(shape) >= 2:
-            return shape[1] // graph.block[node]
+            return shape[graph.axis[node]] // graph.block[node]
     return None
 
 
@@ -223,12 +223,11 @@ def _slice(plain: nn.Module, graph: ChannelGraph, keep: dict, zero: dict) -> Non
                 rows = weight if full_out else weight.index_select(0, out)
                 _set_module(plain, node.target, _plain_conv(layer, rows.index_select(1, columns), bias))
         elif isinstance(layer, nn.Linear):
-            if len(node.args[0].meta["tensor_meta"].shape) == 2:
+            if len(node.args[0].meta["tensor_meta"].shape) == 2 or graph.axis[node.args[0]] == -1:
                 read = inp & _read(layer, zero[node.args[0]])
-            else:  # features on the last of several dimensions (a ConvNeXt's pointwise layers): their group,
-                # over dimension 1, is pinned; the layer still drops the features whose weights are all zero
+            else:  # it reads the last dimension of a tensor whose channels run along dimension 1 (a layer norm's
+                # output): that group is pinned, and the layer still drops the features whose weights are all zero
                 inp = torch.ones(layer.in_features, dtype=torch.bool)
-                out, full_out = torch.arange(layer.out_features), True
                 read = _read(layer, torch.zeros(layer.in_features, dtype=torch.bool))
             if not read.any():
                 read[inp.nonzero().flatten()[:1]] = True

@@ -2,7 +2,8 @@
 
 :func:`sparsify` puts the gates of :mod:`paperlib.method.gates` on the layers of a
 model built with plain ``torch.nn`` layers (a torchvision ResNet, a
-MobileNetV2, a VGG), in place, keeping its weights:
+MobileNetV2, a VGG, a ConvNeXt, the MLPs of a vision transformer), in place,
+keeping its weights:
 
 * ``sparsity="structured"`` (§2, "Parameter grouping"): one gate per *output
   channel* of a convolution (:class:`GatedConv2d`, any ``nn.Conv2d``: groups,
