@@ -116,6 +116,21 @@ def test_default_rule_on_mobilenet_v2_gates_the_last_conv_of_each_channel_run():
     assert "features.0.0" not in names  # the stem's channels run into the first depthwise conv
 
 
+def test_default_rule_skips_a_depthwise_run_that_another_branch_reads_before_it():
+    # ShuffleNetV2's first block of a stage reads its input in two branches: a depthwise 3x3 (then a 1x1) and
+    # a 1x1. A gate on the depthwise convolution would close a channel the other branch still reads, open.
+    model = torchvision.models.shufflenet_v2_x0_5(num_classes=10)
+    blocks = {2: 4, 3: 8, 4: 4}
+    # gated: the depthwise convolution of every block's second branch, whose 1x1 input is read by nothing else
+    assert default_layers(model) == [f"stage{s}.{b}.branch2.3" for s, n in blocks.items() for b in range(n)] + ["fc"]
+    sparsify(model)
+    close_gates_(model)
+    x = torch.randn(2, *SHAPE)
+    purged = paperlib.purge(model.eval(), x)
+    assert purged.purge_report == {}
+    assert_same_outputs(model, purged, x)
+
+
 def test_include_and_exclude_change_the_rule():
     model = build("resnet18")
     chosen = sparsify(model, include=["layer1.0.conv2"],

@@ -20,7 +20,9 @@ operation the graph does not show to act per channel (a concatenation, as in
 GoogLeNet; a grouped convolution that is not depthwise, as in ResNeXt and
 RegNet-X, where the default rule gates almost nothing). Where a channel runs
 through a depthwise convolution (MobileNet), the last convolution of the run is
-gated, so that a closed channel is silent where the next layer reads it.
+gated, so that a closed channel is silent where the next layer reads it; a run
+that some layer reads before its last convolution (ShuffleNet's two-branch
+blocks) is not gated.
 Every linear layer has its input features gated. ``include`` and ``exclude``
 (module names, or predicates ``f(name, module)``) add layers to that rule or
 take them out.
@@ -154,13 +156,27 @@ def default_layers(model: nn.Module, graph: ChannelGraph | None = None) -> list[
     for group in graph.groups:
         convs = sorted((n for n in group.sources + group.channel_ops if isinstance(graph.modules[n.target], nn.Conv2d)),
                        key=order.get)
-        if convs and not group.pinned and not group.merged and len(group.sources) == 1:
+        if convs and not group.pinned and not group.merged and len(group.sources) == 1 \
+                and _reaches_every_sink(convs[-1], group):
             chosen.add(convs[-1].target)
     for node in graph.module.graph.nodes:
         if node.op == "call_module" and isinstance(graph.modules[node.target], nn.Linear) \
                 and graph.calls[node.target] == 1:
             chosen.add(node.target)
     return [name for name, _ in model.named_modules() if name in chosen]
+
+
+def _reaches_every_sink(node: fx.Node, group) -> bool:
+    """Whether every layer reading ``group`` reads it after ``node``: else a channel ``node``'s gate closes is still
+    read, open, by a layer that branches off before it (ShuffleNet's first block: the stem's channels feed a
+    depthwise convolution in one branch and a 1x1 convolution in the other), and purge could not remove it."""
+    after, frontier = set(), [node]
+    while frontier:
+        for user in frontier.pop().users:
+            if user not in after:
+                after.add(user)
+                frontier.append(user)
+    return all(inp is node or inp in after for _, inp in group.sinks)
 
 
 def _selected(selectors: Iterable[Selector] | Selector | None, candidates: dict[str, nn.Module], what: str) -> set:
