@@ -168,7 +168,7 @@ def default_layers(model: nn.Module, graph: ChannelGraph | None = None) -> list[
 
 def _reaches_every_sink(node: fx.Node, group) -> bool:
     """Whether every layer reading ``group`` reads it after ``node``: else a channel ``node``'s gate closes is still
-    read, open, by a layer that branches off before it (ShuffleNet's first block: the stem's channels feed a
+    read, open, by a layer that branches off before it (the first block of a ShuffleNet stage: its input feeds a
     depthwise convolution in one branch and a 1x1 convolution in the other), and purge could not remove it."""
     after, frontier = set(), [node]
     while frontier:
