@@ -26,24 +26,13 @@ import paperlib
 from paperlib.method.layers import L0Layer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from fake_models import randomise_batch_norms_  # noqa: E402  (the tests' helper)
+from fake_models import close_gates_, randomise_batch_norms_  # noqa: E402  (the tests' helpers)
 
 #: One or two models of each family, and the input side each needs at the least (32 px where it runs).
 MODELS = {"alexnet": 64, "vgg11": 32, "vgg11_bn": 32, "resnet18": 32, "resnet50": 32, "wide_resnet50_2": 32,
           "resnext50_32x4d": 32, "regnet_x_400mf": 32, "regnet_y_400mf": 32, "squeezenet1_0": 32, "densenet121": 32,
           "googlenet": 64, "shufflenet_v2_x0_5": 32, "mobilenet_v2": 32, "mobilenet_v3_small": 32, "mnasnet0_5": 32,
           "efficientnet_b0": 32, "convnext_tiny": 32, "swin_t": 32, "vit_b_16": 32}
-
-
-def close_gates_(model: torch.nn.Module, share: float, seed: int = 0) -> None:
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for layer in model.modules():
-            if isinstance(layer, L0Layer):
-                log_alpha = layer.weight_log_alpha
-                closed = torch.rand(log_alpha.shape, generator=generator) < share
-                log_alpha.copy_(torch.where(closed, -20.0, torch.empty(log_alpha.shape).uniform_(-1, 3,
-                                                                                               generator=generator)))
 
 
 def check(name: str, side: int, share: float) -> dict:

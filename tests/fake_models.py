@@ -1,7 +1,14 @@
-"""Models the tests make: batch norms with statistics and affine parameters away from their defaults."""
+"""Models the tests make: batch norms with statistics and affine parameters away from their defaults, and gates
+closed at random."""
 
 import torch
 import torch.nn as nn
+
+from paperlib.method.layers import L0Layer
+
+#: A closed gate's log_alpha: its median (eq. 9) is exactly 0 below -beta ln 11, about -1.6, and a sample
+#: (eq. 7) is exactly 0 below about -10 whatever the noise.
+CLOSED = -20.0
 
 
 def randomise_batch_norms_(model: nn.Module, seed: int = 0) -> None:
@@ -14,3 +21,15 @@ def randomise_batch_norms_(model: nn.Module, seed: int = 0) -> None:
                 bn.running_var.copy_(torch.empty(size).uniform_(0.5, 2.0, generator=generator))
                 bn.weight.copy_(torch.empty(size).uniform_(0.5, 1.5, generator=generator))
                 bn.bias.copy_(0.2 * torch.randn(size, generator=generator))
+
+
+def close_gates_(model: nn.Module, share: float = 0.4, seed: int = 0) -> None:
+    """Close about ``share`` of every gated layer's gates; the others get medians in (0, 1]."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for layer in model.modules():
+            if isinstance(layer, L0Layer):
+                log_alpha = layer.weight_log_alpha
+                closed = torch.rand(log_alpha.shape, generator=generator) < share
+                open_ = torch.empty(log_alpha.shape).uniform_(-1.0, 3.0, generator=generator)
+                log_alpha.copy_(torch.where(closed, CLOSED, open_))

@@ -15,7 +15,7 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 import torch.nn.functional as F
-from fake_models import randomise_batch_norms_
+from fake_models import CLOSED, close_gates_, randomise_batch_norms_
 import torchvision
 
 import paperlib
@@ -24,7 +24,6 @@ from paperlib.method.graph_purge import SelectFeatures
 from paperlib.method.layers import L0Layer
 from paperlib.method.sparsify import GatedConv2d, GatedLinear, default_layers, sparsify
 
-CLOSED = -20.0
 SHAPE = (3, 32, 32)
 BUILDERS = {"resnet18": torchvision.models.resnet18, "mobilenet_v2": torchvision.models.mobilenet_v2,
             "vgg11_bn": torchvision.models.vgg11_bn}
@@ -46,18 +45,6 @@ def build(name: str, seed: int = 0) -> nn.Module:
     return BUILDERS[name](weights=None, num_classes=10)
 
 
-def close_gates_(model: nn.Module, share: float = 0.4, seed: int = 0) -> None:
-    """Close about ``share`` of every gated layer's gates; the others get medians in (0, 1]."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for layer in model.modules():
-            if isinstance(layer, L0Layer):
-                log_alpha = layer.weight_log_alpha
-                closed = torch.rand(log_alpha.shape, generator=generator) < share
-                open_ = torch.empty(log_alpha.shape).uniform_(-1.0, 3.0, generator=generator)
-                log_alpha.copy_(torch.where(closed, CLOSED, open_))
-
-
 def reaches_a_sum(node: fx.Node, modules: dict) -> bool:
     """Whether a convolution's output meets a residual sum before another convolution or linear layer reads it."""
     frontier = list(node.users)
@@ -76,6 +63,18 @@ def assert_same_outputs(a: nn.Module, b: nn.Module, x: torch.Tensor) -> None:
         out_a, out_b = a.eval()(x), b.eval()(x)
     assert out_a.abs().max() > 0
     assert (out_a - out_b).abs().max() <= 1e-5 * out_a.abs().max()
+
+
+def purged_without_closed_channels(model: nn.Module) -> tuple[nn.Module, torch.Tensor]:
+    """Randomise the batch norms of sparsified ``model``, close about 40% of its gates, purge it: no closed channel
+    stays, and the purged model computes what the gated one does. Returns the purged model and the input."""
+    randomise_batch_norms_(model)
+    close_gates_(model)
+    x = torch.randn(2, *SHAPE)
+    purged = paperlib.purge(model.eval(), x)
+    assert purged.purge_report == {}
+    assert_same_outputs(model, purged, x)
+    return purged, x
 
 
 # ----- which layers --------------------------------------------------------------------------------------------
@@ -123,12 +122,7 @@ def test_default_rule_skips_a_depthwise_run_that_another_branch_reads_before_it(
     blocks = {2: 4, 3: 8, 4: 4}
     # gated: the depthwise convolution of every block's second branch, whose 1x1 input is read by nothing else
     assert default_layers(model) == [f"stage{s}.{b}.branch2.3" for s, n in blocks.items() for b in range(n)] + ["fc"]
-    sparsify(model)
-    close_gates_(model)
-    x = torch.randn(2, *SHAPE)
-    purged = paperlib.purge(model.eval(), x)
-    assert purged.purge_report == {}
-    assert_same_outputs(model, purged, x)
+    purged_without_closed_channels(sparsify(model))
 
 
 def test_include_and_exclude_change_the_rule():
@@ -261,12 +255,7 @@ def test_vgg11_bn_sparsified_purged_and_counted():
     sparsify(model)
     gated = [name for name, m in model.named_modules() if isinstance(m, L0Layer)]
     assert gated == convs + ["classifier.0", "classifier.3", "classifier.6"]  # no residual sum: every layer
-    randomise_batch_norms_(model)
-    close_gates_(model)
-    x = torch.randn(2, *SHAPE)
-    purged = paperlib.purge(model.eval(), x)
-    assert purged.purge_report == {}
-    assert_same_outputs(model, purged, x)
+    purged, _ = purged_without_closed_channels(model)
     # the first classifier layer reads 512 x 7 x 7 features: those of closed channels go with them, and
     # a closed feature gate of a kept channel is dropped by a selection in front of it
     open_channels = model.features[25].group_gate_values() != 0
