@@ -10,7 +10,7 @@ test-time gated and the purged parameter counts, and how many closed channels pu
 
     OMP_NUM_THREADS=1 python benchmarks/torchvision_models.py [--closed 0.4] [MODEL ...]
 
-About a minute on one core for the default list.
+About half a minute on one core for the default list.
 """
 
 import argparse

@@ -46,17 +46,17 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.fx.passes.shape_prop import TensorMetadata
 
-#: Modules and functions that act on each channel separately and map a zero channel to a zero channel.
-_ZERO_PRESERVING_MODULES = (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.Hardtanh, nn.SiLU, nn.GELU, nn.Hardswish, nn.Tanh,
-                            nn.ELU, nn.Dropout, nn.Dropout2d, nn.Identity, nn.MaxPool2d, nn.AvgPool2d,
-                            nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d)
-_ZERO_PRESERVING_FUNCTIONS = {F.relu, torch.relu, F.relu6, F.leaky_relu, F.hardtanh, F.silu, F.gelu, F.hardswish,
-                              torch.tanh, F.elu, F.dropout, F.max_pool2d, F.avg_pool2d, F.adaptive_avg_pool2d,
-                              F.adaptive_max_pool2d, F.interpolate}
-_ZERO_PRESERVING_METHODS = {"relu", "relu_", "contiguous", "clone", "tanh"}
-#: Of those, the ones that act on the last two dimensions (per channel only when channels run along dimension 1).
+#: Modules and functions that act on the last two dimensions, each channel separately, mapping a zero channel to a
+#: zero channel: per channel only when channels run along dimension 1.
 _SPATIAL_MODULES = (nn.Dropout2d, nn.MaxPool2d, nn.AvgPool2d, nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d)
 _SPATIAL_FUNCTIONS = {F.max_pool2d, F.avg_pool2d, F.adaptive_avg_pool2d, F.adaptive_max_pool2d, F.interpolate}
+#: Modules and functions that act on each channel separately and map a zero channel to a zero channel: the
+#: element-wise ones, and the spatial ones.
+_ZERO_PRESERVING_MODULES = (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.Hardtanh, nn.SiLU, nn.GELU, nn.Hardswish, nn.Tanh,
+                            nn.ELU, nn.Dropout, nn.Identity, *_SPATIAL_MODULES)
+_ZERO_PRESERVING_FUNCTIONS = {F.relu, torch.relu, F.relu6, F.leaky_relu, F.hardtanh, F.silu, F.gelu, F.hardswish,
+                              torch.tanh, F.elu, F.dropout, *_SPATIAL_FUNCTIONS}
+_ZERO_PRESERVING_METHODS = {"relu", "relu_", "contiguous", "clone", "tanh"}
 #: Channel by channel, but f(0) != 0.
 _CHANNELWISE_MODULES = (nn.Sigmoid, nn.Hardsigmoid)
 _CHANNELWISE_FUNCTIONS = {torch.sigmoid, F.sigmoid, F.hardsigmoid}
