@@ -1,8 +1,6 @@
 """paperlib.method.constrained.ConstrainedStep: one object owns the step (eq. 4-6), on any model with gated layers."""
 
 import copy
-import csv
-import gzip
 import json
 import re
 from pathlib import Path
@@ -13,7 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import paperlib
-from paperlib.harness import methods, training
+from paperlib.harness import methods, records, training
 from paperlib.harness.data import load_dataset
 from paperlib.method.constrained import ConstrainedStep, weight_parameters
 from paperlib.method.gate_pass import ModelGates
@@ -143,8 +141,7 @@ def test_the_runners_step_gives_a_committed_records_first_logged_steps_again(tmp
         pytest.skip("no MNIST under $PAPERLIB_DATA")
     monkeypatch.setenv("PAPERLIB_RUNS", str(tmp_path))
     runner = training.Runner(resolve_config(**params), progress=False)
-    with gzip.open(RECORD / "steps.csv.gz", "rt") as f:
-        rows = list(csv.DictReader(f))[:3]
+    rows = records.load_record(RECORD)["steps"][:3]
     at = [round(float(row["epoch"]) * len(runner.train_loader)) for row in rows]
     assert at == [0, 23, 46]
     runner.method.model.train()
@@ -168,11 +165,11 @@ def test_a_model_wise_target_is_reached_in_a_few_hundred_steps():
     assert model_density(model).item() > 0.8
     step = ConstrainedStep(model, torch.optim.Adam(weight_parameters(model), lr=1e-2), target=0.4, gates_lr=0.05,
                            dual_lr=0.5)
-    records = [step.roll(lambda: F.cross_entropy(model(x), y)) for _ in range(300)]
-    assert max(r.multipliers.item() for r in records) > 1.0  # the constraint bound on the way
+    rolled = [step.roll(lambda: F.cross_entropy(model(x), y)) for _ in range(300)]
+    assert max(r.multipliers.item() for r in rolled) > 1.0  # the constraint bound on the way
     final = model_density(model).item()
     assert abs(final - 0.4) < 0.02, final
-    assert records[-1].loss.item() < 0.5 * records[0].loss.item()  # and the task was learnt meanwhile
+    assert rolled[-1].loss.item() < 0.5 * rolled[0].loss.item()  # and the task was learnt meanwhile
 
 
 def test_per_layer_targets_give_one_multiplier_per_gated_layer_in_module_order():

@@ -4,17 +4,19 @@
 ``params.json``         every resolved parameter of the run
 ``metrics.json``        final numbers and provenance (status, densities, counts,
                         errors, device, data source, git commit, versions)
-``history.csv.gz``      one row per epoch (training dynamics)
-``steps.csv.gz``        density and multipliers every few steps (dual dynamics)
-``gate_medians.json.gz`` test-time gate medians per layer at chosen epochs
+``history.csv.xz``      one row per epoch (training dynamics)
+``steps.csv.xz``        density and multipliers every few steps (dual dynamics)
+``gate_medians.json.xz`` test-time gate medians per layer at chosen epochs
 ``notebook.ipynb``      the executed notebook (added by :mod:`paperlib.harness.sweeps`)
 =====================  =======================================================
 
-The data files are gzip-compressed (``pandas.read_csv`` reads the CSVs as they
-are). Records made before 2026-11-24 have ``history.csv`` and
+The data files are xz-compressed (``pandas.read_csv`` reads the CSVs as they
+are): a third smaller than gzip, which leaves room in what a lent GPU's call
+carries (the whole tree). Records made by paperlib before 2026-11-27 have them
+gzip-compressed (``.gz``), and before 2026-11-24 ``history.csv`` and
 ``gate_medians.json`` (before 2026-11-23 also ``steps.csv``) uncompressed:
-:func:`load_record` reads both, and :func:`compact_record` converts them
-without changing a number.
+:func:`load_record` reads every form, and :func:`compact_record` converts them
+without changing what they hold (the records in ``runs/`` were converted so).
 
 Every file is written to a temporary name and moved into place
 (``os.replace`` is atomic), so a record is never half-written. A record whose
@@ -28,6 +30,7 @@ import gzip
 import hashlib
 import io
 import json
+import lzma
 import os
 import re
 import subprocess
@@ -109,20 +112,37 @@ def git_commit() -> str:
     return commit + ("-dirty" if dirty else "")
 
 
-#: A record's data files: what :func:`load_record` calls each, its file, and the uncompressed file it was
-#: in records made before (read as well; :func:`compact_record` converts them).
-DATA_FILES = {"history": ("history.csv.gz", "history.csv"),
-              "steps": ("steps.csv.gz", "steps.csv"),
-              "gate_medians": ("gate_medians.json.gz", "gate_medians.json")}
+#: A record's data files: what :func:`load_record` calls each, its file, and the files it was in in records
+#: made before, newest first (read as well; :func:`compact_record` converts them).
+DATA_FILES = {"history": ("history.csv.xz", "history.csv.gz", "history.csv"),
+              "steps": ("steps.csv.xz", "steps.csv.gz", "steps.csv"),
+              "gate_medians": ("gate_medians.json.xz", "gate_medians.json.gz", "gate_medians.json")}
+
+
+def _xz(data: bytes) -> bytes:
+    """``data`` xz-compressed at the strongest preset, with a dictionary just large enough for the data: the
+    same size as with the preset's 64 MiB dictionary, with a few MB of memory instead of about 65."""
+    dict_size = max(4096, 1 << (len(data) - 1).bit_length())
+    return lzma.compress(data, format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64,
+                         filters=[{"id": lzma.FILTER_LZMA2, "preset": 9 | lzma.PRESET_EXTREME, "dict_size": dict_size}])
+
+
+#: How a data file's bytes are stored, by its suffix: (compress, decompress). Both compressors are
+#: deterministic (gzip without a timestamp), so the same text always gives the same bytes.
+CODECS = {".xz": (_xz, lzma.decompress),
+          ".gz": (lambda data: gzip.compress(data, compresslevel=9, mtime=0), gzip.decompress),
+          "": (bytes, bytes)}
+
+
+def _codec(path) -> tuple:
+    suffix = Path(path).suffix
+    return CODECS[suffix if suffix in CODECS else ""]
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file; a ``.gz`` path is gzip-compressed (no
-    timestamp in the header, so the same text always gives the same bytes)."""
+    """Write ``text`` to ``path`` through a temporary file, compressed as its suffix says (:data:`CODECS`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = text.encode()
-    if path.suffix == ".gz":
-        data = gzip.compress(data, compresslevel=9, mtime=0)
+    data = _codec(path)[0](text.encode())
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -135,20 +155,21 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def write_json(path: Path, obj) -> None:
-    """Write ``obj`` as JSON, atomically: indented to be read by people, compact under gzip (``.gz``)."""
+    """Write ``obj`` as JSON, atomically: indented to be read by people, compact when compressed (``.xz``,
+    ``.gz``)."""
     path = Path(path)
-    text = json.dumps(obj, separators=(",", ":")) if path.suffix == ".gz" else json.dumps(obj, indent=1)
+    text = json.dumps(obj, separators=(",", ":")) if path.suffix in (".xz", ".gz") else json.dumps(obj, indent=1)
     _write_atomic(path, text + "\n")
 
 
 def read_json(path: Path):
-    """The object in a JSON file (gzip-compressed if its name ends in ``.gz``)."""
-    data = Path(path).read_bytes()
-    return json.loads(gzip.decompress(data) if Path(path).suffix == ".gz" else data)
+    """The object in a JSON file (compressed as its suffix says: ``.xz``, ``.gz``)."""
+    return json.loads(_codec(path)[1](Path(path).read_bytes()))
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
-    """Write a list of dicts (same keys in every row, first row's order) as CSV, atomically (gzip: ``.gz``)."""
+    """Write a list of dicts (same keys in every row, first row's order) as CSV, atomically (compressed as the
+    suffix says: ``.xz``, ``.gz``)."""
     if not rows:
         return
     columns = list(rows[0])
@@ -169,7 +190,7 @@ def _csv_cell(value) -> str:
 
 
 def read_csv(path: Path) -> list[dict]:
-    """The rows of a CSV file (gzip-compressed if its name ends in ``.gz``), as dicts of strings (new dicts at
+    """The rows of a CSV file (compressed as its suffix says: ``.xz``, ``.gz``), as dicts of strings (new dicts at
     every call: a caller may change them)."""
     path = Path(path)
     stat = path.stat()
@@ -181,40 +202,43 @@ def read_csv(path: Path) -> list[dict]:
 def _parsed_csv(path: str, mtime_ns: int, size: int) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
     """The column names and rows of a CSV file, parsed once per version of the file (its modification time
     and size are part of the key): the result pages read the same records many times."""
-    data = Path(path).read_bytes()
-    text = gzip.decompress(data).decode() if path.endswith(".gz") else data.decode()
+    text = _codec(path)[1](Path(path).read_bytes()).decode()
     reader = csv.DictReader(io.StringIO(text))
     rows = tuple(tuple(row.values()) for row in reader)
     return tuple(reader.fieldnames or ()), rows
 
 
 def compact_record(run_dir: Path) -> list[str]:
-    """Compress a record's uncompressed data files (:data:`DATA_FILES`) and its notebook's figures; what changed.
+    """Convert a record's data files in an older form (:data:`DATA_FILES`: gzip-compressed or uncompressed) to
+    the current one, and compress its notebook's figures; the names of the files that changed.
 
-    Each compressed file is checked to hold what the uncompressed one held (the
-    same CSV bytes; the same JSON object) before that one is removed, so the
-    conversion never changes a number. The figures are re-encoded by
-    :func:`compress_notebook_figures`.
+    Each new file is checked to hold what the old one held (the same CSV text;
+    the same JSON object; a compressed JSON file's text too) before the old one
+    is removed, so the conversion never changes a number. The figures are
+    re-encoded by :func:`compress_notebook_figures`.
     """
     run_dir = Path(run_dir)
     changed = []
-    for name, (current, legacy) in DATA_FILES.items():
-        source, target = run_dir / legacy, run_dir / current
-        if not source.exists():
-            continue
-        if legacy.endswith(".json"):
-            original = read_json(source)
-            write_json(target, original)
-            same = read_json(target) == original
-        else:
-            original = source.read_bytes()
-            _write_atomic(target, original.decode())
-            same = gzip.decompress(target.read_bytes()) == original
-        if not same:
-            target.unlink()
-            raise RuntimeError(f"{target} does not hold what {source} holds; kept {source}")
-        source.unlink()
-        changed.append(legacy)
+    for name, (current, *older) in DATA_FILES.items():
+        target = run_dir / current
+        for legacy in older:
+            source = run_dir / legacy
+            if not source.exists():
+                continue
+            if target.exists():
+                raise RuntimeError(f"{run_dir} has both {current} and {legacy}: which is the record's is not known")
+            original = _codec(source)[1](source.read_bytes())
+            if Path(legacy).suffix == ".json":  # indented: rewritten compact
+                write_json(target, json.loads(original))
+                same = read_json(target) == json.loads(original)
+            else:
+                _write_atomic(target, original.decode())
+                same = _codec(target)[1](target.read_bytes()) == original
+            if not same:
+                target.unlink()
+                raise RuntimeError(f"{target} does not hold what {source} holds; kept {source}")
+            source.unlink()
+            changed.append(legacy)
     if compress_notebook_figures(run_dir):
         changed.append("notebook.ipynb")
     return changed
@@ -401,13 +425,14 @@ def write_record(run_dir: Path, params: dict, metrics: dict, history: list[dict]
         raise RuntimeError(f"refusing to overwrite the complete record in {run_dir} with a "
                            f"{metrics['status']} one")
     write_json(run_dir / "params.json", params)
-    (history_file, _), (steps_file, _), (medians_file, _) = DATA_FILES.values()
+    (history_file, *_), (steps_file, *_), (medians_file, *_) = DATA_FILES.values()
     write_csv(run_dir / history_file, history)
     write_csv(run_dir / steps_file, steps)
     if gate_medians:
         write_json(run_dir / medians_file, gate_medians)
-    for _, legacy in DATA_FILES.values():
-        (run_dir / legacy).unlink(missing_ok=True)  # written by this run before it was stopped, by an older paperlib
+    for _, *older in DATA_FILES.values():
+        for legacy in older:  # written by this run before it was stopped, by an older paperlib
+            (run_dir / legacy).unlink(missing_ok=True)
     write_json(run_dir / "metrics.json", metrics)
 
 
