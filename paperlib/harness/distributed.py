@@ -52,7 +52,7 @@ Records and checkpoints
     number of processes. Every process evaluates the whole validation set (same
     numbers; it keeps the global RNG in step). The epoch means of
     ``history.csv`` are over all processes' examples; the per-step ``loss`` of
-    ``steps.csv.gz`` is rank 0's slice's (densities and multipliers there are
+    ``steps.csv.xz`` is rank 0's slice's (densities and multipliers there are
     global). ``metrics.json`` gains ``distributed`` (absent for one process).
 
 Limitation: a non-finite loss is detected per process; the process that
