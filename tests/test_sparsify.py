@@ -395,6 +395,48 @@ def test_a_gated_layer_the_example_input_does_not_reach_keeps_its_closed_channel
     assert_same_outputs(model, purged, x)
 
 
+def test_a_submodule_fx_cannot_trace_is_called_whole_when_named_in_leaves():
+    class Router(nn.Module):  # Python control flow on a tensor's values: torch.fx cannot trace it
+        def __init__(self):
+            super().__init__()
+            self.wide, self.narrow = nn.Conv2d(8, 8, 3, padding=1), nn.Conv2d(8, 8, 1)
+
+        def forward(self, x):
+            return self.wide(x) if x.mean() > 0 else self.narrow(x)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.bn1 = nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16)
+            self.conv2, self.bn2 = nn.Conv2d(16, 8, 3, padding=1), nn.BatchNorm2d(8)
+            self.router = Router()
+            self.fc = nn.Linear(8, 10)
+
+        def forward(self, x):
+            h = F.relu(self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x))))))
+            return self.fc(F.adaptive_avg_pool2d(F.relu(self.router(h)), 1).flatten(1))
+
+    torch.manual_seed(0)
+    with pytest.raises(ValueError, match="cannot trace Net.*leaves="):
+        sparsify(Net())
+    with pytest.raises(ValueError, match="leaves: 'routr' is not a submodule of the model"):
+        sparsify(Net(), leaves="routr")
+    model = sparsify(Net(), leaves="router")
+    # conv1's channels run to conv2 only; conv2's go into the router, which the graph does not see into
+    assert [name for name, m in model.named_modules() if isinstance(m, L0Layer)] == ["conv1", "fc"]
+    randomise_batch_norms_(model)
+    close_gates_(model)
+    closed = int((model.conv1.weight_log_alpha == CLOSED).sum())
+    assert 0 < closed < 16
+    x = torch.randn(2, *SHAPE)
+    with pytest.raises(ValueError, match="purge reads the model through torch.fx"):
+        paperlib.purge(model.eval(), x)
+    purged = paperlib.purge(model.eval(), x, leaves=lambda name, module: isinstance(module, Router))
+    assert purged.conv1.out_channels == purged.conv2.in_channels == 16 - closed
+    assert purged.router.wide.in_channels == purged.router.narrow.in_channels == 8 and purged.purge_report == {}
+    assert_same_outputs(model, purged, x)
+
+
 def test_purge_without_example_input_says_what_it_needs():
     with pytest.raises(ValueError, match="needs an example_input"):
         paperlib.purge(sparsify(build("resnet18")))

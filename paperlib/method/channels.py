@@ -33,11 +33,20 @@ zero, a batch norm with zero scale and shift, an activation ``f`` with
 ``f(0) = 0`` of a zero channel, and so on. Removing a channel from an
 unpinned group changes nothing when every sink ignores it: its input there is
 zero or its weights there are zero.
+
+A model whose forward ``torch.fx`` cannot trace (Python control flow on a
+tensor's values, a call into code that is not torch) can still be read when
+the part that cannot be traced is a submodule: :func:`trace` calls the modules
+its ``leaves`` selects whole, as it calls ``nn.Conv2d``, without entering them.
+Such a module is one operation the graph does not know, so the channels on its
+way in and out are pinned, and the layers inside it are neither gated nor
+sliced.
 """
 
 import math
 import operator
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import torch
@@ -69,6 +78,47 @@ _SHAPE_METHODS = {"size", "dim"}
 _BATCH_NORMS = nn.modules.batchnorm._BatchNorm
 
 
+#: Selects modules of a model: a module's qualified name (``"layer1.0.conv1"``), or a predicate
+#: ``f(name, module) -> bool``.
+Selector = str | Callable[[str, nn.Module], bool]
+
+
+def select_modules(selectors: Iterable[Selector] | Selector | None, candidates: dict[str, nn.Module], what: str,
+                   kind: str) -> set[str]:
+    """The names among ``candidates`` that ``selectors`` select; a name that is not a candidate is an error
+    that names the argument (``what``), says what a candidate is (``kind``) and lists them."""
+    if selectors is None:
+        return set()
+    if isinstance(selectors, str) or callable(selectors):
+        selectors = [selectors]
+    names = set()
+    for selector in selectors:
+        if callable(selector):
+            names |= {name for name, module in candidates.items() if selector(name, module)}
+        elif selector in candidates:
+            names.add(selector)
+        else:
+            raise ValueError(f"{what}: {selector!r} is not {kind}; those are: {', '.join(candidates) or 'none'}")
+    return names
+
+
+def trace(model: nn.Module, reader: str, leaves: Iterable[Selector] | Selector | None = None) -> fx.GraphModule:
+    """``model`` traced by ``torch.fx``, the submodules ``leaves`` selects called whole (see the module
+    docstring); ``reader`` names the function that reads the model, for the error when tracing fails."""
+    chosen = select_modules(leaves, dict(list(model.named_modules())[1:]), "leaves", "a submodule of the model")
+
+    class Tracer(fx.Tracer):
+        def is_leaf_module(self, module: nn.Module, name: str) -> bool:
+            return name in chosen or super().is_leaf_module(module, name)
+
+    try:
+        return fx.GraphModule(model, Tracer().trace(model), model.__class__.__name__)
+    except Exception as error:  # fx raises several types; say what failed, why, and the way around it
+        raise ValueError(f"{reader} reads the model through torch.fx, which cannot trace {type(model).__name__}: "
+                         f"{error}. If what cannot be traced is inside a submodule, pass its name in leaves=: it is "
+                         f"then called whole, its channels kept and its layers neither gated nor sliced") from error
+
+
 def is_depthwise(conv: nn.Conv2d) -> bool:
     """One filter per input channel: channel c of the output reads channel c of the input only."""
     return conv.groups > 1 and conv.groups == conv.in_channels == conv.out_channels
@@ -94,7 +144,7 @@ class Group:
 class ChannelGraph:
     """The channel groups of a traced model, and, with shapes, its zero channels.
 
-    ``graph_module`` comes from ``torch.fx.symbolic_trace``; when
+    ``graph_module`` comes from :func:`trace` (or ``torch.fx.symbolic_trace``); when
     ``ShapeProp`` ran on it, the tensors' shapes are known, flattening is
     resolved into features per channel and :meth:`zero_channels` can be called.
 

@@ -31,13 +31,13 @@ stays, so that every tensor keeps a channel.
 
 import copy
 import warnings
+from collections.abc import Iterable
 
 import torch
-import torch.fx as fx
 import torch.nn as nn
 from torch.fx.passes.shape_prop import ShapeProp
 
-from .channels import ChannelGraph, is_depthwise
+from .channels import ChannelGraph, Selector, is_depthwise, trace
 from .layers import ConvBN, L0Conv2d, L0Linear
 from .sparsify import GatedConv2d, GatedLinear, _set_module
 
@@ -57,13 +57,15 @@ class SelectFeatures(nn.Module):
 
 
 @torch.no_grad()
-def purge(model: nn.Module, example_input: torch.Tensor) -> nn.Module:
+def purge(model: nn.Module, example_input: torch.Tensor, leaves: Iterable[Selector] | Selector | None = None) -> nn.Module:
     """The smaller dense model computing what gated ``model`` computes at test time (median gates).
 
     ``model`` is any model gated by :func:`paperlib.method.sparsify.sparsify` (or
     built from this package's gated layers, or plain); ``example_input`` is
     one batch it accepts. The result's ``purge_report`` lists the closed
-    channels that could not be removed (see the module docstring).
+    channels that could not be removed (see the module docstring). ``leaves``
+    selects submodules that ``torch.fx`` is not to enter, as for
+    :func:`~paperlib.method.sparsify.sparsify` (:func:`paperlib.method.channels.trace`).
 
     >>> import torchvision
     >>> from paperlib.method.sparsify import sparsify
@@ -76,11 +78,7 @@ def purge(model: nn.Module, example_input: torch.Tensor) -> nn.Module:
     """
     plain, gated = at_test_time(model)
     plain.eval()
-    try:
-        traced = fx.symbolic_trace(plain)
-    except Exception as error:
-        raise ValueError(f"purge reads the model through torch.fx, which cannot trace "
-                         f"{type(model).__name__}: {error}") from error
+    traced = trace(plain, "purge", leaves)
     ShapeProp(traced).propagate(example_input)
     graph = ChannelGraph(traced)
     zero = graph.zero_channels()

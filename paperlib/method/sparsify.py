@@ -41,17 +41,15 @@ A group's parameters, for the densities, are those of the paper: a filter and
 its bias; an input feature's column of weights.
 """
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import torch
 import torch.fx as fx
 import torch.nn as nn
 
 from . import gates
-from .channels import ChannelGraph
+from .channels import ChannelGraph, Selector, select_modules, trace
 from .layers import L0Layer, LinearGates, _check_sparsity
-
-Selector = str | Callable[[str, nn.Module], bool]
 
 
 class GatedConv2d(L0Layer):
@@ -150,7 +148,7 @@ def default_layers(model: nn.Module, graph: ChannelGraph | None = None) -> list[
     >>> names[:3], names[-1]
     (['layer1.0.conv1', 'layer1.1.conv1', 'layer2.0.conv1'], 'fc')
     """
-    graph = graph or ChannelGraph(fx.symbolic_trace(model))
+    graph = graph or ChannelGraph(trace(model, "default_layers"))
     order = {node: i for i, node in enumerate(graph.module.graph.nodes)}
     chosen = set()
     for group in graph.groups:
@@ -180,30 +178,22 @@ def _reaches_every_sink(node: fx.Node, group) -> bool:
 
 
 def _selected(selectors: Iterable[Selector] | Selector | None, candidates: dict[str, nn.Module], what: str) -> set:
-    if selectors is None:
-        return set()
-    if isinstance(selectors, str) or callable(selectors):
-        selectors = [selectors]
-    names = set()
-    for selector in selectors:
-        if callable(selector):
-            names |= {name for name, module in candidates.items() if selector(name, module)}
-        elif selector in candidates:
-            names.add(selector)
-        else:
-            raise ValueError(f"{what}: {selector!r} is not a convolution or linear layer of the model, called once "
-                             f"in its forward; those are: {', '.join(candidates) or 'none'}")
-    return names
+    return select_modules(selectors, candidates, what, "a convolution or linear layer of the model, called once in "
+                          "its forward")
 
 
 def sparsify(model: nn.Module, sparsity: str = "structured", include: Iterable[Selector] | Selector | None = None,
-             exclude: Iterable[Selector] | Selector | None = None, rho_init: float = 0.3) -> nn.Module:
+             exclude: Iterable[Selector] | Selector | None = None, rho_init: float = 0.3,
+             leaves: Iterable[Selector] | Selector | None = None) -> nn.Module:
     """Put hard-concrete gates on ``model``'s convolutions and linear layers, in place; returns ``model``.
 
     ``sparsity`` is ``"structured"`` (output channels of convolutions, input
     features of linear layers) or ``"unstructured"`` (every weight). The layers
     are those of :func:`default_layers`, plus ``include`` and minus
     ``exclude`` (module names, or predicates ``f(name, module) -> bool``).
+    ``leaves`` selects submodules that ``torch.fx`` is not to enter, for a
+    forward it cannot trace (:func:`paperlib.method.channels.trace`); pass the
+    same to :func:`paperlib.method.graph_purge.purge`.
     Each gate's ``log_alpha`` starts at N(log((1 - rho_init) / rho_init),
     0.01^2) (App. A.2); the weights are kept as they are.
 
@@ -218,11 +208,7 @@ def sparsify(model: nn.Module, sparsity: str = "structured", include: Iterable[S
     gates.initial_log_alpha(rho_init)  # checks the range
     if any(isinstance(m, L0Layer) for m in model.modules()):
         raise ValueError("model already has gated layers")
-    try:
-        traced = fx.symbolic_trace(model)
-    except Exception as error:  # fx raises several types; say what failed and why
-        raise ValueError(f"sparsify reads the model through torch.fx, which cannot trace "
-                         f"{type(model).__name__}: {error}") from error
+    traced = trace(model, "sparsify", leaves)
     graph = ChannelGraph(traced)
     candidates = {n.target: graph.modules[n.target] for n in traced.graph.nodes
                   if n.op == "call_module" and isinstance(graph.modules[n.target], (nn.Conv2d, nn.Linear))

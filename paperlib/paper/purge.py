@@ -101,7 +101,7 @@ def median_scales(model: nn.Module) -> dict[str, torch.Tensor]:
             if isinstance(layer, L0Layer) and layer.sparsity == "structured"}
 
 
-def purge(model: nn.Module, example_input: torch.Tensor | None = None) -> nn.Module:
+def purge(model: nn.Module, example_input: torch.Tensor | None = None, leaves=None) -> nn.Module:
     """The deterministic test-time model of a gated model, with its closed groups removed (App. D; App. L).
 
     In eval mode the result computes the same function as ``model`` does with
@@ -109,7 +109,8 @@ def purge(model: nn.Module, example_input: torch.Tensor | None = None) -> nn.Mod
     any model gated by :func:`paperlib.method.sparsify.sparsify`, or any model at all,
     is purged through its traced graph (:func:`paperlib.method.graph_purge.purge`): the
     result is a copy of the model's class with smaller plain layers, and its
-    ``purge_report`` lists the closed channels that could not be removed.
+    ``purge_report`` lists the closed channels that could not be removed;
+    ``leaves`` names submodules the trace calls whole, as for ``sparsify``.
     Without it, ``model`` is one of :mod:`paperlib.paper.models`, and the result an
     ``nn.Sequential`` (this module's docstring).
 
@@ -119,7 +120,9 @@ def purge(model: nn.Module, example_input: torch.Tensor | None = None) -> nn.Mod
     >>> small = purge(model, torch.randn(1, 3, 32, 32))
     """
     if example_input is not None:
-        return graph_purge.purge(model, example_input)
+        return graph_purge.purge(model, example_input, leaves)
+    if leaves is not None:
+        raise ValueError("leaves= is for purging through the traced graph, which needs an example_input")
     if any(isinstance(m, (GatedConv2d, GatedLinear)) for m in model.modules()) or not hasattr(model, "input_shape"):
         raise ValueError(f"purge({type(model).__name__}) needs an example_input: purge(model, example_input) "
                          "traces models that are not one of paperlib.paper.models")
