@@ -57,7 +57,8 @@ class SelectFeatures(nn.Module):
 
 
 @torch.no_grad()
-def purge(model: nn.Module, example_input: torch.Tensor, leaves: Iterable[Selector] | Selector | None = None) -> nn.Module:
+def purge(model: nn.Module, example_input: torch.Tensor,
+          leaves: Iterable[Selector] | Selector | None = None) -> nn.Module:
     """The smaller dense model computing what gated ``model`` computes at test time (median gates).
 
     ``model`` is any model gated by :func:`paperlib.method.sparsify.sparsify` (or
