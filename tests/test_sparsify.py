@@ -19,6 +19,7 @@ from fake_models import CLOSED, close_gates_, randomise_batch_norms_
 import torchvision
 
 import paperlib
+from paperlib.method.channels import untraceable
 from paperlib.method.counting import count_macs, count_params
 from paperlib.method.graph_purge import SelectFeatures
 from paperlib.method.layers import L0Layer
@@ -395,33 +396,37 @@ def test_a_gated_layer_the_example_input_does_not_reach_keeps_its_closed_channel
     assert_same_outputs(model, purged, x)
 
 
+class Router(nn.Module):
+    """Python control flow on a tensor's values: torch.fx cannot trace it."""
+
+    def __init__(self):
+        super().__init__()
+        self.wide, self.narrow = nn.Conv2d(8, 8, 3, padding=1), nn.Conv2d(8, 8, 1)
+
+    def forward(self, x):
+        return self.wide(x) if x.mean() > 0 else self.narrow(x)
+
+
+class Routed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16)
+        self.conv2, self.bn2 = nn.Conv2d(16, 8, 3, padding=1), nn.BatchNorm2d(8)
+        self.router = Router()
+        self.fc = nn.Linear(8, 10)
+
+    def forward(self, x):
+        h = F.relu(self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x))))))
+        return self.fc(F.adaptive_avg_pool2d(F.relu(self.router(h)), 1).flatten(1))
+
+
 def test_a_submodule_fx_cannot_trace_is_called_whole_when_named_in_leaves():
-    class Router(nn.Module):  # Python control flow on a tensor's values: torch.fx cannot trace it
-        def __init__(self):
-            super().__init__()
-            self.wide, self.narrow = nn.Conv2d(8, 8, 3, padding=1), nn.Conv2d(8, 8, 1)
-
-        def forward(self, x):
-            return self.wide(x) if x.mean() > 0 else self.narrow(x)
-
-    class Net(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv1, self.bn1 = nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16)
-            self.conv2, self.bn2 = nn.Conv2d(16, 8, 3, padding=1), nn.BatchNorm2d(8)
-            self.router = Router()
-            self.fc = nn.Linear(8, 10)
-
-        def forward(self, x):
-            h = F.relu(self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x))))))
-            return self.fc(F.adaptive_avg_pool2d(F.relu(self.router(h)), 1).flatten(1))
-
     torch.manual_seed(0)
-    with pytest.raises(ValueError, match="cannot trace Net.*leaves="):
-        sparsify(Net())
+    with pytest.raises(ValueError, match="cannot trace Routed.*leaves="):
+        sparsify(Routed())
     with pytest.raises(ValueError, match="leaves: 'routr' is not a submodule of the model"):
-        sparsify(Net(), leaves="routr")
-    model = sparsify(Net(), leaves="router")
+        sparsify(Routed(), leaves="routr")
+    model = sparsify(Routed(), leaves="router")
     # conv1's channels run to conv2 only; conv2's go into the router, which the graph does not see into
     assert [name for name, m in model.named_modules() if isinstance(m, L0Layer)] == ["conv1", "fc"]
     randomise_batch_norms_(model)
@@ -435,6 +440,39 @@ def test_a_submodule_fx_cannot_trace_is_called_whole_when_named_in_leaves():
     assert purged.conv1.out_channels == purged.conv2.in_channels == 16 - closed
     assert purged.router.wide.in_channels == purged.router.narrow.in_channels == 8 and purged.purge_report == {}
     assert_same_outputs(model, purged, x)
+
+    with pytest.warns(UserWarning, match="cannot trace router; each is called whole"):
+        auto = sparsify(Routed(), leaves="auto")
+    assert [name for name, m in auto.named_modules() if isinstance(m, L0Layer)] == ["conv1", "fc"]
+    auto.load_state_dict(model.state_dict())
+    with pytest.warns(UserWarning, match="cannot trace router"):
+        assert_same_outputs(purged, paperlib.purge(auto.eval(), x, leaves="auto"), x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a model fx traces whole: "auto" chooses no leaf, and says nothing
+        assert default_layers(build("resnet18")) == [n for n, m in sparsify(build("resnet18"), leaves="auto")
+                                                      .named_modules() if isinstance(m, L0Layer)]
+
+
+def test_untraceable_lists_the_deepest_modules_whose_own_code_fx_cannot_trace():
+    class Block(nn.Module):  # traceable code around a router
+        def __init__(self):
+            super().__init__()
+            self.router, self.bn = Router(), nn.BatchNorm2d(8)
+
+        def forward(self, x):
+            return self.bn(self.router(x)) + x
+
+    class Odd(nn.Module):  # code fx cannot trace (a branch on a size), around a router
+        def __init__(self):
+            super().__init__()
+            self.router = Router()
+
+        def forward(self, x):
+            return self.router(x) if x.shape[-1] % 2 == 0 else x
+
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), Block(), Odd(), nn.Sequential(Block(), nn.ReLU()))
+    assert untraceable(model) == ["1.router", "2", "3.0.router"]
+    assert untraceable(build("resnet18")) == []
 
 
 def test_purge_without_example_input_says_what_it_needs():

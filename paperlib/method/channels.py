@@ -37,7 +37,8 @@ zero or its weights there are zero.
 A model whose forward ``torch.fx`` cannot trace (Python control flow on a
 tensor's values, a call into code that is not torch) can still be read when
 the part that cannot be traced is a submodule: :func:`trace` calls the modules
-its ``leaves`` selects whole, as it calls ``nn.Conv2d``, without entering them.
+its ``leaves`` selects whole, as it calls ``nn.Conv2d``, without entering them
+(``leaves="auto"``: the modules of :func:`untraceable`).
 Such a module is one operation the graph does not know, so the channels on its
 way in and out are pinned, and the layers inside it are neither gated nor
 sliced.
@@ -45,9 +46,11 @@ sliced.
 
 import math
 import operator
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 import torch.fx as fx
@@ -102,21 +105,54 @@ def select_modules(selectors: Iterable[Selector] | Selector | None, candidates: 
     return names
 
 
-def trace(model: nn.Module, reader: str, leaves: Iterable[Selector] | Selector | None = None) -> fx.GraphModule:
-    """``model`` traced by ``torch.fx``, the submodules ``leaves`` selects called whole (see the module
-    docstring); ``reader`` names the function that reads the model, for the error when tracing fails."""
-    chosen = select_modules(leaves, dict(list(model.named_modules())[1:]), "leaves", "a submodule of the model")
+def _traced(model: nn.Module, chosen: set[str]) -> fx.GraphModule:
+    """``model`` traced with the submodules named in ``chosen`` called whole; raises what ``torch.fx`` raises."""
 
     class Tracer(fx.Tracer):
         def is_leaf_module(self, module: nn.Module, name: str) -> bool:
             return name in chosen or super().is_leaf_module(module, name)
 
+    return fx.GraphModule(model, Tracer().trace(model), model.__class__.__name__)
+
+
+def untraceable(model: nn.Module) -> list[str]:
+    """The submodules that ``torch.fx`` cannot trace, each as deep in the model as possible: a module is
+    listed when it cannot be traced even with the listed modules inside it called whole (so its own code
+    is what fails), and none inside a listed one is."""
+    chosen: list[str] = []
+    for name, module in sorted(list(model.named_modules())[1:], key=lambda item: -item[0].count(".")):
+        if fx.Tracer().is_leaf_module(module, name):  # torch.nn's own layers: never entered
+            continue
+        inner = {c[len(name) + 1:] for c in chosen if c.startswith(name + ".")}
+        try:
+            _traced(module, inner)
+        except Exception:  # fx raises several types
+            chosen = [c for c in chosen if not c.startswith(name + ".")] + [name]
+    return sorted(chosen, key=[name for name, _ in model.named_modules()].index)
+
+
+def trace(model: nn.Module, reader: str,
+          leaves: Iterable[Selector] | Selector | Literal["auto"] | None = None) -> fx.GraphModule:
+    """``model`` traced by ``torch.fx``, the submodules ``leaves`` selects called whole (see the module
+    docstring); ``leaves="auto"`` chooses, if the model cannot be traced whole, the modules of
+    :func:`untraceable`, and warns which. ``reader`` names the function that reads the model, for the
+    error when tracing fails."""
+    if leaves == "auto":
+        try:
+            return _traced(model, set())
+        except Exception:
+            chosen = set(untraceable(model))
+            warnings.warn(f"{reader}: torch.fx cannot trace {', '.join(sorted(chosen))}; each is called whole: its "
+                          f"channels are kept and its layers neither gated nor sliced", stacklevel=3)
+    else:
+        chosen = select_modules(leaves, dict(list(model.named_modules())[1:]), "leaves", "a submodule of the model")
     try:
-        return fx.GraphModule(model, Tracer().trace(model), model.__class__.__name__)
+        return _traced(model, chosen)
     except Exception as error:  # fx raises several types; say what failed, why, and the way around it
         raise ValueError(f"{reader} reads the model through torch.fx, which cannot trace {type(model).__name__}: "
-                         f"{error}. If what cannot be traced is inside a submodule, pass its name in leaves=: it is "
-                         f"then called whole, its channels kept and its layers neither gated nor sliced") from error
+                         f"{error}. If what cannot be traced is inside submodules, pass their names in leaves= (or "
+                         f"leaves='auto' to find them): each is then called whole, its channels kept and its layers "
+                         f"neither gated nor sliced") from error
 
 
 def is_depthwise(conv: nn.Conv2d) -> bool:

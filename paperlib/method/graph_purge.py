@@ -32,6 +32,7 @@ stays, so that every tensor keeps a channel.
 import copy
 import warnings
 from collections.abc import Iterable
+from typing import Literal
 
 import torch
 import torch.nn as nn
@@ -58,7 +59,7 @@ class SelectFeatures(nn.Module):
 
 @torch.no_grad()
 def purge(model: nn.Module, example_input: torch.Tensor,
-          leaves: Iterable[Selector] | Selector | None = None) -> nn.Module:
+          leaves: Iterable[Selector] | Selector | Literal["auto"] | None = None) -> nn.Module:
     """The smaller dense model computing what gated ``model`` computes at test time (median gates).
 
     ``model`` is any model gated by :func:`paperlib.method.sparsify.sparsify` (or

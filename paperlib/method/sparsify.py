@@ -42,6 +42,7 @@ its bias; an input feature's column of weights.
 """
 
 from collections.abc import Iterable
+from typing import Literal
 
 import torch
 import torch.fx as fx
@@ -184,7 +185,7 @@ def _selected(selectors: Iterable[Selector] | Selector | None, candidates: dict[
 
 def sparsify(model: nn.Module, sparsity: str = "structured", include: Iterable[Selector] | Selector | None = None,
              exclude: Iterable[Selector] | Selector | None = None, rho_init: float = 0.3,
-             leaves: Iterable[Selector] | Selector | None = None) -> nn.Module:
+             leaves: Iterable[Selector] | Selector | Literal["auto"] | None = None) -> nn.Module:
     """Put hard-concrete gates on ``model``'s convolutions and linear layers, in place; returns ``model``.
 
     ``sparsity`` is ``"structured"`` (output channels of convolutions, input
@@ -192,8 +193,9 @@ def sparsify(model: nn.Module, sparsity: str = "structured", include: Iterable[S
     are those of :func:`default_layers`, plus ``include`` and minus
     ``exclude`` (module names, or predicates ``f(name, module) -> bool``).
     ``leaves`` selects submodules that ``torch.fx`` is not to enter, for a
-    forward it cannot trace (:func:`paperlib.method.channels.trace`); pass the
-    same to :func:`paperlib.method.graph_purge.purge`.
+    forward it cannot trace (:func:`paperlib.method.channels.trace`; ``"auto"``:
+    those it cannot trace, with a warning that names them); pass the same to
+    :func:`paperlib.method.graph_purge.purge`.
     Each gate's ``log_alpha`` starts at N(log((1 - rho_init) / rho_init),
     0.01^2) (App. A.2); the weights are kept as they are.
 
