@@ -10,7 +10,9 @@ test-time gated and the purged parameter counts, and how many closed channels pu
 
     OMP_NUM_THREADS=1 python benchmarks/torchvision_models.py [--closed 0.4] [MODEL ...]
 
-About half a minute on one core for the default list.
+About half a minute on one core for the default list. A name ``timm:NAME`` builds timm's model NAME instead
+(``pip install timm``; not a dependency of paperlib), read with ``leaves="auto"`` for the submodules torch.fx
+cannot trace, such as the five ``Conv2dSame`` of ``timm:tf_efficientnet_b0``.
 """
 
 import argparse
@@ -37,13 +39,21 @@ MODELS = {"alexnet": 64, "vgg11": 32, "vgg11_bn": 32, "resnet18": 32, "resnet50"
 
 def check(name: str, side: int, share: float) -> dict:
     torch.manual_seed(0)
-    options = {"image_size": side} if name.startswith("vit") else {}
-    model = getattr(torchvision.models, name)(weights=None, num_classes=10, **options)
+    leaves = None
+    if name.startswith("timm:"):
+        import timm  # optional: only for these names
+
+        model, leaves = timm.create_model(name[5:], pretrained=False, num_classes=10), "auto"
+    else:
+        options = {"image_size": side} if name.startswith("vit") else {}
+        model = getattr(torchvision.models, name)(weights=None, num_classes=10, **options)
     with torch.no_grad():  # ViT's head starts at zero: its outputs would all be 0
         for parameter_name, parameter in model.named_parameters():
             if parameter_name.startswith("heads"):
                 parameter.normal_(0, 0.02)
-    paperlib.sparsify(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # leaves="auto" names the modules it calls whole
+        paperlib.sparsify(model, leaves=leaves)
     randomise_batch_norms_(model)
     close_gates_(model, share)
     model.eval()
@@ -52,7 +62,7 @@ def check(name: str, side: int, share: float) -> dict:
         gated = model(x)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a kept closed channel is counted in the table instead
-        small = paperlib.purge(model, x[:1])
+        small = paperlib.purge(model, x[:1], leaves=leaves)
     with torch.no_grad():
         purged = small(x)
     return {"model": name, "gated layers": sum(isinstance(m, L0Layer) for m in model.modules()),
