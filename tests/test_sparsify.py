@@ -475,6 +475,54 @@ def test_untraceable_lists_the_deepest_modules_whose_own_code_fx_cannot_trace():
     assert untraceable(build("resnet18")) == []
 
 
+class Branches(nn.Module):
+    """An Inception-like block: three branches concatenated along the channels (the second itself a
+    concatenation), read by a 1x1 convolution; ``norm_after=True`` puts a batch norm after the concatenation, as
+    DenseNet does."""
+
+    def __init__(self, norm_after: bool = False):
+        super().__init__()
+        def unit(c_in, c_out, k):
+            return nn.Sequential(nn.Conv2d(c_in, c_out, k, padding=k // 2), nn.BatchNorm2d(c_out), nn.ReLU())
+
+        self.stem = unit(3, 8, 3)
+        self.a, self.b1, self.b2, self.c = unit(8, 6, 1), unit(8, 4, 3), unit(8, 5, 1), unit(8, 7, 3)
+        self.norm = nn.BatchNorm2d(22) if norm_after else nn.Identity()
+        self.mix = nn.Conv2d(22, 12, 1)
+        self.fc = nn.Linear(12, 10)
+
+    def forward(self, x):
+        h = self.stem(x)
+        joined = torch.cat([self.a(h), torch.cat([self.b1(h), self.b2(h)], 1), self.c(h)], dim=1)
+        return self.fc(F.adaptive_avg_pool2d(F.relu(self.mix(self.norm(joined))), 1).flatten(1))
+
+
+def test_concatenated_branches_are_gated_and_their_closed_channels_removed_from_the_reader():
+    torch.manual_seed(0)
+    model = sparsify(Branches())
+    branches = ["a.0", "b1.0", "b2.0", "c.0"]
+    assert [name for name, m in model.named_modules() if isinstance(m, L0Layer)] == ["stem.0", *branches, "mix", "fc"]
+    purged, x = purged_without_closed_channels(model)
+    open_ = {name: int((model.get_submodule(name).weight_log_alpha != CLOSED).sum()) for name in branches}
+    assert [purged.get_submodule(name).out_channels for name in branches] == list(open_.values())
+    assert purged.mix.in_channels == sum(open_.values()) < 22
+
+
+def test_a_batch_norm_after_a_concatenation_keeps_the_branches_ungated():
+    torch.manual_seed(0)
+    model = sparsify(Branches(norm_after=True))  # a closed channel would leave the norm as its shift: not zero
+    assert [name for name, m in model.named_modules() if isinstance(m, L0Layer)] == ["stem.0", "mix", "fc"]
+    model = sparsify(Branches(norm_after=True), include=["a.0"])
+    randomise_batch_norms_(model)
+    close_gates_(model)
+    closed = (model.a[0].weight_log_alpha == CLOSED).nonzero().flatten().tolist()
+    x = torch.randn(2, *SHAPE)
+    with pytest.warns(UserWarning, match="a.0"):
+        purged = paperlib.purge(model.eval(), x)
+    assert closed and purged.purge_report == {"a.0": closed} and purged.mix.in_channels == 22
+    assert_same_outputs(model, purged, x)
+
+
 def test_purge_without_example_input_says_what_it_needs():
     with pytest.raises(ValueError, match="needs an example_input"):
         paperlib.purge(sparsify(build("resnet18")))

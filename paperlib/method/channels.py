@@ -12,6 +12,15 @@ linear layers, which mix the channels of their input) and read by its *sinks*
 output channels form a group read by conv2, while conv2's output joins the
 block's input through the residual sum, and with it every tensor of the stage.
 
+A concatenation along the channels (``torch.cat([a, b], 1)``, Inception's
+branches) starts a group of its own whose channels are its inputs', in
+segments: its inputs' groups stay apart, take on its pins, and a channel of
+``a`` goes where neither ``a``'s readers nor the concatenation's read it. A
+closed channel that a batch norm, a sigmoid or a sum meets after the
+concatenation (DenseNet's pre-activation) is no longer zero where it is read:
+such input groups are marked as leaking, and the default rule of
+:func:`paperlib.method.sparsify.sparsify` does not gate them.
+
 A channel runs along dimension 1 (``(N, C)``, ``(N, C, H, W)``), except the
 features a linear layer computes from a tensor of three or four dimensions
 (the MLP of a transformer or of a ConvNeXt block), which run along the last
@@ -21,8 +30,9 @@ products of equal shapes) join a group.
 
 A group is *pinned* when slicing its channels could change what the model
 computes, or when the graph does not show that it could not: it holds the
-model's input or output, an operation not listed above (a concatenation, a
-hard-coded reshape, a functional convolution, a layer norm), a module with
+model's input or output, an operation not listed above (a concatenation along
+another dimension, a hard-coded reshape, a functional convolution, a layer
+norm), a module with
 parameters called twice, a tensor whose channels run along dimension 1 that is
 neither ``(N, C)`` nor ``(N, C, H, W)``, or the input of a linear layer that
 reads the last dimension of such a tensor.
@@ -78,6 +88,8 @@ _SUMS = {operator.add, operator.iadd, torch.add, operator.sub, operator.isub, to
 _PRODUCTS = {operator.mul, operator.imul, torch.mul}
 #: Uses of a tensor that read only its shape.
 _SHAPE_METHODS = {"size", "dim"}
+#: Concatenations: along dimension 1, each input's channels are a segment of the output's.
+_CONCATS = {torch.cat, torch.concat, torch.concatenate}
 _BATCH_NORMS = nn.modules.batchnorm._BatchNorm
 
 
@@ -175,6 +187,9 @@ class Group:
     pinned: set = field(default_factory=set)
     #: Whether a sum or product of two tensors joins the group (a residual connection, a gating branch).
     merged: bool = False
+    #: Why a channel closed in this group may not be zero where a layer reads it after a concatenation (a
+    #: batch norm or a sum after it): the default rule does not gate the group; purge removes what is zero.
+    leaks: set = field(default_factory=set)
 
 
 class ChannelGraph:
@@ -201,6 +216,10 @@ class ChannelGraph:
         #: last dimension of a tensor of three or four dimensions).
         self.axis: dict = {}
         self._sources, self._ops, self._sinks, self._pins, self._merged = [], [], [], [], []
+        #: Nodes that may turn a zero channel into a nonzero one: batch norms, sigmoids, depthwise biases.
+        self._unzeroing: list = []
+        #: Each concatenation along the channels, with the nodes it concatenates, in graph order.
+        self.concats: list[tuple[fx.Node, list[fx.Node]]] = []
         for node in graph_module.graph.nodes:
             self._visit(node)
         groups: dict = {}
@@ -217,6 +236,17 @@ class ChannelGraph:
             groups[self.find(node)].merged = True
         self.groups = list(groups.values())
         self._group = {root: group for root, group in groups.items()}
+        unzeroing = {self.find(node) for node in self._unzeroing}
+        for node, parts in reversed(self.concats):  # the last first: a concatenation of concatenations
+            joined = self.group(node)
+            leaks = set(joined.leaks)
+            if joined.merged:
+                leaks.add(f"{node.name} joins a sum or product")
+            if self.find(node) in unzeroing:
+                leaks.add(f"a batch norm or sigmoid reads {node.name}")
+            for part in parts:
+                self.group(part).pinned |= {f"concatenated by {node.name}: {reason}" for reason in joined.pinned}
+                self.group(part).leaks |= leaks
 
     # ----- union-find ----------------------------------------------------------
     def find(self, node):
@@ -316,10 +346,14 @@ class ChannelGraph:
         elif isinstance(module, nn.Conv2d) and is_depthwise(module) or isinstance(module, _BATCH_NORMS):
             self._union(node, inp)
             self._ops.append(node)
+            if isinstance(module, _BATCH_NORMS) or module.bias is not None:
+                self._unzeroing.append(node)
         elif isinstance(module, nn.Flatten) and module.start_dim == 1 and module.end_dim == -1:
             self._flatten(node, inp)
         elif isinstance(module, (*_ZERO_PRESERVING_MODULES, *_CHANNELWISE_MODULES)):
             self._union(node, inp)
+            if isinstance(module, _CHANNELWISE_MODULES):
+                self._unzeroing.append(node)
         else:
             self._pin_all(node, f"module {node.target} ({type(module).__name__}) is not known to act per channel")
 
@@ -331,9 +365,13 @@ class ChannelGraph:
         if len(inputs) == 1 and first is inputs[0] and target in known \
                 and not (self.axis[first] == -1 and target in _SPATIAL_FUNCTIONS):
             self._union(node, first)
+            if target in _CHANNELWISE_FUNCTIONS | _CHANNELWISE_METHODS:
+                self._unzeroing.append(node)
         elif target in _SUMS | _PRODUCTS and node.op == "call_function" or target in ("add", "mul", "sub"):
             if len(inputs) == 1:  # a tensor and a number
                 self._union(node, inputs[0])
+                if target not in _PRODUCTS and target != "mul":
+                    self._unzeroing.append(node)
             elif len(inputs) == 2 and self._same_channels(*inputs):
                 self._union(node, inputs[0])
                 self._union(inputs[1], inputs[0])
@@ -342,8 +380,25 @@ class ChannelGraph:
                 self._pin_all(node, f"{node.name} broadcasts across channels")
         elif len(inputs) == 1 and first is inputs[0] and self._flattens(node) and self.axis[first] == 1:
             self._flatten(node, first)
+        elif self._concatenated(node, inputs) is not None:
+            self._new(node)
+            self.concats.append((node, self._concatenated(node, inputs)))
         else:
             self._pin_all(node, f"{node.format_node()} is not known to act per channel")
+
+    def _concatenated(self, node, inputs: list) -> list | None:
+        """The tensors ``node`` concatenates, if it is ``torch.cat([a, b, ...], 1)`` (or ``dim=1``) of tensors whose
+        channels run along dimension 1, one channel per feature; else None."""
+        if node.op != "call_function" or node.target not in _CONCATS:
+            return None
+        parts = node.args[0] if node.args else node.kwargs.get("tensors")
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+        if (dim == 1 and isinstance(parts, (list, tuple)) and len(parts) > 0
+                and all(isinstance(part, fx.Node) and part in self._parent for part in parts)
+                and all(self.axis[part] == 1 and self.block[part] == 1 for part in parts)
+                and len(inputs) == len(set(parts))):
+            return list(parts)
+        return None
 
     def _same_channels(self, a, b) -> bool:
         shapes = [n.meta.get("tensor_meta") for n in (a, b)]
@@ -421,6 +476,9 @@ class ChannelGraph:
         target = node.target
         if target in _ZERO_PRESERVING_FUNCTIONS or target in _ZERO_PRESERVING_METHODS:
             return first
+        parts = next((parts for concat, parts in self.concats if concat is node), None)
+        if parts is not None:
+            return torch.cat([zero[part] for part in parts]) if all(part in zero for part in parts) else None
         if node.op in ("call_function", "call_method") and self._flattens(node) and first is not None:
             return first.repeat_interleave(size // len(first))
         tensors = [zero.get(n) for n in node.args if isinstance(n, fx.Node) and n in zero]

@@ -84,20 +84,38 @@ def purge(model: nn.Module, example_input: torch.Tensor,
     ShapeProp(traced).propagate(example_input)
     graph = ChannelGraph(traced)
     zero = graph.zero_channels()
-    keep = {}  # node -> bool mask over its channels (dimension graph.axis[node])
-    for group in graph.groups:
+    kept = {}  # group index -> bool mask over its channels
+    groups = {id(group): index for index, group in enumerate(graph.groups)}
+    concatenated = {groups[id(graph.group(part))] for _, parts in graph.concats for part in parts}
+    for index, group in enumerate(graph.groups):
         channels = _channels(graph, group)
         if channels is None:  # a pinned group of scalars or vectors (a ConvNeXt's layer scale): nothing to slice
             continue
-        kept = torch.ones(channels, dtype=torch.bool)
-        if not group.pinned and group.sinks:
-            kept = torch.zeros(channels, dtype=torch.bool)
+        kept[index] = torch.ones(channels, dtype=torch.bool)
+        if not group.pinned and (group.sinks or index in concatenated):
+            kept[index] = torch.zeros(channels, dtype=torch.bool)
             for layer, inp in group.sinks:
-                kept |= _read(graph.modules[layer.target], zero[inp]).view(channels, -1).any(1)
-            if not kept.any():
-                kept[0] = True
-        for node in group.nodes:
-            keep[node] = kept.repeat_interleave(graph.block[node])
+                kept[index] |= _read(graph.modules[layer.target], zero[inp]).view(channels, -1).any(1)
+    # a concatenation's channels are its inputs' (in segments): a channel stays where the concatenation's readers
+    # read it, the last concatenation first; then each concatenation is what its inputs keep
+    for node, parts in reversed(graph.concats):
+        whole = kept.get(groups[id(graph.group(node))])
+        offsets = [0]
+        for part in parts:
+            offsets.append(offsets[-1] + part.meta["tensor_meta"].shape[1])
+        for part, start, end in zip(parts, offsets, offsets[1:]):
+            if whole is not None and groups[id(graph.group(part))] in kept:
+                kept[groups[id(graph.group(part))]] |= whole[start:end]
+    for mask in kept.values():
+        if not mask.any():
+            mask[0] = True
+    for node, parts in graph.concats:
+        kept[groups[id(graph.group(node))]] = torch.cat([kept[groups[id(graph.group(part))]] for part in parts])
+    keep = {}  # node -> bool mask over its channels (dimension graph.axis[node])
+    for index, group in enumerate(graph.groups):
+        if index in kept:
+            for node in group.nodes:
+                keep[node] = kept[index].repeat_interleave(graph.block[node])
     _slice(plain, graph, keep, zero)
     plain.purge_report = _report(gated, graph, keep)
     if plain.purge_report:

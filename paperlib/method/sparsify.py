@@ -15,10 +15,11 @@ Which layers? The model is traced with ``torch.fx`` and its channels grouped
 (:mod:`paperlib.method.channels`). A convolution is gated by default when purging
 can remove its closed channels: its channels do not join a residual sum (the
 paper gates only the first convolution of a ResNet block, App. J.4-J.6), do
-not reach the model's output (a classifier's outputs stay), and pass through no
-operation the graph does not show to act per channel (a concatenation, as in
-GoogLeNet; a grouped convolution that is not depthwise, as in ResNeXt and
-RegNet-X, where the default rule gates almost nothing). Where a channel runs
+not reach the model's output (a classifier's outputs stay), pass through no
+operation the graph does not show to act per channel (a grouped convolution that
+is not depthwise, as in ResNeXt and RegNet-X, where the default rule gates
+almost nothing), and, concatenated (GoogLeNet's branches), meet no batch norm or
+sum after the concatenation (DenseNet's dense layers). Where a channel runs
 through a depthwise convolution (MobileNet), the last convolution of the run is
 gated, so that a closed channel is silent where the next layer reads it; a run
 that some layer reads before its last convolution (ShuffleNet's two-branch
@@ -155,7 +156,7 @@ def default_layers(model: nn.Module, graph: ChannelGraph | None = None) -> list[
     for group in graph.groups:
         convs = sorted((n for n in group.sources + group.channel_ops if isinstance(graph.modules[n.target], nn.Conv2d)),
                        key=order.get)
-        if convs and not group.pinned and not group.merged and len(group.sources) == 1 \
+        if convs and not group.pinned and not group.merged and not group.leaks and len(group.sources) == 1 \
                 and _reaches_every_sink(convs[-1], group):
             chosen.add(convs[-1].target)
     for node in graph.module.graph.nodes:
