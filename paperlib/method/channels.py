@@ -380,9 +380,9 @@ class ChannelGraph:
                 self._pin_all(node, f"{node.name} broadcasts across channels")
         elif len(inputs) == 1 and first is inputs[0] and self._flattens(node) and self.axis[first] == 1:
             self._flatten(node, first)
-        elif self._concatenated(node, inputs) is not None:
+        elif (parts := self._concatenated(node, inputs)) is not None:
             self._new(node)
-            self.concats.append((node, self._concatenated(node, inputs)))
+            self.concats.append((node, parts))
         else:
             self._pin_all(node, f"{node.format_node()} is not known to act per channel")
 
