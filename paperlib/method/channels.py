@@ -236,6 +236,7 @@ class ChannelGraph:
             groups[self.find(node)].merged = True
         self.groups = list(groups.values())
         self._group = {root: group for root, group in groups.items()}
+        self._concatenated = dict(self.concats)
         unzeroing = {self.find(node) for node in self._unzeroing}
         for node, parts in reversed(self.concats):  # the last first: a concatenation of concatenations
             joined = self.group(node)
@@ -476,7 +477,7 @@ class ChannelGraph:
         target = node.target
         if target in _ZERO_PRESERVING_FUNCTIONS or target in _ZERO_PRESERVING_METHODS:
             return first
-        parts = next((parts for concat, parts in self.concats if concat is node), None)
+        parts = self._concatenated.get(node)
         if parts is not None:
             return torch.cat([zero[part] for part in parts]) if all(part in zero for part in parts) else None
         if node.op in ("call_function", "call_method") and self._flattens(node) and first is not None:
