@@ -90,6 +90,15 @@ def test_what_was_run_names_models_budget_seeds_per_cell_and_device():
     assert verdict.ran(runs[5:]).device == "GPU" and verdict.ran([]) == verdict.NOTHING_RAN
 
 
+def test_a_record_without_a_parameter_counts_as_its_default_in_the_cell_of_its_seeds():
+    runs = [_record(0.2, seed=s) for s in range(3)]
+    for run in runs[1:]:
+        run["params"].update(dual_optimizer="gradient_ascent", nupi_kp=1.0)  # written after the parameters existed
+    assert verdict.ran(runs).seeds == "seeds 0–2"
+    runs[2]["params"]["dual_optimizer"] = "nupi"
+    assert verdict.ran(runs).seeds == "1 to 2 seeds per cell (seeds 0–2)"
+
+
 def test_the_penalty_claim_judges_each_cell_by_the_penalty_rule(monkeypatch):
     label = "L0-density (%)"
     table = pd.DataFrame({"method": ["penalized", "penalized", "penalized", "constrained"],

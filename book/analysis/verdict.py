@@ -14,11 +14,11 @@ reproduced*, *in progress* (runs planned, not all in), *not tested here* (no
 data or no GPU; the page says what would test it).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import pandas as pd
 
-from paperlib.harness import rules, studies
+from paperlib.harness import presets, rules, studies
 from paperlib.paper.paper_numbers import ref
 
 from . import comparison, control, report
@@ -50,6 +50,9 @@ NOTHING_RAN = Ran("—", "", "", "")
 
 #: Run parameters besides the model, method, grouping, target and λ_pen that tell a study's cells apart.
 CELL_PARAMETERS = ("sparsity", "gates_lr", "detach_gates", "dual_restarts", "dual_optimizer", "nupi_kp")
+#: What a record written before a parameter existed ran with: the parameter's default (``dual_optimizer``
+#: came with the dual-optimiser study; runs before it used gradient ascent).
+_DEFAULTS = {f.name: f.default for f in fields(presets.ExperimentConfig)}
 
 
 def _span(numbers) -> str:
@@ -77,7 +80,7 @@ def ran(runs: list[dict]) -> Ran:
         params = run.get("params") or {}
         key = (m["model"], m.get("method"), m.get("grouping"), str(m.get("target")),
                str(m.get("lmbda")) if m.get("method") == "penalized" else None,
-               *(str(params.get(name)) for name in CELL_PARAMETERS))
+               *(str(params.get(name, _DEFAULTS[name])) for name in CELL_PARAMETERS))
         cells.setdefault(key, set()).add(m["seed"])
     counts = sorted({len(seeds) for seeds in cells.values()})
     every = sorted(set().union(*cells.values()))
