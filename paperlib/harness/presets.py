@@ -415,8 +415,8 @@ def _check_per_layer_length(name: str, values: list, config: ExperimentConfig, n
 def resolve_config(**overrides) -> ExperimentConfig:
     """Preset values for (dataset, model), then the user's overrides, converted and validated.
 
-    ``preset='auto'`` resolves to ``paper`` on CUDA and ``cpu`` otherwise; the
-    resolved name is stored in the config. None, and the markers of
+    ``preset='auto'`` resolves by :func:`concrete_preset` (``paper`` on CUDA, the dataset's CPU
+    protocol otherwise); the resolved name is stored in the config. None, and the markers of
     :data:`PRESET_DEFAULT_MARKERS` (``model=""``, ``epochs=0``), keep the
     preset's value.
     """
