@@ -204,3 +204,41 @@ def test_the_80_percent_constraints_at_gates_lr_01_say_whether_the_rate_is_the_c
     numbers = misses.under_cause_numbers(rows)
     assert numbers == {"runs": 1, "still under": int(outcome == "under"), "on target": int(outcome == "hit"),
                        "over": int(outcome == "over")}
+
+
+def _pushed_layers(dual_lr, block2, final2):
+    """A layer-wise 50% run of two blocks (16 and 32 gates) whose second block's logged densities are ``block2``
+    and whose last epoch ends at ``final2``; the first block sits at its target from epoch 1."""
+    run = record("constrained", "layer", 0.5, densities=(0.5, final2))
+    run["metrics"].update(model="wrn-16-1", multipliers_final=[0.01, 0.0],
+                          l0_density_per_layer={"stage1.0.conv1.conv": 0.5, "stage2.0.conv1.conv": final2})
+    run["params"] = {"method": "constrained", "grouping": "layer", "target": 0.5, "dual_lr": dual_lr, "epochs": 20}
+    run["history"][-1] = {"epoch": "2", "phase": "train", "density[stage1.0.conv1.conv]": "0.5",
+                          "density[stage2.0.conv1.conv]": str(final2)}
+    epochs = [0.0, 0.5, 1.0, 1.5, 2.0][:len(block2)]
+    run["steps"] = [{"epoch": str(e), "constrained_density_0": "0.9" if e < 1 else "0.5",
+                     "constrained_density_1": str(d), "lambda_0": "0.0", "lambda_1": "0.0"}
+                    for e, d in zip(epochs, block2)]
+    return run
+
+
+def test_the_first_push_is_measured_from_where_a_block_first_reaches_its_target(monkeypatch):
+    monkeypatch.setattr(misses.rules, "free_gates_records", lambda: [])
+    scaled = _pushed_layers(7e-3, (0.9, 0.5 - 3 / 32, 0.5 - 4 / 32, 0.5 - 2 / 32, 0.5 - 2 / 32), 0.5 - 2 / 32)
+    unscaled = _pushed_layers(7e-4, (0.9, 0.8, 0.5, 0.5 - 1 / 32, 0.5), 0.5)
+    rows = misses.first_push_rows([scaled, unscaled])
+    assert rows["block"].tolist() == ["s1.0", "s2.0"] * 2
+    assert rows["at target from (epoch)"].tolist() == [1.0, 0.5, 1.0, 1.0]
+    assert rows["deepest under (points)"].tolist() == pytest.approx([0.0, -12.5, 0.0, -3.125])
+    assert rows["deepest under (gates)"].tolist() == pytest.approx([0.0, -4.0, 0.0, -1.0])
+    assert rows["final gap (points)"].tolist() == pytest.approx([0.0, -6.25, 0.0, 0.0])
+    never = _pushed_layers(7e-4, (0.9, 0.8, 0.8), 0.8)  # the second block never reaches its target: violated
+    assert misses.first_push_rows([never])["deepest under (points)"].isna().tolist() == [False, True]
+    summary = misses.first_push_summary([scaled, unscaled, never])
+    assert summary["blocks more than a gate under"].tolist() == [1, 0, 0]
+    assert summary["deepest block"].tolist()[:2] == ["s2.0", "s2.0"]
+    assert summary["deepest under (gates)"].tolist()[:2] == pytest.approx([-4.0, -1.0])
+    assert summary["largest final gap (points)"].tolist() == pytest.approx([-6.25, 0.0, 30.0])
+    # 2 gates under a block of 32 is 6.25 points, beyond half a gate (1.56): under; 30 points over: violated
+    assert summary["outcome"].tolist() == ["under", "on target", "violated"]
+    assert summary["dual lr"].tolist() == ["0.007", "0.0007", "0.0007"]

@@ -15,7 +15,10 @@ and each has a test of its cause:
   learning rates of 6 (:data:`FREE_GATES_GRID`) and 0.1 (the ablation's;
   :func:`free_runs`), beside the paper's (:func:`paper_free_densities`),
   and the 80% constraints at 0.1 (:data:`UNDER_CAUSE_GRID`, :func:`under_cause_rows`,
-  :func:`under_cause_numbers`).
+  :func:`under_cause_numbers`). At the ``cpu2`` protocol the layer-wise blocks fall
+  under at the multipliers' first push: :func:`first_push_rows` and
+  :func:`first_push_summary`, and the test at the paper's unscaled dual learning rate
+  (:data:`DUAL_LR_CAUSE_GRID`).
 
 Every choice reads training-time densities and multipliers; the test split is
 never used to decide anything. The page writes the prose; these functions give it
@@ -45,6 +48,8 @@ CAUSE_GRID, = studies.grids("cifar10_layer_cause")
 FREE_GATES_GRID, = studies.grids("cifar10_free_gates")
 #: The control table's 80% constraints at the gates' learning rate of 0.1.
 UNDER_CAUSE_GRID, = studies.grids("cifar10_under_cause")
+#: The cpu2 protocol's layer-wise 35% and 65% at the paper's unscaled dual learning rate.
+DUAL_LR_CAUSE_GRID, = studies.grids("cifar10_cpu2_dual_lr")
 
 
 # --------------------------------------------------------------------------- #
@@ -323,6 +328,44 @@ def drift_numbers(rows: pd.DataFrame) -> dict:
             "within a gate": int((gates >= -1).sum()), "blocks": len(gates),
             "fell further": int((fall > free_fall + rules.ON_TARGET_POINTS).sum()),
             "no further": int((fall <= free_fall + rules.ON_TARGET_POINTS).sum()), "compared": len(compared)}
+
+
+def first_push_rows(runs: list[dict]) -> pd.DataFrame:
+    """One row per block of the layer-wise ``runs``: the first logged epoch at which its density is at or under its
+    target, how far under the target it goes from then on (its lowest density, in points and in the block's
+    gates), and where it ends (final density and gap in points)."""
+    rows = []
+    for run in runs:
+        steps, finals = step_log(run), constrained_densities(run, run["history"][-1])
+        for i, name in enumerate(constraint_names(run)):
+            density, target = steps[f"constrained_density_{i}"], finals[i][1]
+            reached = steps.index[density <= target]
+            dip = 100 * (density.loc[reached[0]:].min() - target) if len(reached) else None
+            gate = _one_gate_points(run, i)
+            rows.append({"run": condition_link(run), "setting": run_label(run),
+                         "dual lr": f'{run["params"]["dual_lr"]:g}', "block": name,
+                         "at target from (epoch)": float(steps.loc[reached[0], "epoch"]) if len(reached) else None,
+                         "deepest under (points)": dip, "deepest under (gates)": None if dip is None else dip / gate,
+                         "final density (%)": 100 * finals[i][0], "final gap (points)": 100 * (finals[i][0] - target)})
+    return pd.DataFrame(rows)
+
+
+def first_push_summary(runs: list[dict]) -> pd.DataFrame:
+    """One row per run of :func:`first_push_rows`: its dual learning rate, how many of its blocks go more than a
+    gate under their target after first reaching it, the deepest (in gates, and which block), the run's largest
+    final gap and its outcome by the book's rule (:func:`paperlib.harness.rules.judge_record`)."""
+    free, rows = rules.free_gates_records(), []
+    for run in runs:
+        own = first_push_rows([run])
+        deepest = own.loc[own["deepest under (gates)"].idxmin()]
+        gaps = own["final gap (points)"]
+        rows.append({"run": condition_link(run), "setting": run_label(run), "dual lr": deepest["dual lr"],
+                     "blocks more than a gate under": int((own["deepest under (gates)"] < -1).sum()),
+                     "blocks": len(own), "deepest under (gates)": deepest["deepest under (gates)"],
+                     "deepest block": deepest["block"], "largest final gap (points)": gaps[gaps.abs().idxmax()],
+                     "outcome": rules.judge_record(run, free).outcome.value,
+                     "val. error final (%)": run["metrics"]["val_error_final"]})
+    return pd.DataFrame(rows)
 
 
 def paper_free_densities() -> dict[float, float]:
