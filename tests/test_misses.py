@@ -242,3 +242,7 @@ def test_the_first_push_is_measured_from_where_a_block_first_reaches_its_target(
     # 2 gates under a block of 32 is 6.25 points, beyond half a gate (1.56): under; 30 points over: violated
     assert summary["outcome"].tolist() == ["under", "on target", "violated"]
     assert summary["dual lr"].tolist() == ["0.007", "0.0007", "0.0007"]
+    closed = _pushed_layers(7e-4, (0.9, 0.8, 0.8), 0.8)
+    for step in closed["steps"]:
+        step["constrained_density_0"] = "0.9"  # neither block ever reaches its target
+    assert misses.first_push_summary([closed])["deepest block"].isna().all()

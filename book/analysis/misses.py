@@ -357,12 +357,13 @@ def first_push_summary(runs: list[dict]) -> pd.DataFrame:
     free, rows = rules.free_gates_records(), []
     for run in runs:
         own = first_push_rows([run])
-        deepest = own.loc[own["deepest under (gates)"].idxmin()]
-        gaps = own["final gap (points)"]
-        rows.append({"run": condition_link(run), "setting": run_label(run), "dual lr": deepest["dual lr"],
-                     "blocks more than a gate under": int((own["deepest under (gates)"] < -1).sum()),
-                     "blocks": len(own), "deepest under (gates)": deepest["deepest under (gates)"],
-                     "deepest block": deepest["block"], "largest final gap (points)": gaps[gaps.abs().idxmax()],
+        dips, gaps = own["deepest under (gates)"], own["final gap (points)"]
+        deepest = dips.idxmin() if dips.notna().any() else None  # None: no block ever reached its target
+        rows.append({"run": condition_link(run), "setting": run_label(run), "dual lr": own["dual lr"].iloc[0],
+                     "blocks more than a gate under": int((dips < -1).sum()), "blocks": len(own),
+                     "deepest under (gates)": None if deepest is None else dips[deepest],
+                     "deepest block": None if deepest is None else own.loc[deepest, "block"],
+                     "largest final gap (points)": gaps[gaps.abs().idxmax()],
                      "outcome": rules.judge_record(run, free).outcome.value,
                      "val. error final (%)": run["metrics"]["val_error_final"]})
     return pd.DataFrame(rows)
