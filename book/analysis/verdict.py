@@ -14,7 +14,7 @@ reproduced*, *in progress* (runs planned, not all in), *not tested here* (no
 data or no GPU; the page says what would test it).
 """
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -50,9 +50,9 @@ NOTHING_RAN = Ran("—", "", "", "")
 
 #: Run parameters besides the model, method, grouping, target and λ_pen that tell a study's cells apart.
 CELL_PARAMETERS = ("sparsity", "gates_lr", "detach_gates", "dual_restarts", "dual_optimizer", "nupi_kp")
-#: What a record written before a parameter existed ran with: the parameter's default (``dual_optimizer``
-#: came with the dual-optimiser study; runs before it used gradient ascent).
-_DEFAULTS = {f.name: f.default for f in fields(presets.ExperimentConfig)}
+#: What a record written before one of them existed ran with: its default (gradient ascent before the
+#: dual-optimiser study).
+_DEFAULTS = {name: getattr(presets.ExperimentConfig, name) for name in CELL_PARAMETERS}
 
 
 def _span(numbers) -> str:
