@@ -96,6 +96,8 @@ OURS = {
     "cifar10_cpu_protocol": Study(("grids/cifar10_cpu_free_gates.yaml", "grids/cifar10_cpu2_control.yaml",
                                    "grids/cifar10_cpu2_penalized.yaml"), "results_cifar10"),
     "cifar10_cpu2_dual_lr": Study(("grids/cifar10_cpu2_dual_lr.yaml",), "results_cifar10_misses"),
+    "cifar10_cpu2_layer_cause": Study(("grids/cifar10_cpu2_one_block.yaml", "grids/cifar10_cpu2_nupi.yaml",
+                                       "grids/cifar10_cpu2_schedule.yaml"), "results_cifar10_misses"),
     "cifar10_gpu_protocol": Study(("grids/cifar10_gpu_free_gates.yaml", "grids/cifar10_gpu_control.yaml"),
                                   "results_cifar10"),
     "cifar10_device_check": Study(("grids/cifar10_device_check.yaml",), "results_cifar10"),
