@@ -370,3 +370,70 @@ def test_a_loss_fn_that_returns_no_scalar_loss_is_named():
     x, _ = _data(4)
     with pytest.raises(ValueError, match=re.escape("0-d loss tensor") + ".*" + re.escape("(4, 5)")):
         step.roll(lambda: model(x))
+
+
+# ---------------------------------------------------------------------------
+# Every argument checked where it comes in (issue 51): the error names the argument and the value
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("target, named", [(1.5, "target"), (-0.1, "target"), (0, "target"), (float("nan"), "target"),
+                                           (float("inf"), "target"), ([0.5, 1.5], "target[1]"),
+                                           ([float("nan"), 0.5], "target[0]"), (torch.tensor(-0.5), "target")])
+def test_a_target_outside_0_1_or_not_finite_is_refused(target, named):
+    with pytest.raises(ValueError, match=re.escape(named) + r" must be in \(0, 1\].*got") as error:
+        ConstrainedStep(_toy(), target=target, gates_lr=0.1, dual_lr=0.1)
+    value = target[int(named[-2])] if isinstance(target, list) else getattr(target, "item", lambda: target)()
+    assert str(value) in str(error.value)
+
+
+def test_numpy_and_torch_numbers_are_numbers_and_1d_arrays_per_layer_lists():
+    np = pytest.importorskip("numpy")
+    expected = ConstrainedStep(_toy(), target=0.5, gates_lr=0.1, dual_lr=0.1)
+    for target in (np.float32(0.5), np.float64(0.5), torch.tensor(0.5), np.array(0.5)):
+        step = ConstrainedStep(_toy(), target=target, gates_lr=np.float32(0.1), dual_lr=torch.tensor(0.1).item())
+        assert step.objective.grouping == "model" and torch.equal(step.objective.target, expected.objective.target)
+    for target in (torch.tensor([0.5, 0.25]), np.array([0.5, 0.25])):
+        step = ConstrainedStep(_toy(), target=target, gates_lr=0.1, dual_lr=np.float64(0.1))
+        assert step.objective.grouping == "layer" and step.objective.target.tolist() == [0.5, 0.25]
+    step = ConstrainedStep(_toy(), penalty=np.float32(0.25), gates_lr=torch.tensor(0.1))
+    assert step.multipliers.tolist() == [0.25]
+    for bad in ("0.5", True, np.ones((1, 2))):
+        with pytest.raises(TypeError, match="target must be a number"):
+            ConstrainedStep(_toy(), target=bad, gates_lr=0.1, dual_lr=0.1)
+
+
+@pytest.mark.parametrize("arguments, named", [
+    (dict(gates_lr=0), "gates_lr"), (dict(gates_lr=-0.1), "gates_lr"), (dict(gates_lr=float("nan")), "gates_lr"),
+    (dict(dual_lr=0), "dual_lr"), (dict(dual_lr=-1.0), "dual_lr"), (dict(dual_lr=float("inf")), "dual_lr"),
+    (dict(dual_lr=0, dual_optimizer="augmented_lagrangian"), "dual_lr"),
+    (dict(weight_decay=-1e-4), "weight_decay"), (dict(weight_decay=float("nan")), "weight_decay"),
+    (dict(dual_optimizer="nupi", nupi_kp=-1.0), "nupi_kp"),
+    (dict(dual_optimizer="nupi", nupi_kp=1.0, nupi_ema=1.0), "nupi_ema"),
+    (dict(target=None, penalty=-0.1, dual_lr=None), "penalty"),
+    (dict(target=None, penalty=[0.1, -0.1], dual_lr=None), "penalty[1]"),
+])
+def test_non_positive_learning_rates_and_negative_coefficients_are_refused(arguments, named):
+    with pytest.raises(ValueError, match=re.escape(named) + " must be"):
+        ConstrainedStep(_toy(), **{**dict(target=0.5, gates_lr=0.1, dual_lr=0.1), **arguments})
+
+
+def test_what_is_no_model_or_optimiser_is_named():
+    with pytest.raises(TypeError, match="model must be an nn.Module"):
+        ConstrainedStep([nn.Linear(2, 2)], target=0.5, gates_lr=0.1, dual_lr=0.1)
+    model = _toy()
+    with pytest.raises(TypeError, match="optimizer must be a torch.optim.Optimizer"):
+        ConstrainedStep(model, weight_parameters(model), target=0.5, gates_lr=0.1, dual_lr=0.1)
+
+
+def test_a_step_on_a_model_in_eval_mode_is_refused():
+    model = _toy()
+    step = ConstrainedStep(model, target=0.5, gates_lr=0.1, dual_lr=0.1)
+    x, y = _data(4)
+    before = [p.clone() for p in model.parameters()]
+    model.eval()
+    with pytest.raises(RuntimeError, match=r"eval mode.*model\.train\(\)"):
+        step.roll(lambda: F.cross_entropy(model(x), y))
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    with pytest.raises(TypeError, match="loss_fn"):
+        step.roll(F.cross_entropy(model(x), y))
+    model.train()
+    assert step.roll(lambda: F.cross_entropy(model(x), y)).loss.isfinite()

@@ -26,6 +26,8 @@ any ``nn.Module`` that contains the package's gated layers
 interface.
 """
 
+import math
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -122,6 +124,10 @@ class ConstrainedStep:
       (:mod:`paperlib.method.gates`).
     * ``compile_gates``: run the gate pass through ``torch.compile``: ``"auto"``
       (on CUDA), ``"always"``, ``"never"``, or a bool.
+
+    Numbers may be Python, numpy or 0-d torch numbers, and a list one per layer a 1-d tensor or array. A target
+    must lie in (0, 1], a penalty, ``weight_decay`` and ``nupi_kp`` be >= 0, ``nupi_ema`` in [0, 1), and the
+    learning rates > 0, all finite; anything else is a ``ValueError`` that names the argument.
     """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
@@ -131,6 +137,8 @@ class ConstrainedStep:
                  dual_optimizer: str = "gradient_ascent", dual_restarts: bool | None = None,
                  nupi_kp: float | None = None, nupi_ema: float | None = None, weight_decay: float = 0.0,
                  detach_gates: bool = True, clamp_log_alpha: bool = True, compile_gates: bool | str = "auto"):
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"model must be an nn.Module with gated layers; got {type(model).__name__}")
         layers = gated_modules(model)
         if not layers:
             raise ValueError(f"{type(model).__name__} has no gated layers (paperlib.method.layers.L0Layer modules, such as "
@@ -138,8 +146,16 @@ class ConstrainedStep:
         if (target is None) == (penalty is None):
             raise ValueError("pass either target (constrained densities) or penalty (a fixed lambda_pen), not "
                              + ("both" if target is not None else "neither"))
+        if target is not None:
+            target = _numbers(target, "target", "in (0, 1], a density", lambda v: 0 < v <= 1)
+        else:
+            penalty = _numbers(penalty, "penalty", "a coefficient >= 0", lambda v: v >= 0)
         values, what = (target, "target") if target is not None else (penalty, "penalty")
-        grouping = grouping or ("model" if isinstance(values, (int, float)) else "layer")
+        for name, optim in (("optimizer", optimizer), ("gates_optimizer", gates_optimizer)):
+            if optim is not None and not hasattr(optim, "param_groups"):
+                raise TypeError(f"{name} must be a torch.optim.Optimizer (or None); got {type(optim).__name__}")
+        weight_decay = _number(weight_decay, "weight_decay", ">= 0", lambda v: v >= 0)
+        grouping = grouping or ("model" if isinstance(values, float) else "layer")
         if grouping not in GROUPINGS:
             raise ValueError(f"grouping must be one of {GROUPINGS}; got {grouping!r}")
         _check_per_layer(values, what, grouping, [name for name, _ in layers])
@@ -149,7 +165,7 @@ class ConstrainedStep:
         self.clamp_log_alpha = bool(clamp_log_alpha)
         if target is not None:
             nupi = _dual_settings(dual_optimizer, dual_lr, dual_restarts, nupi_kp, nupi_ema)
-            self.objective = ConstrainedObjective(model, target, grouping, dual_lr, **nupi)
+            self.objective = ConstrainedObjective(model, target, grouping, **nupi)
         else:
             extra = {k: v for k, v in dict(dual_lr=dual_lr, dual_restarts=dual_restarts, nupi_kp=nupi_kp,
                                            nupi_ema=nupi_ema).items() if v is not None}
@@ -184,8 +200,17 @@ class ConstrainedStep:
         ``loss_fn`` runs the model's forward and returns the task loss, or a
         tuple whose first element is the loss (the whole tuple is kept in
         :attr:`StepRecord.output`), e.g.
-        ``step.roll(lambda: F.cross_entropy(model(x), y))``.
+        ``step.roll(lambda: F.cross_entropy(model(x), y))``. The model must be
+        in training mode (in eval mode the gated layers use their median gates).
         """
+        if not callable(loss_fn):
+            raise TypeError(f"loss_fn must be a function of no arguments returning the loss; got "
+                            f"{type(loss_fn).__name__}")
+        evaluating = [name for name, layer in gated_modules(self.model) if not layer.training]
+        if evaluating:
+            raise RuntimeError(f"the model is in eval mode (gated layers {', '.join(evaluating[:3])}"
+                               f"{', ...' if len(evaluating) > 3 else ''} use their median gates, which a step "
+                               f"cannot train): call model.train() before step.roll()")
         self.zero_grad()
         gate_pass = self.gates.sample(self.objective.term, self.objective.term_args())
         with self.gates.installed(gate_pass):
@@ -224,10 +249,32 @@ class ConstrainedStep:
             self.objective.load_state_dict(state["objective"])
 
 
+def _number(value, name: str, accepts: str, ok: Callable[[float], bool]) -> float:
+    """``value`` (a Python, numpy or 0-d torch number) as a float, finite and ``ok``; else an error naming ``name``
+    that says what it ``accepts``."""
+    number = value.item() if getattr(value, "shape", None) == () and hasattr(value, "item") else value
+    if isinstance(number, bool) or not isinstance(number, numbers.Real):
+        raise TypeError(f"{name} must be a number {accepts}; got {value!r} ({type(value).__name__})")
+    if not (math.isfinite(number) and ok(number)):
+        raise ValueError(f"{name} must be {accepts}; got {number!r}")
+    return float(number)
+
+
+def _numbers(values, name: str, accepts: str, ok: Callable[[float], bool]) -> float | list[float]:
+    """A number (:func:`_number`), or a list of them from any sequence, 1-d tensor or array, each checked."""
+    if isinstance(values, numbers.Number) or getattr(values, "shape", None) == ():
+        return _number(values, name, accepts, ok)
+    if hasattr(values, "tolist") and getattr(values, "ndim", 1) == 1:
+        values = values.tolist()
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        raise TypeError(f"{name} must be a number {accepts}, or a sequence of them, one per gated layer; got "
+                        f"{type(values).__name__}")
+    return [_number(v, f"{name}[{i}]", accepts, ok) for i, v in enumerate(values)]
+
+
 def _check_per_layer(values, what: str, grouping: str, names: list[str]) -> None:
-    if isinstance(values, (int, float)):
+    if isinstance(values, float):
         return
-    values = list(values)
     if grouping == "model":
         raise ValueError(f"a model-wise {what} is one float; got {len(values)} values (pass grouping='layer' "
                          f"for one per gated layer)")
@@ -247,7 +294,7 @@ def _gates_optimizer(layers, optimizer, gates_optimizer, gates_lr) -> torch.opti
         raise ValueError("the gates need their own optimiser: pass gates_lr (Adam at that learning rate) or "
                          "gates_optimizer, " + ("not both" if gates_lr is not None else "one of them"))
     if gates_optimizer is None:
-        return torch.optim.Adam(gate_params, lr=gates_lr)
+        return torch.optim.Adam(gate_params, lr=_number(gates_lr, "gates_lr", "a learning rate > 0", lambda v: v > 0))
     held = _held(gates_optimizer)
     missing = [name for name, layer in layers if any(id(p) not in held for p in layer.gate_parameters())]
     if missing:
@@ -265,6 +312,7 @@ def _dual_settings(dual_optimizer, dual_lr, dual_restarts, nupi_kp, nupi_ema) ->
         raise ValueError(f"dual_optimizer must be one of {DUAL_OPTIMIZERS}; got {dual_optimizer!r}")
     if dual_lr is None:
         raise ValueError(f"a target needs dual_lr, the multipliers' step size ({dual_optimizer})")
+    dual_lr = _number(dual_lr, "dual_lr", "a step size > 0", lambda v: v > 0)
     if dual_restarts is None:
         dual_restarts = dual_optimizer == "gradient_ascent"
     check_dual_optimizer(dual_optimizer, dual_restarts)
@@ -272,9 +320,11 @@ def _dual_settings(dual_optimizer, dual_lr, dual_restarts, nupi_kp, nupi_ema) ->
         if nupi_kp is None:
             raise ValueError("dual_optimizer='nupi' needs its proportional gain nupi_kp (0 is gradient ascent "
                              "without restarts); nupi_ema, the violation's EMA coefficient, defaults to 0")
-        return dict(dual_restarts=False, dual_optimizer="nupi", nupi_kp=nupi_kp,
-                    nupi_ema=0.0 if nupi_ema is None else nupi_ema)
+        return dict(dual_lr=dual_lr, dual_restarts=False, dual_optimizer="nupi",
+                    nupi_kp=_number(nupi_kp, "nupi_kp", "a gain >= 0", lambda v: v >= 0),
+                    nupi_ema=_number(0.0 if nupi_ema is None else nupi_ema, "nupi_ema", "in [0, 1)",
+                                     lambda v: 0 <= v < 1))
     if nupi_kp is not None or nupi_ema is not None:
         raise ValueError(f"nupi_kp and nupi_ema are gains of dual_optimizer='nupi'; got "
                          f"dual_optimizer={dual_optimizer!r}")
-    return dict(dual_restarts=dual_restarts, dual_optimizer=dual_optimizer)
+    return dict(dual_lr=dual_lr, dual_restarts=dual_restarts, dual_optimizer=dual_optimizer)
