@@ -140,8 +140,8 @@ def test_the_mlps_pruning_against_the_paper_reads_the_rows_of_the_comparison_tab
         "fine-tuned (epochs)": ["0", "0", "50", "0", "50", "100"],
         "val. error best (%) ours": ["1.40", "16.31 ± 4.98", "1.70 ± 0.07", None, "53.00 ± 3.00", "52.50 ± 3.00"],
         "val. error best (%) Δ": ["-0.32", "+12.50", "-0.33", None, "-7.82", "-8.19"],
-        "protocol": ["paper, 200 ep, 1 seed", "paper, 400 ep, 3 seeds", "paper, 400 ep, 3 seeds", "not run",
-                     "paper, 400 ep, 3 seeds", "paper, 400 ep, 3 seeds"]})
+        "protocol": ["paper protocol, 200 ep, 1 seed", "paper protocol, 400 ep, 3 seeds", "paper protocol, 400 ep, 3 seeds", "not run",
+                     "paper protocol, 400 ep, 3 seeds", "paper protocol, 400 ep, 3 seeds"]})
     assert beyond.mlp_pruning_against_paper(table) == {
         "mlp_pruned_seeds": 3, "mlp_finetuned_low": -0.33, "mlp_finetuned_high": -0.33,
         "mlp1_finetuned_low": -8.19, "mlp1_finetuned_high": -7.82}
@@ -251,7 +251,7 @@ def test_what_was_not_run_is_one_command_per_row_with_a_loop_over_targets(monkey
     papermill = "papermill book/x.ipynb out.ipynb -p model m -p method constrained -p grouping layer -p preset paper"
     table = pd.DataFrame({"model": ["m"] * 4, "method": ["constrained", "constrained", "magnitude_pruning", "dense"],
                           "grouping": ["layer", "layer", "layer", "—"], "target / λ_pen": ["20%", "10%", "20%", ""],
-                          "protocol": ["not run", "not run", "not run", "paper, 1 ep, 1 seed"]})
+                          "protocol": ["not run", "not run", "not run", "paper protocol, 1 ep, 1 seed"]})
     table.attrs["missing"] = {"m constrained layer 20%": f"python -m paperlib.harness.sweeps grids/tinyimagenet.yaml ; at the "
                                                           f"paper's protocol: {papermill} -p target 0.2",
                               "m constrained layer 10%": f"{papermill} -p target 0.1",

@@ -91,7 +91,7 @@ def test_compare_prefers_paper_protocol_records_and_names_missing_rows(runs):
     assert row["val. error final (%) Δ"] == f"{mean - float(paper.value):+.2f}"
     assert row["val. error best (%) ours"] == row["val. error final (%) ours"]  # the final epochs meet the 33% target
     assert row["pruned architecture ours"] == "200-230-100 / 200-230-100"
-    assert row["protocol"] == "paper, 200 ep, 2 seeds"
+    assert row["protocol"] == "paper protocol, 200 ep, 2 seeds"
     # LeNet5 model-wise is in the grid but not run; the layer-wise rows are in no grid.
     assert table.loc[("LeNet5", "constrained", "model"), "protocol"] == "not run"
     missing = table.attrs["missing"]
@@ -111,9 +111,9 @@ def test_a_record_made_with_an_earlier_preset_is_labelled(runs):
     _write(grid, 0, 1.7, 100)
     folder = grid_runs(grid)[0][1]
     params = records.load_record(folder)["params"]
-    assert comparison.compare("tab:mnist", [grid]).loc[1, "protocol"] == "cpu, 100 ep, 1 seed"
+    assert comparison.compare("tab:mnist", [grid]).loc[1, "protocol"] == "short protocol, 100 ep, 1 seed"
     records.write_json(folder / "params.json", {**params, "dual_lr": 3e-3})  # what the old cpu preset used
-    assert comparison.compare("tab:mnist", [grid]).loc[1, "protocol"] == "cpu, 100 ep, 1 seed (earlier preset)"
+    assert comparison.compare("tab:mnist", [grid]).loc[1, "protocol"] == "short protocol, superseded settings, 100 ep, 1 seed"
 
 
 def test_the_protocol_says_which_seeds_trained_on_a_gpu(runs):
@@ -125,15 +125,15 @@ def test_the_protocol_says_which_seeds_trained_on_a_gpu(runs):
                                     "dataset": "mnist", "base": base, "grid": {"seed": [0, 1, 2]}}))
     for index in range(3):
         _write(grid, index, 1.7, 200)
-    assert comparison.compare("tab:mnist", [grid]).loc[1, "protocol"] == "paper, 200 ep, 3 seeds"
+    assert comparison.compare("tab:mnist", [grid]).loc[1, "protocol"] == "paper protocol, 200 ep, 3 seeds"
     for index in (1, 2):
         folder = grid_runs(grid)[index][1]
         metrics = records.load_record(folder)["metrics"]
         records.write_json(folder / "metrics.json", {**metrics, "device": "cuda"})
-    assert comparison.compare("tab:mnist", [grid]).loc[1, "protocol"] == "paper, 200 ep, 3 seeds, 2 on GPU"
+    assert comparison.compare("tab:mnist", [grid]).loc[1, "protocol"] == "paper protocol, 200 ep, 3 seeds, 2 on GPU"
     folder = grid_runs(grid)[0][1]
     records.write_json(folder / "metrics.json", {**records.load_record(folder)["metrics"], "device": "cuda"})
-    assert comparison.compare("tab:mnist", [grid]).loc[1, "protocol"] == "paper, 200 ep, 3 seeds, on GPU"
+    assert comparison.compare("tab:mnist", [grid]).loc[1, "protocol"] == "paper protocol, 200 ep, 3 seeds, on GPU"
 
 
 def test_distance_to_target_takes_the_largest_gap_over_the_constraints(runs):
@@ -148,7 +148,7 @@ def test_distance_to_target_takes_the_largest_gap_over_the_constraints(runs):
     row = comparison.distance_to_target([grid]).iloc[0]
     assert row["largest gap (points)"] == pytest.approx(-1.2)  # fc2, 1.2 points below its target
     assert not row["within 1 point"]
-    assert row["protocol"] == "cpu, 100 ep"
+    assert row["protocol"] == "short protocol, 100 ep"
     assert (row["model"], row["grouping"], row["target"]) == ("mlp", "layer", "[30, 30, 30]%")
 
 
@@ -228,7 +228,7 @@ def test_overview_counts_rows_by_protocol_and_differences_at_the_papers_protocol
 
     row = comparison.overview().iloc[0]
     # Table 1 has four constrained rows (the Louizos et al. rows are quoted, not counted).
-    assert (row["rows"], row["paper protocol"], row["cpu budget"], row["no record"]) == (4, 1, 1, 2)
+    assert (row["rows"], row["paper protocol"], row["another protocol"], row["no record"]) == (4, 1, 1, 2)
     # The paper-protocol row compares its best and final errors (the pruned architecture is no number).
     paper_best = float(paper_cell("tab:mnist", model="MLP", method="constrained", grouping="model",
                                   metric="val_error_best").value)
@@ -324,7 +324,7 @@ def test_missing_commands_give_each_alternative_with_the_protocol_its_grid_runs(
     missing = comparison.missing_commands(table)
     assert len(missing) == 4  # two alternatives for each row
     wrn = missing[missing["rows"] == "WideResNet-28-10 penalized model λ_pen 1"]
-    assert list(wrn["protocol"]) == ["CPU", "paper"]
+    assert list(wrn["protocol"]) == ["pilot protocol", "paper protocol"]
     assert wrn["command"].iloc[1] == "<code>python -m paperlib.harness.sweeps grids/cifar10_control_paper.yaml</code>"
     dense = missing[missing["rows"] == "MLP dense"]
-    assert dense["protocol"].iloc[1] == "paper" and dense["command"].iloc[1].startswith("<code>papermill")
+    assert dense["protocol"].iloc[1] == "paper protocol" and dense["command"].iloc[1].startswith("<code>papermill")

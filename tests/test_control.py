@@ -86,7 +86,7 @@ def test_the_answers_numbers_count_each_outcome_and_find_the_furthest_misses_and
     assert control.outcome_numbers(control.run_rows([], None))["judged"] == 0
 
 
-def test_the_figure_draws_ours_and_the_papers_in_distinct_colours_and_markers_and_costs_against_each_reference():
+def test_the_figure_draws_ours_and_the_papers_in_the_books_styles_and_costs_against_each_reference():
     dense = record("dense", error=8.0)
     ours = control.run_rows([record("constrained", "model", 0.5, densities=(0.5, 0.5), error=9.0), dense], dense)
     paper = control.paper_points("tab:cifar10_control")
@@ -95,9 +95,9 @@ def test_the_figure_draws_ours_and_the_papers_in_distinct_colours_and_markers_an
     mine, theirs = density["ours (small), constrained, model-wise"], density["paper (large), constrained, model-wise"]
     assert mine.get_offsets().tolist() == [[50.0, 50.0]]
     assert tuple(mine.get_edgecolors()[0]) != tuple(theirs.get_edgecolors()[0])  # colours differ
-    assert (mine.get_paths()[0].vertices.tolist() != theirs.get_paths()[0].vertices.tolist())  # markers differ
+    assert len(theirs.get_facecolors()) == 0 and mine.get_facecolors()[0][3] > 0  # the paper's hollow, ours filled
     layer = density["paper (large), constrained, layer-wise"]
-    assert len(layer.get_facecolors()) == 0 and theirs.get_facecolors()[0][3] > 0  # layer-wise hollow
+    assert layer.get_paths()[0].vertices.tolist() != theirs.get_paths()[0].vertices.tolist()  # grouping: marker shape
     costs = {c.get_label(): c.get_offsets().tolist() for c in fig.axes[2].collections}
     assert costs["ours (small), constrained, model-wise"] == [[50.0, 1.0]]  # 9.0 - 8.0 at 50% density
     reference, _ = control.paper_reference_error(paper)

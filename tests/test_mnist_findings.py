@@ -105,7 +105,7 @@ def test_authors_best_error_is_the_lowest_of_any_epoch_of_any_seed_beside_the_pa
 
 
 def test_on_target_counts_runs_per_preset():
-    gaps = pd.DataFrame({"protocol": ["paper, 200 ep", "paper, 200 ep", "cpu, 100 ep"],
+    gaps = pd.DataFrame({"protocol": ["paper protocol, 200 ep", "paper protocol, 200 ep", "short protocol, 100 ep"],
                          "within 1 point": [True, False, True]})
     assert findings.on_target_counts(gaps) == {"paper": (1, 2), "cpu": (1, 1)}
     assert findings.on_target_counts(gaps.iloc[:2]) == {"paper": (1, 2)}  # no cpu record: no cpu count
@@ -124,7 +124,7 @@ def test_misses_are_grouped_by_cell_beside_the_papers_gap_and_summed_up():
     gaps = pd.DataFrame({"model": ["mlp", "mlp", "mlp", "mlp", "lenet5"],
                          "grouping": ["layer", "layer", "model", "model", "model"],
                          "target": ["20%", "20%", "20%", "50%", "20%"],
-                         "protocol": ["paper, 200 ep"] * 4 + ["cpu, 40 ep"],
+                         "protocol": ["paper protocol, 200 ep"] * 4 + ["short protocol, 40 ep"],
                          "largest gap (points)": [1.5, 2.5, 1.2, 0.3, 4.0],
                          "within 1 point": [False, False, False, True, False]})
     by_cell = findings.misses_by_cell(gaps)
@@ -141,7 +141,7 @@ def test_misses_are_grouped_by_cell_beside_the_papers_gap_and_summed_up():
 
 def test_the_target_gaps_figure_puts_each_run_beside_the_papers_cell():
     gaps = pd.DataFrame({"model": ["mlp", "mlp", "lenet5"], "grouping": ["layer", "layer", "model"],
-                         "target": ["20%", "[30, 30, 30]%", "10%"], "protocol": ["paper, 200 ep"] * 2 + ["cpu, 40 ep"],
+                         "target": ["20%", "[30, 30, 30]%", "10%"], "protocol": ["paper protocol, 200 ep"] * 2 + ["short protocol, 40 ep"],
                          "largest gap (points)": [1.5, 1.1, 4.0], "within 1 point": [False, False, False]})
     fig = findings.plot_target_gaps(gaps)
     mlp, lenet = fig.axes
@@ -223,10 +223,10 @@ def test_initialisation_table_puts_fan_in_and_fan_out_beside_the_paper(monkeypat
     def compare(table, grids, metrics):
         fan_out = list(grids) == list(findings.FAN_OUT_GRIDS)
         rows = [key | {"L0-density (%) paper": "22.77 ± 0.17", "L0-density (%) ours": "20.5" if fan_out else "20.1 ± 0.2",
-                       "protocol": "paper, 200 ep, 1 seed" if fan_out else "paper, 200 ep, 3 seeds, 2 on GPU",
+                       "protocol": "paper protocol, 200 ep, 1 seed" if fan_out else "paper protocol, 200 ep, 3 seeds, 2 on GPU",
                        "runs": "s0"},
                 other | {"L0-density (%) paper": "36.25", "L0-density (%) ours": None,
-                         "protocol": "not run" if fan_out else "paper, 200 ep, 1 seed", "runs": None}]
+                         "protocol": "not run" if fan_out else "paper protocol, 200 ep, 1 seed", "runs": None}]
         return pd.DataFrame(rows)
 
     monkeypatch.setattr(comparison, "compare", compare)
@@ -375,7 +375,7 @@ def test_large_differences_name_each_table_by_its_number():
     table = pd.DataFrame([{"method": "constrained", "grouping": "layer", "target / λ_pen": "20%",
                            "L0-density (%) paper": "23.28 ± 0.31", "L0-density (%) ours": "20.37",
                            "L0-density (%) Δ": "-2.91", "params (%) paper": "3.41", "params (%) ours": "4.36",
-                           "params (%) Δ": "+0.95", "protocol": "paper, 200 ep, 1 seed"}])
+                           "params (%) Δ": "+0.95", "protocol": "paper protocol, 200 ep, 1 seed"}])
     found = findings.large_differences({"tab:mlp_control": [table], "tab:mnist": [table.iloc[:0]]})
     assert found[["table", "row", "metric", "Δ"]].values.tolist() == [
         ["Table 10", "constrained layer 20%", "L0-density (%)", "-2.91"]]
@@ -395,7 +395,7 @@ def test_penalized_lenet5_runs_are_told_apart_by_seed_initialisation_and_clamp()
     assert table["L0-density (%)"].tolist() == pytest.approx([86.47, 77.2, 37.97])
     assert set(table["paper (%)"]) == {90.78} and findings.penalized_densities({"model": runs}, 1.0).empty
     fig = findings.plot_penalized_lenet({"model": runs, "layer": runs[:1]})
-    assert [line.get_linestyle() for line in fig.axes[0].lines[:3]] == ["-", "-", "--"]
+    assert [line.get_linestyle() for line in fig.axes[0].lines[:3]] == ["-", "-", "-."]  # fan-out dash-dotted (analysis.style)
     assert list(fig.axes[1].lines[-1].get_ydata()) == [90.63]  # the paper's final, layer-wise
 
 
@@ -438,7 +438,7 @@ def test_the_fan_out_twin_tells_how_much_of_their_codes_difference_is_the_initia
     assert round(numbers["share"]) == share  # (73 - twin) / (73 - 33)
     fig = findings.plot_authors_penalized(theirs, ours)
     model_panel = fig.axes[0].lines
-    assert [line.get_linestyle() for line in model_panel[:5]] == ["-", "-", ":", "-", "--"]
+    assert [line.get_linestyle() for line in model_panel[:5]] == ["-", "-", ":", "-", "-."]
     assert [line.get_alpha() for line in model_panel[1:3]] == [0.6, 1.0]  # seed 1 faint
     assert list(model_panel[-1].get_ydata()) == [findings.paper_penalized_density("layer", 0.01)]
 
@@ -513,11 +513,14 @@ def test_the_clamped_table1_lenet5_error_against_the_interval_of_chance():
 
 
 def test_seeds_column_replaces_a_shared_protocol_by_each_rows_seeds():
-    table = pd.DataFrame({"row": ["a", "b", "c"], "protocol": ["paper, 200 ep, 3 seeds, 2 on GPU", "paper, 200 ep, 1 seed",
-                                                               "paper, 200 ep, 1 seed, on GPU"], "runs": ["s0"] * 3})
+    table = pd.DataFrame({"row": ["a", "b", "c"], "protocol": ["paper protocol, 200 ep, 3 seeds, 2 on GPU",
+                                                               "paper protocol, 200 ep, 1 seed",
+                                                               "paper protocol, 200 ep, 1 seed, on GPU"],
+                          "runs": ["s0"] * 3})
     table.attrs["missing"] = {}
     shown = findings.seeds_column(table)
     assert shown.columns.tolist() == ["row", "seeds", "runs"] and shown["seeds"].tolist() == [3, 1, 1]
-    assert shown.attrs == {"missing": {}, "protocol": "paper, 200 ep"}
-    mixed = table.assign(protocol=["cpu, 40 ep, 1 seed", "paper, 200 ep, 1 seed", "Louizos et al., quoted"])
+    assert shown.attrs == {"missing": {}, "protocol": "paper protocol, 200 ep"}
+    mixed = table.assign(protocol=["short protocol, 40 ep, 1 seed", "paper protocol, 200 ep, 1 seed",
+                                   "Louizos et al., quoted"])
     assert findings.seeds_column(mixed).equals(mixed)  # rows of several protocols keep their column

@@ -208,8 +208,9 @@ def test_run_index_marks_records_of_an_earlier_preset_and_resumed_runs(workspace
     before = f"MLP, constrained, model-wise 60%, {changed}, dual lr 0.003, seed 0"
     assert sorted(index.index) == [now, before]  # rows named by their condition, the earlier preset's change named
     assert index.loc[now, "notes"] == ""
-    assert index.loc[before, "notes"] == "earlier preset, resumed"
-    assert index.loc[now, "protocol"] == "cpu, 1 of 1 ep"
+    assert index.loc[before, "notes"] == "resumed"
+    assert index.loc[now, "protocol"] == "short protocol, 1 of 1 ep"
+    assert index.loc[before, "protocol"] == "short protocol, superseded settings, 1 of 1 ep"
 
 
 def test_a_run_page_says_when_its_run_resumed_or_is_of_an_earlier_preset(workspace):
@@ -222,10 +223,12 @@ def test_a_run_page_says_when_its_run_resumed_or_is_of_an_earlier_preset(workspa
     assert run_pages.run_page_remarks(search) == ""
     metrics = json.loads((folder / "metrics.json").read_text())
     records.write_json(folder / "metrics.json", {**metrics, "git_commits_resumed_at": ["abc"]})
-    assert "resumed from a checkpoint" in run_pages.run_page_remarks(folder)
+    resumed = run_pages.run_page_remarks(folder)
+    assert "resumed from a checkpoint" in resumed
     params = json.loads((folder / "params.json").read_text())
     records.write_json(folder / "params.json", {**params, "epochs": 7})
-    assert "earlier preset" in run_pages.run_page_remarks(folder)
+    superseded = run_pages.run_page_remarks(folder)  # a second remark: its settings are no longer its protocol's
+    assert superseded.startswith(resumed) and len(superseded) > len(resumed) and "preset" not in superseded
 
 
 def test_show_keeps_a_mean_and_its_ci_on_one_line():
@@ -321,7 +324,7 @@ def test_show_writes_a_column_of_whole_numbers_without_decimals():
 
 def test_a_run_index_folds_one_table_per_experiment_with_every_run():
     index = pd.DataFrame({"run": ["a", "b", "c"], "experiment": ["mnist", "mnist", "mlp_control"],
-                          "protocol": ["paper, 200 of 200 ep"] * 3, "status": ["complete"] * 3})
+                          "protocol": ["paper protocol, 200 of 200 ep"] * 3, "status": ["complete"] * 3})
     html = report.folded_by_experiment(index).data
     assert html.count("<details>") == 2 and "mnist</code> (2)" in html and "mlp_control</code> (1)" in html
     assert all(f">{run}<" in html for run in "abc")

@@ -28,7 +28,7 @@ from paperlib.paper.models import build_model
 from paperlib.paper.paper_numbers import ref
 from paperlib.paper.paper_results import paper_cell, paper_results
 
-from . import report
+from . import comparison, report, style
 from .comparison import compare_table
 
 #: App. L's target densities, in the order of its tables.
@@ -132,24 +132,26 @@ def compare_table_cached(label: str) -> pd.DataFrame:
 
 _COMPARED: dict[str, pd.DataFrame] = {}
 
-#: Colour, marker and fill of each (source, method) in :func:`plot_error_density`: the paper's in greys with open
-#: markers, ours in colour with filled ones.
-ERROR_DENSITY_STYLES = {("paper", "constrained"): ("0.35", "D", "none"), ("paper", "magnitude_pruning"): ("0.6", "v", "none"),
-                        ("ours", "constrained"): ("C0", "o", "C0"), ("ours", "magnitude_pruning"): ("C1", "s", "C1")}
+#: The marker of each method in :func:`plot_error_density`; the paper's and ours take the book's style for each
+#: (:mod:`analysis.style`: the paper's black, hollow and dashed, ours blue, filled and solid).
+METHOD_MARKERS = {"constrained": "o", "magnitude_pruning": "s"}
 
 
 def plot_error_density(tables: dict[str, pd.DataFrame], finetune_epochs: int = 200) -> plt.Figure:
     """One panel per model (``{"MLP": error_density("mlp"), ...}``): best validation error against density, both
-    on log scales, for L0 constrained and magnitude pruning (after ``finetune_epochs`` epochs of fine-tuning), the
-    paper's and ours in distinct colours and markers (:data:`ERROR_DENSITY_STYLES`)."""
+    on log scales, for L0 constrained and magnitude pruning (after ``finetune_epochs`` epochs of fine-tuning): the
+    paper's and ours in the book's style for each (:mod:`analysis.style`), a marker per method
+    (:data:`METHOD_MARKERS`)."""
     fig, axes = plt.subplots(1, len(tables), figsize=(7, 3.4), squeeze=False)
     for ax, (title, table) in zip(axes[0], tables.items()):
-        for (source, method), (colour, marker, fill) in ERROR_DENSITY_STYLES.items():
-            points = table[(table["source"] == source) & (table["method"] == method)].dropna(subset=["error (%)"])
-            points = points.sort_values("density (%)")
-            words = METHOD_WORDS[method] + (f", fine-tuned {finetune_epochs} ep" if method == "magnitude_pruning" else "")
-            ax.plot(points["density (%)"], points["error (%)"], color=colour, marker=marker, mfc=fill, ms=7, lw=1.2,
-                    ls="-" if source == "ours" else "--", label=f"{'ours' if source == 'ours' else 'paper'}: {words}")
+        for source in ("paper", "ours"):
+            for method, marker in METHOD_MARKERS.items():
+                points = table[(table["source"] == source) & (table["method"] == method)].dropna(subset=["error (%)"])
+                points = points.sort_values("density (%)")
+                words = METHOD_WORDS[method] + (f", fine-tuned {finetune_epochs} ep"
+                                                if method == "magnitude_pruning" else "")
+                ax.plot(points["density (%)"], points["error (%)"], ms=7,
+                        label=f"{source}: {words}", **style.line(source, marker=True, marker_shape=marker))
         ax.set(xscale="log", yscale="log", xlabel="density (%)", title=title)
         ax.set_xticks([1, 2, 5, 10, 20], ["1", "2", "5", "10", "20"])
         ax.set_yticks([0.5, 1, 2, 5, 10, 20, 50], ["0.5", "1", "2", "5", "10", "20", "50"])
@@ -207,7 +209,7 @@ def not_run(reasons: dict[str, str]) -> pd.DataFrame:
     for label, reason in reasons.items():
         table = compare_table(label)
         for _, row in table.iterrows():
-            if row["method"] == "louizos" or str(row["protocol"]).startswith(("paper", "cpu")):
+            if row["method"] == "louizos" or comparison.has_protocol(row["protocol"]):
                 continue
             grouping = row["grouping"] if row["method"] != "dense" and row["grouping"] != "—" else ""
             key = " ".join(part for part in (row["model"], row["method"], grouping, row["target / λ_pen"]) if part)

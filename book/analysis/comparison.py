@@ -7,7 +7,9 @@ returns one row per row of the paper's table: for each metric the paper's value
 record), and the difference; :data:`paperlib.harness.studies.TABLES` names the grids of each table, so
 ``compare_table(label)`` is what a page shows. The ``protocol`` column says
 which records were used: the ``paper`` preset's where any exist, otherwise the
-``cpu`` ones, with their epochs and number of seeds. Nothing here invents a number: the paper's
+``cpu`` ones, each named as :mod:`paperlib.harness.protocols` names it (``paper protocol``, ``short protocol``,
+``pilot protocol``; ``, superseded settings`` where a record's parameters are no longer its preset's), with
+their epochs and number of seeds. Nothing here invents a number: the paper's
 come from ``paper_results.csv``, ours from ``metrics.json`` and ``history.csv``.
 
 Our CI is Student's t with n − 1 degrees of freedom
@@ -35,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from paperlib.harness import records, rules
+from paperlib.harness import protocols, records, rules
 from paperlib.harness.paper_rows import (MODEL_FAMILIES, ROW_KEYS, describe_key, largest_gap, matches, our_value,
                                         paper_key, printed_cell, target_label)
 from paperlib.harness.studies import TABLES
@@ -72,18 +74,42 @@ def _chosen_runs(runs: list[tuple[object, Path]]) -> tuple[str | None, list[tupl
     return None, []
 
 
+def protocol_label(preset: str, dataset: str | None = None, superseded: bool = False) -> str:
+    """A record's protocol as the tables name it (:func:`paperlib.harness.protocols.protocol_name`), with
+    ``, superseded settings`` where its parameters are no longer its preset's."""
+    name = protocols.protocol_name(preset, dataset)
+    return f"{name}, {protocols.SUPERSEDED}" if superseded else name
+
+
+def is_superseded(text) -> bool:
+    """Whether a ``protocol`` cell names a record made with settings its preset no longer gives."""
+    return f", {protocols.SUPERSEDED}" in str(text)
+
+
+def is_paper_protocol(text) -> bool:
+    """Whether a ``protocol`` cell names the paper's protocol, at its settings today."""
+    name = protocols.protocol_name("paper")
+    return (str(text) == name or str(text).startswith(name + ", ")) and not is_superseded(text)
+
+
+def has_protocol(text) -> bool:
+    """Whether a ``protocol`` cell names one of the book's protocols (a row with records), not "not run" or a
+    quoted row."""
+    return str(text).startswith(tuple(set(protocols.NAMES.values())))
+
+
 def _protocol(preset: str, chosen: list[tuple[object, Path]], metrics: list[dict], paper_model: str) -> str:
     epochs = sorted({m["epochs_completed"] for m in metrics})
     seeds = len(chosen)
     models = sorted({c.model for c, _ in chosen})
-    text = f"{preset}, {'/'.join(map(str, epochs))} ep, {seeds} seed{'s' if seeds > 1 else ''}"
+    superseded = any(not _same_parameters(c, m) for (c, _), m in zip(chosen, metrics))
+    text = (f"{protocol_label(preset, chosen[0][0].dataset, superseded)}, {'/'.join(map(str, epochs))} ep, "
+            f"{seeds} seed{'s' if seeds > 1 else ''}")
     if models != [MODEL_FAMILIES[paper_model][0]]:
         text += f", {'/'.join(models)}"
     on_gpu = sum(m.get("device") == "cuda" for m in metrics)
     if on_gpu:
         text += ", on GPU" if on_gpu == seeds else f", {on_gpu} on GPU"
-    if any(not _same_parameters(c, m) for (c, _), m in zip(chosen, metrics)):
-        text += " (earlier preset)"
     return text
 
 
@@ -224,7 +250,7 @@ def compare_table(table: str, metrics: list[str] | None = None, digits: int = 2)
 
 def overview(threshold: float = rules.AGREE_POINTS) -> pd.DataFrame:
     """One row per table of :data:`TABLES` (its number in the paper, linked to its page): how many of its rows have
-    records at the paper's protocol, at the ``cpu`` budget or none, and how many of the numbers compared at
+    records at the paper's protocol, at another of the book's protocols or none, and how many of the numbers compared at
     the paper's protocol are within ``threshold`` points of the paper's (rows quoted from Louizos et al.
     are not counted)."""
     rows = []
@@ -232,13 +258,13 @@ def overview(threshold: float = rules.AGREE_POINTS) -> pd.DataFrame:
         table = compare_table(label)
         table = table[table["method"] != "louizos"]
         protocol = table["protocol"]
-        paper_rows = table[protocol.str.startswith("paper")]
+        paper_rows = table[protocol.map(is_paper_protocol)]
         deltas = [abs(float(d)) for column in table if column.endswith(" Δ")
                   for d in paper_rows[column].dropna()]
         rows.append({"table": f'<a href="{source.page}.html">{ref(label)}</a>', "rows": len(table),
-                     "paper protocol": int(protocol.str.startswith("paper").sum()),
-                     "cpu budget": int(protocol.str.startswith("cpu").sum()),
-                     "no record": int((~protocol.str.startswith(("paper", "cpu"))).sum()),
+                     "paper protocol": int(protocol.map(is_paper_protocol).sum()),
+                     "another protocol": int((protocol.map(has_protocol) & ~protocol.map(is_paper_protocol)).sum()),
+                     "no record": int((~protocol.map(has_protocol)).sum()),
                      "numbers compared": len(deltas),
                      f"within {threshold:g} pts": sum(d <= threshold for d in deltas)})
     return pd.DataFrame(rows)
@@ -264,7 +290,7 @@ def agreement(table: str, metric: str = "val_error_final", level: float = 0.95) 
     rows = []
     for (_, row), values in zip(compared.iterrows(), compared.attrs["values"]):
         paper, ours = row[f"{label} paper"], values.get(metric)
-        if not ours or not str(row["protocol"]).startswith("paper") or " ± " not in str(paper):
+        if not ours or not is_paper_protocol(row["protocol"]) or " ± " not in str(paper):
             continue
         paper_mean, paper_ci = split_cell(paper)
         delta = statistics.fmean(ours) - paper_mean
@@ -305,7 +331,8 @@ def distance_to_target(grid_files: list[str | Path]) -> pd.DataFrame:
         worst = largest_gap(record)
         rows.append({"run": notebook_link(folder, config.run_name) or config.run_name,
                      "model": config.model, "grouping": config.grouping, "target": target_label(config.target),
-                     "protocol": f"{config.preset}, {record['metrics']['epochs_completed']} ep",
+                     "protocol": f"{protocols.record_protocol(record['params'])}, "
+                                 f"{record['metrics']['epochs_completed']} ep",
                      "sparsity": config.sparsity, "largest gap (points)": worst,
                      "within 1 point": abs(worst) <= rules.ON_TARGET_POINTS})
     return pd.DataFrame(rows, columns=["run", "model", "grouping", "target", "protocol", "sparsity",
@@ -313,17 +340,19 @@ def distance_to_target(grid_files: list[str | Path]) -> pd.DataFrame:
 
 
 def _protocol_of(command: str) -> tuple[str, str]:
-    """(the protocol a missing row's command runs, the command itself): ``paper`` or ``CPU``, from the label
-    :func:`_command` gives it or from the preset its grid file names ("" when neither says)."""
+    """(the protocol a missing row's command runs, the command itself), named as
+    :mod:`paperlib.harness.protocols` names it, from the label :func:`_command` gives it or from the preset and
+    dataset its grid file names ("" when neither says)."""
     import yaml
 
     label, _, command = command.rpartition(": ") if command.startswith("at the paper") else ("", "", command)
     if label:
-        return "paper", command
+        return protocols.protocol_name("paper"), command
     if command.startswith("python -m paperlib.harness.sweeps "):
         grid = records.project_root() / command.split()[-1]
-        preset = (yaml.safe_load(grid.read_text()).get("base") or {}).get("preset") if grid.exists() else None
-        return {"cpu": "CPU", "paper": "paper"}.get(preset, ""), command
+        spec = yaml.safe_load(grid.read_text()) if grid.exists() else {}
+        preset = (spec.get("base") or {}).get("preset")
+        return (protocols.protocol_name(preset, spec.get("dataset")) if preset else ""), command
     return "", command
 
 

@@ -32,6 +32,7 @@ from paperlib.harness.plots import plot_gate_histograms
 from paperlib.harness.vocabulary import METRIC_LABELS
 from paperlib.paper.paper_results import paper_results
 
+from . import style
 from .report import complete_records, grid_table, notebook_link, sweep_command
 
 def short_layer_name(layer: str) -> str:
@@ -172,10 +173,6 @@ def paper_reference_error(points: pd.DataFrame) -> tuple[float, str]:
     return densest["val. error final (%)"], f"{densest['method']}, {densest['grouping']}-wise, {setting(densest)}"
 
 
-#: How :func:`plot_comparison` draws each source: colour and marker.
-SOURCE_STYLES = {"ours": ("C0", "o"), "paper": ("C1", "D")}
-
-
 def plot_comparison(ours: pd.DataFrame, paper: pd.DataFrame, title: str = "", ours_label: str = "ours",
                     paper_label: str = "paper") -> plt.Figure:
     """The control figure: L0-density and MACs against the target (top row, constrained) and against λ_pen
@@ -183,8 +180,9 @@ def plot_comparison(ours: pd.DataFrame, paper: pd.DataFrame, title: str = "", ou
     run given to :func:`run_rows` (our dense run, or the densest where a table has none), the paper's against
     its densest run (:func:`paper_reference_error`).
 
-    Ours and the paper's differ in colour and marker (:data:`SOURCE_STYLES`), model-wise points are filled and
-    layer-wise ones hollow; the legend names ``ours_label`` and ``paper_label``.
+    The paper's points and ours take the book's one style for each (:mod:`analysis.style`: the paper's black and
+    hollow, ours blue and filled), model-wise and layer-wise differ by marker shape; the legend names
+    ``ours_label`` and ``paper_label``.
     """
     reference, _ = paper_reference_error(paper)
     paper = paper.assign(**{"cost (points)": paper["val. error final (%)"] - reference})
@@ -195,7 +193,6 @@ def plot_comparison(ours: pd.DataFrame, paper: pd.DataFrame, title: str = "", ou
         for col, (metric, label) in enumerate(columns):
             ax = axes[row, col]
             for (source, frame), name in zip((("ours", ours), ("paper", paper)), (ours_label, paper_label)):
-                colour, marker = SOURCE_STYLES[source]
                 for grouping in ("model", "layer"):
                     chosen = frame[(frame["method"] == method) & (frame["grouping"] == grouping)].dropna(
                         subset=[metric])
@@ -205,14 +202,13 @@ def plot_comparison(ours: pd.DataFrame, paper: pd.DataFrame, title: str = "", ou
                         x = chosen["L0-density (%)"]
                     else:
                         x = 100 * chosen[x_key] if method == "constrained" else chosen[x_key]
-                    ax.scatter(x, chosen[metric], marker=marker, s=30, linewidths=1.2, edgecolors=colour,
-                               facecolors=colour if grouping == "model" else "none",
-                               label=f"{name}, {method}, {grouping}-wise")
+                    ax.scatter(x, chosen[metric], s=30, label=f"{name}, {method}, {grouping}-wise",
+                               **style.scatter(source, grouping))
             if metric == "cost (points)":
-                ax.axhline(0, ls=":", color="k", lw=0.8)
+                ax.axhline(0, ls=":", color="0.4", lw=0.8)
                 ax.set(xlabel="L0-density (%)", xlim=(0, 100))
             elif method == "constrained":
-                ax.plot([0, 100], [0, 100], ls="--", lw=0.8, color="0.4")
+                ax.plot([0, 100], [0, 100], ls="-", lw=0.8, color="0.7", zorder=0)
                 ax.set(xlim=(0, 100), ylim=(0, 105), xlabel=x_label)
             else:
                 ax.set(xscale="log", ylim=(0, 105), xlabel=x_label)
@@ -220,9 +216,7 @@ def plot_comparison(ours: pd.DataFrame, paper: pd.DataFrame, title: str = "", ou
             ax.tick_params(labelsize=9)
             ax.xaxis.label.set_size(9)
             ax.grid(alpha=0.3)
-    handles = [Line2D([], [], ls="", marker=SOURCE_STYLES[source][1], color=SOURCE_STYLES[source][0],
-                      markerfacecolor=SOURCE_STYLES[source][0] if grouping == "model" else "none",
-                      label=f"{name}, {grouping}-wise")
+    handles = [style.handle(source, f"{name}, {grouping}-wise", grouping)
                for source, name in (("ours", ours_label), ("paper", paper_label)) for grouping in ("model", "layer")]
     fig.legend(handles=handles, loc="lower center", ncol=2, fontsize=9, frameon=False)
     if title:

@@ -24,6 +24,7 @@ typed here are the authors' aggregated densities of Table 1's rows
 
 import json
 import math
+import re
 import statistics
 from functools import cache
 from pathlib import Path
@@ -42,7 +43,7 @@ from paperlib.paper.paper_numbers import ref
 from paperlib.paper.paper_results import paper_cell, paper_results, paper_runs
 from paperlib.paper.purge import keep_first  # not `from . import purge`: paperlib.purge is the function (paperlib/__init__.py)
 
-from . import comparison, intervals, report
+from . import comparison, intervals, report, style
 
 #: The paper's MNIST tables: Table 1, Table 10 (MLP) and Table 11 (LeNet5).
 TABLES = ("tab:mnist", "tab:mlp_control", "tab:lenet_control")
@@ -184,21 +185,20 @@ def control_tables(label: str) -> list[pd.DataFrame]:
 
 
 def seeds_column(table: pd.DataFrame) -> pd.DataFrame:
-    """A :func:`comparison.compact` table whose rows share one protocol (``paper, 200 ep``), with its ``protocol``
-    column replaced by ``seeds`` (how many seeds a row averages) and the protocol moved to the caption, so that
-    the rows fit on one line; a table whose rows mix protocols is returned as it is.
+    """A :func:`comparison.compact` table whose rows share one protocol (``paper protocol, 200 ep``), with its
+    ``protocol`` column replaced by ``seeds`` (how many seeds a row averages) and the protocol moved to the
+    caption, so that the rows fit on one line; a table whose rows mix protocols is returned as it is.
 
-    >>> seeds_column(pd.DataFrame({"row": ["a"], "protocol": ["paper, 200 ep, 3 seeds, 2 on GPU"]}))["seeds"].tolist()
+    >>> seeds_column(pd.DataFrame({"row": ["a"], "protocol": ["paper protocol, 200 ep, 3 seeds, 2 on GPU"]}))["seeds"].tolist()
     [3]
     """
-    parts = table["protocol"].str.split(", ")
-    shared = set(parts.str[:2].map(tuple))
-    if len(shared) != 1 or not parts.map(len).ge(2).all():
+    found = table["protocol"].astype(str).str.extract(r"^(?P<shared>.+? ep)(?:, (?P<seeds>\d+) seeds?)?")
+    shared = set(found["shared"])
+    if len(shared) != 1 or found["shared"].isna().any():
         return table
-    seeds = parts.map(lambda p: int(p[2].split()[0]) if len(p) > 2 and p[2].endswith(("seed", "seeds")) else 1)
     shown = table.drop(columns="protocol")
-    shown.insert(len(shown.columns) - ("runs" in shown), "seeds", seeds)
-    shown.attrs = dict(table.attrs) | {"protocol": ", ".join(next(iter(shared)))}
+    shown.insert(len(shown.columns) - ("runs" in shown), "seeds", found["seeds"].fillna(1).astype(int).tolist())
+    shown.attrs = dict(table.attrs) | {"protocol": next(iter(shared))}
     return shown
 
 
@@ -234,7 +234,7 @@ def paper_gap(model: str, grouping: str, target: str) -> float:
 
 
 def _paper_protocol_misses(gaps: pd.DataFrame) -> pd.DataFrame:
-    return gaps[gaps["protocol"].str.startswith("paper") & ~gaps["within 1 point"].astype(bool)]
+    return gaps[gaps["protocol"].map(comparison.is_paper_protocol) & ~gaps["within 1 point"].astype(bool)]
 
 
 def misses_by_cell(gaps: pd.DataFrame) -> pd.DataFrame:
@@ -247,15 +247,16 @@ def misses_by_cell(gaps: pd.DataFrame) -> pd.DataFrame:
 
 
 def on_target_counts(gaps: pd.DataFrame) -> dict[str, tuple[int, int]]:
-    """Per preset (``paper``, ``cpu``): how many runs of a :func:`comparison.distance_to_target` table end within
-    1 point of every target, and of how many runs.
+    """Per preset (``paper``, ``cpu``: the paper protocol and the short protocol): how many runs of a
+    :func:`comparison.distance_to_target` table end within 1 point of every target, and of how many runs.
 
-    >>> on_target_counts(pd.DataFrame({"protocol": ["paper, 200 ep", "cpu, 40 ep"], "within 1 point": [True, False]}))
+    >>> on_target_counts(pd.DataFrame({"protocol": ["paper protocol, 200 ep", "short protocol, 40 ep"],
+    ...                                "within 1 point": [True, False]}))
     {'paper': (1, 1), 'cpu': (0, 1)}
     """
     counts = {}
     for preset in ("paper", "cpu"):
-        chosen = gaps[gaps["protocol"].str.startswith(preset)]
+        chosen = gaps[gaps["protocol"].str.startswith(comparison.protocol_label(preset, "mnist") + ",")]
         if len(chosen):
             counts[preset] = (int(chosen["within 1 point"].sum()), len(chosen))
     return counts
@@ -298,23 +299,23 @@ def _mean_target(label: str) -> float:
 
 def plot_target_gaps(gaps: pd.DataFrame) -> plt.Figure:
     """Each paper-protocol run's largest gap to a target (points; :func:`comparison.distance_to_target`) against
-    its target, one panel per model, a colour per grouping; beside them (hollow squares) the paper's own gap in
-    the cell (:func:`paper_gap`, mean of 5 runs). The grey band is the one-point tolerance of
-    :data:`paperlib.harness.rules.ON_TARGET_POINTS`."""
-    ours = gaps[gaps["protocol"].str.startswith("paper")]
+    its target, one panel per model; beside them the paper's own gap in the cell (:func:`paper_gap`, mean of 5
+    runs). The paper's and ours in the book's style for each (:mod:`analysis.style`), a marker shape per
+    grouping. The grey band is the one-point tolerance of :data:`paperlib.harness.rules.ON_TARGET_POINTS`."""
+    ours = gaps[gaps["protocol"].map(comparison.is_paper_protocol)]
     fig, axes = plt.subplots(1, 2, figsize=(7, 3.1), sharey=True)
     for ax, model in zip(axes, ("mlp", "lenet5")):
         ax.axhspan(-rules.ON_TARGET_POINTS, rules.ON_TARGET_POINTS, color="0.88", zorder=0)
         ax.axhline(0, color="0.5", lw=0.8)
-        for grouping, colour in (("model", "C0"), ("layer", "C3")):
+        for grouping in ("model", "layer"):
             chosen = ours[(ours["model"] == model) & (ours["grouping"] == grouping)]
-            ax.scatter(chosen["target"].map(_mean_target), chosen["largest gap (points)"], color=colour, marker="o",
-                       s=22, alpha=0.7, label=f"ours, {grouping}-wise (one run each)")
+            ax.scatter(chosen["target"].map(_mean_target), chosen["largest gap (points)"], s=22, alpha=0.7,
+                       label=f"ours, {grouping}-wise (one run each)", **style.scatter("ours", grouping))
             paper = [(_mean_target(t), paper_gap(model, grouping, t)) for t in chosen["target"].unique()]
             paper = [point for point in paper if not math.isnan(point[1])]
             if paper:
-                ax.scatter(*zip(*paper), facecolors="none", edgecolors=colour, marker="s", s=60, lw=1.3,
-                           label=f"paper, {grouping}-wise (mean of 5)")
+                ax.scatter(*zip(*paper), s=60, label=f"paper, {grouping}-wise (mean of 5)",
+                           **style.scatter("paper", grouping))
         ax.set(title=PAPER_MODEL_NAMES[model], xlabel="target (%)", xlim=(5, 85))
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("final density − target (points)")
@@ -433,9 +434,10 @@ def initialisation_table(table: str, metrics: list[str]) -> pd.DataFrame:
     fan_out = comparison.compare(table, list(FAN_OUT_GRIDS), metrics).set_index(ROW)
     fan_in = comparison.compare(table, studies.TABLES[table].grids, metrics).set_index(ROW)
     rows = []
-    for key, row in fan_out[fan_out["protocol"].str.startswith("paper")].iterrows():
-        protocol = fan_in.loc[key, "protocol"].split(", ")
-        cells = dict(zip(ROW, key)) | {"seeds fan-in": protocol[2] if len(protocol) > 2 else protocol[0]}
+    for key, row in fan_out[fan_out["protocol"].map(comparison.is_paper_protocol)].iterrows():
+        protocol = fan_in.loc[key, "protocol"]
+        seeds = re.search(r"\d+ seeds?", protocol)
+        cells = dict(zip(ROW, key)) | {"seeds fan-in": seeds[0] if seeds else protocol}
         for label in (METRIC_LABELS[m] for m in metrics):
             cells |= {f"{label} paper": row[f"{label} paper"], f"{label} fan-in": fan_in.loc[key, f"{label} ours"],
                       f"{label} fan-out": row[f"{label} ours"]}
@@ -489,20 +491,21 @@ def authors_mlp_table(theirs: list[dict], twins: list[dict]) -> pd.DataFrame:
 
 def plot_authors_mlp(theirs: list[dict], twins: list[dict]) -> plt.Figure:
     """One panel per MLP run of the authors' code: its model density against epochs beside our twins', with
-    the target (dotted) and the paper's final density (dashed)."""
+    the target (dotted) and the paper's final density (dashed), in the book's styles (:mod:`analysis.style`)."""
     fig, axes = plt.subplots(1, max(len(theirs), 1), figsize=(7, 3.4), sharey=True, squeeze=False)
     for ax, run, ours in zip(axes[0], theirs, twins):
         history = pd.DataFrame(run["history"])
-        ax.plot(history["epoch"], 100 * history["l0_density_epoch_mean"], color="k", lw=2.5, alpha=0.5,
-                label="authors' code")
-        for (label, record), colour in zip(ours.items(), ("C0", "C1")):
+        ax.plot(history["epoch"], 100 * history["l0_density_epoch_mean"], label="authors' code",
+                **style.line("authors' code"))
+        for label, record in ours.items():
             if record:
                 frame = _train_rows(record)
-                ax.plot(frame["epoch"], 100 * frame["l0_density"], lw=1, color=colour, label=label)
+                ax.plot(frame["epoch"], 100 * frame["l0_density"], label=label,
+                        **style.line("ours", linestyle=style.OURS_VARIANTS[_variant_of(label)]))
         paper = paper_cell("tab:mlp_control", model="MLP", method="constrained", grouping=run["grouping"],
                            target=run["target"], metric="l0_density")
-        ax.axhline(100 * run["target"], color="C2", ls=":", lw=1)
-        ax.axhline(paper.value_num, color="C3", ls="--", lw=1, label="paper, final (mean of 5)")
+        ax.axhline(100 * run["target"], label="target", **style.TARGET)
+        ax.axhline(paper.value_num, label="paper, final (mean of 5)", **style.line("paper"))
         ax.set(title=f"MLP {run['grouping']}-wise {100 * run['target']:g}%", xlabel="epoch", ylim=(15, 60))
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("model L0-density (%)")
@@ -633,20 +636,23 @@ def plot_authors_lenet(theirs: list[dict], twins: list[dict]) -> plt.Figure:
     for run, ours in zip(theirs, twins):
         history = pd.DataFrame(run["history"])
         for ax, column in zip(axes, ("l0_density_epoch_mean", "density[1]")):
-            ax.plot(history["epoch"], 100 * history[column], color="k", lw=2.5, alpha=0.5, label="authors' code")
-        for (label, record), colour in zip(ours.items(), ("C0", "C1")):
+            ax.plot(history["epoch"], 100 * history[column], label="authors' code", **style.line("authors' code"))
+        for label, record in ours.items():
             if record:
                 frame = _train_rows(record)
                 for ax, column in zip(axes, ("l0_density", "density[conv2]")):
-                    ax.plot(frame["epoch"], 100 * frame[column], lw=1, color=colour, label=label)
+                    ax.plot(frame["epoch"], 100 * frame[column], label=label,
+                            **style.line("ours", linestyle=style.OURS_VARIANTS[_variant_of(label)]))
         conv2 = _implied_conv2(run["target"])
-        axes[0].axhline(100 * run["target"], color="C2", ls=":", lw=1)
-        axes[1].axhline(100 * conv2 / 50, color="C3", ls="--", lw=1, label=f"paper, implied ({conv2:.0f} of 50 maps)")
+        axes[0].axhline(100 * run["target"], label="target", **style.TARGET)
+        axes[1].axhline(100 * conv2 / 50, label=f"paper, implied ({conv2:.0f} of 50 maps)", **style.line("paper"))
     for ax, title in zip(axes, ("model L0-density (%)", "conv2 expected density (%)")):
         ax.set(xlabel="epoch", title=title)
         ax.grid(alpha=0.3)
-    handles, labels = axes[1].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.02), ncol=2, fontsize=9, frameon=False)
+    handles, labels = [sum(pair, []) for pair in zip(*(ax.get_legend_handles_labels() for ax in axes))]
+    unique = dict(zip(labels, handles))
+    fig.legend(unique.values(), unique.keys(), loc="upper center", bbox_to_anchor=(0.5, 0.02), ncol=3, fontsize=9,
+               frameon=False)
     fig.suptitle("LeNet5 model-wise 20%: the authors' code and ours", fontsize=10)
     fig.tight_layout()
     return fig
@@ -808,38 +814,46 @@ def variant(params: dict) -> str:
     return ", ".join(parts)
 
 
+def _variant_of(label: str) -> str:
+    """The key of :data:`analysis.style.OURS_VARIANTS` that a twin's label (``ours, fan-out``) names."""
+    return next((name for name in style.OURS_VARIANTS if name and name in label), "")
+
+
 def _variant_style(params: dict) -> dict:
-    """The line of a penalized LeNet5 record in a figure, by :func:`variant`: dotted clamped, dashed fan-out,
-    faint for a seed other than 0."""
-    style = ":" if params.get("clamp_log_alpha") else "--" if params.get("linear_init") == "fan_out" else "-"
-    return {"ls": style, "alpha": 0.6 if params["seed"] else 1.0}
+    """The line of a penalized LeNet5 record in a figure, by :func:`variant` (:data:`analysis.style.OURS_VARIANTS`:
+    dotted clamped, dash-dotted fan-out), faint for a seed other than 0."""
+    name = "clamped" if params.get("clamp_log_alpha") else "fan-out" if params.get("linear_init") == "fan_out" else ""
+    return {"linestyle": style.OURS_VARIANTS[name], "alpha": 0.6 if params["seed"] else 1.0}
 
 
 def plot_penalized_lenet(penalized: dict[str, list[dict]]) -> plt.Figure:
     """Model L0-density against epochs of penalized LeNet5 records, one panel per grouping: a colour per
-    λ_pen, a line style per :func:`variant` (dashed: fan-out; dotted: clamped; faint: another seed), the
-    paper's final densities as hollow circles at the last epoch."""
+    λ_pen (:data:`analysis.style.OTHER_COLOURS`), a line style per :func:`variant` (dash-dotted: fan-out; dotted:
+    clamped; faint: another seed), the paper's final densities in its style (:mod:`analysis.style`) at the last
+    epoch, each labelled with its λ_pen."""
     from matplotlib.lines import Line2D
 
     lambdas = sorted({r["params"]["lmbda"] for runs in penalized.values() for r in runs}, reverse=True)
-    colours = {lmbda: f"C{i}" for i, lmbda in enumerate(lambdas)}
+    colours = dict(zip(lambdas, style.OTHER_COLOURS))
     fig, axes = plt.subplots(1, 2, figsize=(7, 4.2), sharey=True)
     for ax, grouping in zip(axes, ("model", "layer")):
         for run in penalized.get(grouping, []):
             p, frame = run["params"], _train_rows(run)
             ax.plot(frame["epoch"], 100 * frame["l0_density"], color=colours[p["lmbda"]], lw=1.2, **_variant_style(p))
         for lmbda in lambdas:
-            ax.plot([200], [paper_penalized_density(grouping, lmbda)], marker="o", ms=8, mfc="none",
-                    color=colours[lmbda], ls="none")
-        ax.set(xlabel="epoch", title=f"LeNet5 penalized, {grouping}-wise")
+            density = paper_penalized_density(grouping, lmbda)
+            ax.plot([200], [density], ms=8, **style.point("paper"))
+            ax.annotate(f"{lmbda:g}", (200, density), xytext=(6, 0), textcoords="offset points", va="center",
+                        fontsize=9)
+        ax.set(xlabel="epoch", title=f"LeNet5 penalized, {grouping}-wise", xlim=(0, 240))
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("model L0-density (%)")
-    handles = [Line2D([], [], color=colours[lmbda], label=f"λ_pen {lmbda:g}") for lmbda in lambdas]
+    handles = [Line2D([], [], color=colours[lmbda], label=f"ours, λ_pen {lmbda:g}") for lmbda in lambdas]
     handles += [Line2D([], [], color="0.3", label="ours, seed 0"),
                 Line2D([], [], color="0.3", alpha=0.6, label="ours, seed 1 (faint)"),
-                Line2D([], [], color="0.3", ls="--", label="ours, fan-out"),
-                Line2D([], [], color="0.3", ls=":", label="ours, clamped"),
-                Line2D([], [], color="0.3", marker="o", mfc="none", ls="none", label="paper, final (mean of 5)")]
+                Line2D([], [], color="0.3", ls=style.OURS_VARIANTS["fan-out"], label="ours, fan-out"),
+                Line2D([], [], color="0.3", ls=style.OURS_VARIANTS["clamped"], label="ours, clamped"),
+                style.handle("paper", "paper, final (mean of 5), its λ_pen beside it")]
     fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.02), ncol=4, fontsize=9, frameon=False)
     fig.tight_layout()
     return fig
@@ -1001,20 +1015,20 @@ def clamped_error_table(clamped: dict, unclamped: list[dict]) -> pd.DataFrame:
 
 def plot_authors_penalized(theirs: dict, ours: list[dict]) -> plt.Figure:
     """Model L0-density and conv2's expected density against epochs: the authors' LeNet5 with their penalty,
-    beside our records of its cell (dashed: fan-out; dotted: clamped; faint: another seed) and the paper's
-    final density (hollow circle)."""
+    beside our records of its cell (dash-dotted: fan-out; dotted: clamped; faint: another seed) and the paper's
+    final density, in the book's styles (:mod:`analysis.style`)."""
     grouping, lmbda = theirs["grouping"], theirs["lmbda"]
     fig, axes = plt.subplots(1, 2, figsize=(7, 3.8))
     history = pd.DataFrame(theirs["history"])
     for ax, column in zip(axes, ("l0_density_epoch_mean", "density[1]")):
-        ax.plot(history["epoch"], 100 * history[column], color="k", lw=2.5, alpha=0.5, label="authors' code")
+        ax.plot(history["epoch"], 100 * history[column], label="authors' code", **style.line("authors' code"))
     for run in select(ours, grouping=grouping, lmbda=lmbda):
         p, frame = run["params"], _train_rows(run)
         for ax, column in zip(axes, ("l0_density", "density[conv2]")):
-            ax.plot(frame["epoch"], 100 * frame[column], lw=1.2, color="C2", **_variant_style(p),
-                    label=f"ours, {variant(p) or 'seed 0'}")
-    axes[0].plot([len(history)], [paper_penalized_density(grouping, lmbda)], marker="o", ms=8, mfc="none",
-                 color="k", ls="none", label="paper, final (mean of 5)")
+            ax.plot(frame["epoch"], 100 * frame[column], label=f"ours, {variant(p) or 'seed 0'}",
+                    **style.line("ours", **_variant_style(p)))
+    axes[0].plot([len(history)], [paper_penalized_density(grouping, lmbda)], ms=8, label="paper, final (mean of 5)",
+                 **style.point("paper"))
     for ax, title in zip(axes, ("model L0-density (%)", "conv2 expected density (%)")):
         ax.set(xlabel="epoch", title=title)
         ax.grid(alpha=0.3)

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from paperlib.harness import plots, presets, records, run_pages
+from paperlib.harness import plots, presets, protocols, records, run_pages
 from paperlib.harness.grids import found_records, complete_records, grid_records, grid_runs  # noqa: F401 (read as report's)
 
 
@@ -307,31 +307,31 @@ def run_condition(params: dict) -> str:
 
 def run_index(experiments: list[str]) -> pd.DataFrame:
     """One row per record of these experiment folders: the run named by its condition (:func:`run_condition`,
-    linked to its notebook), its protocol, and its
-    final numbers, with two marks a reader needs before trusting a row: *earlier preset* (its parameters
-    resolve to another run today, :func:`~paperlib.harness.presets.current_run_name`) and *resumed* (it was
-    stopped and resumed from a checkpoint, so its log starts mid-training)."""
+    linked to its notebook), its protocol (:func:`paperlib.harness.protocols.record_protocol`: *superseded
+    settings* where its parameters resolve to another run today) and its final numbers, with the marks a reader
+    needs before trusting a row: *resumed* (it was stopped and resumed from a checkpoint, so its log starts
+    mid-training) and *on GPU*."""
     rows = []
     for experiment in experiments:
         for folder in records.find_records(experiment):
             m = json.loads((folder / "metrics.json").read_text())
             if m.get("kind") == "bisection search":  # its trainings have their own rows
                 rows.append({"run": notebook_link(folder, folder.name) or folder.name, "experiment": experiment,
-                             "protocol": f"{m['preset']}, {m['epochs']} ep per training", "status": m["status"],
+                             "protocol": f"{protocols.protocol_name(m['preset'], m.get('dataset'))}, "
+                                         f"{m['epochs']} ep per training", "status": m["status"],
                              "notes": f"bisection search: {m['num_trainings']} trainings"})
                 continue
             record = records.load_record(folder)
             params = record["params"]
             marks = []
-            if presets.current_run_name(params) != folder.name:
-                marks.append("earlier preset")
             if m.get("git_commits_resumed_at"):
                 marks.append("resumed")
             if m.get("device", "cpu").startswith("cuda"):
                 marks.append("on GPU")
             label = run_condition(params)
             rows.append({"run": notebook_link(folder, label) or label, "experiment": experiment,
-                         "protocol": f"{m['preset']}, {m['epochs_completed']} of {m['epochs_planned']} ep",
+                         "protocol": f"{protocols.record_protocol({**params, 'run_name': folder.name})}, "
+                                     f"{m['epochs_completed']} of {m['epochs_planned']} ep",
                          "status": m["status"], **{k: v for k, v in plots.result_columns(record).items()
                                                    if k != "epochs"},
                          "notes": ", ".join(marks)})
