@@ -219,3 +219,108 @@ def test_expected_counts_are_the_mean_of_sampled_counts():
                              count_macs(gated, shape, "plain", gates="expected")], dtype=torch.float64)
     assert torch.all((mean - expected).abs() < 4 * error), (mean, expected, error)
     assert torch.all(expected < torch.tensor([count_params(model), count_macs(model, shape, "plain")]))
+
+
+# ----- attention (issue 51) -------------------------------------------------------------------------------------
+
+def attention_flops(model: nn.Module, input_shape) -> int:
+    """FlopCounterMode's MACs (flops / 2). With grad enabled, since under no_grad an ``nn.MultiheadAttention`` in eval
+    mode takes its fused path (``aten._native_multi_head_attention``), which FlopCounterMode does not count; on the
+    math kernel of ``F.scaled_dot_product_attention``, since the CPU's fused kernel
+    (``aten._scaled_dot_product_flash_attention_for_cpu``) has no formula there either: its QK^T and AV would be
+    missing."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with FlopCounterMode(display=False) as counter, sdpa_kernel(SDPBackend.MATH):
+        model.eval()(torch.zeros(1, *input_shape))
+    return counter.get_total_flops() // 2
+
+
+class Attending(nn.Module):
+    """An ``nn.MultiheadAttention`` (called positionally, as ptflops' hook needs) on a sequence and on its keys, or
+    ``F.scaled_dot_product_attention`` on 3 heads of it."""
+
+    def __init__(self, functional=False, **kwargs):
+        super().__init__()
+        self.functional, self.batch_first = functional, kwargs.get("batch_first", False)
+        self.attention = nn.MultiheadAttention(12, 3, **kwargs)
+
+    def forward(self, x):
+        if self.functional:
+            q = x.unflatten(-1, (3, 4)).transpose(1, 2)
+            return nn.functional.scaled_dot_product_attention(q, q[:, :, :3], torch.cat([q, q], -1)[:, :, :3])
+        x = x if self.batch_first else x.transpose(0, 1)
+        keys = x[:, :3] if self.batch_first else x[:3]
+        return self.attention(x, keys, keys)[0]
+
+
+def test_vision_transformers_count_their_attention_as_torch_flop_counter_does():
+    import torchvision
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    torch.manual_seed(0)
+    small = VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64,
+                              num_classes=10)
+    assert count_macs(small, SMALL, "plain") == attention_flops(small, SMALL) == 414_144
+    vit = torchvision.models.vit_b_16(image_size=32)
+    assert count_macs(vit, SMALL, "plain") == attention_flops(vit, SMALL) == 428_261_376
+    # 4 patches and the class token; per block, the MLP's 2 x 5 x 768 x 3072 and the attention's projections,
+    # 5 x 768 x (3 + 1) x 768, and products, 2 x 5 x 5 x 768 (which the count missed before: 286,242,816)
+    patches, head = 4 * 768 * 3 * 16 * 16, 768 * 1000
+    assert 428_261_376 == patches + 12 * (2 * 5 * 768 * 3072 + 5 * 768 * 4 * 768 + 2 * 5 * 5 * 768) + head
+
+
+@pytest.mark.parametrize("kwargs", [{}, dict(batch_first=True), dict(kdim=8, vdim=20), dict(add_bias_kv=True),
+                                    dict(add_zero_attn=True), dict(bias=False), dict(functional=True)])
+def test_multihead_and_functional_attention_match_torch_flop_counter(kwargs):
+    torch.manual_seed(0)
+    model = Attending(**kwargs)
+    if "kdim" in kwargs:  # keys and values of their own widths
+        model.forward = lambda x: model.attention(x.transpose(0, 1), torch.zeros(3, 1, 8), torch.zeros(3, 1, 20))[0]
+    assert count_macs(model, (7, 12), "plain") == attention_flops(model, (7, 12)) > 0
+    assert count_macs(model, (7, 12), "paper") > count_macs(model, (7, 12), "plain")
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_multihead_attention_counts_as_ptflops_hook_in_the_paper_convention(batch_first):
+    ptflops = pytest.importorskip("ptflops")
+    model = Attending(batch_first=batch_first)
+    macs, _ = ptflops.get_model_complexity_info(
+        copy.deepcopy(model), (7, 12), backend="pytorch", backend_specific_config={"count_functional": False},
+        as_strings=False, print_per_layer_stat=False)
+    assert count_macs(model, (7, 12), "paper") == macs
+
+
+def test_zero_attention_weights_cost_nothing_with_sparse_weights():
+    model = Attending()
+    with torch.no_grad():
+        model.attention.in_proj_weight[:12, :5] = 0.0  # 60 weights of the query projection, 7 queries
+        model.attention.out_proj.weight[0] = 0.0  # 12 weights of the out-projection
+    assert count_macs(model, (7, 12), "plain") - count_macs(model, (7, 12), "plain", sparse_weights=True) \
+        == 7 * 60 + 7 * 12
+
+
+# ----- input_shape is one example's (issue 51) ------------------------------------------------------------------
+
+@pytest.mark.parametrize("model, shape, message", [
+    (nn.Sequential(nn.Linear(784, 10)), (32, 784), r"looks like a batch of 32.*\(784,\)"),
+    (nn.Sequential(nn.Flatten(), nn.Linear(784, 10)), (32, 784), r"\(32, 784\) does not fit.*784 features"),
+    (nn.Sequential(nn.Conv2d(3, 8, 3)), (16, 3, 32, 32), r"\(16, 3, 32, 32\) does not fit.*3 channels"),
+    (nn.Sequential(nn.Conv2d(3, 8, 3)), (1, 3, 32, 32), r"does not fit.*without the batch dimension"),
+    (nn.Sequential(nn.Conv2d(3, 8, 3)), None, r"needs input_shape.*Sequential has no input_shape"),
+    (nn.Sequential(nn.Conv2d(3, 8, 3)), (3, 0, 8), r"input_shape must be.*\(3, 0, 8\)"),
+    (nn.Sequential(nn.Conv2d(3, 8, 3)), (3, 8.0, 8), r"input_shape must be"),
+    (nn.Sequential(nn.Conv2d(3, 8, 3)), "3, 8, 8", r"input_shape must be"),
+])
+def test_a_shape_that_is_no_single_example_is_refused(model, shape, message):
+    with pytest.raises(ValueError, match=message):
+        count_macs(model, shape, "plain")
+
+
+def test_one_example_of_a_sequence_or_of_features_is_counted():
+    mlp = nn.Sequential(nn.Linear(784, 10))
+    assert count_macs(mlp, (784,), "plain") == count_macs(mlp, 784, "plain") == count_macs(mlp, (1, 784), "plain") \
+        == 7840
+    # a model with attention reads sequences: (length, features) is one example, even read by a linear layer first
+    embedded = nn.Sequential(nn.Linear(8, 12), Attending(batch_first=True))
+    assert count_macs(embedded, (7, 8), "plain") == attention_flops(embedded, (7, 8))

@@ -11,8 +11,14 @@ Two conventions:
   counted.
 * ``"plain"``: only the multiply-accumulates of convolutions and linear layers.
 
+Attention counts in both: an ``nn.MultiheadAttention`` its in-projection, the
+products QK^T and AV and its out-projection, a call of
+``F.scaled_dot_product_attention`` its two products; ``"paper"`` adds, as
+ptflops' hook for ``nn.MultiheadAttention`` does, one operation per element
+of Q (its scaling), of the attention scores (the softmax) and per projection bias entry.
+
 Both are computed by running one forward pass on a single zero input and
-reading each leaf module's input and output shapes. With ``sparse_weights``
+reading each leaf module's input and output shapes (and each attention's). With ``sparse_weights``
 (unstructured models, App. L) a weight or bias entry that is exactly zero costs
 neither a parameter nor a MAC.
 
@@ -33,9 +39,12 @@ it, and a :class:`~paperlib.method.layers.ConvBN` likewise. The gates' own
 """
 
 import math
+import operator
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
 from .layers import ConvBN, L0Conv2d, L0Layer, L0Linear
 from .sparsify import GatedConv2d, GatedLinear
@@ -117,13 +126,95 @@ def _module_macs(module: nn.Module, inp: torch.Tensor, out: torch.Tensor, conven
     return 0
 
 
+def _attention_macs(rows: int, keys: int, qk_dim: int, v_dim: int, heads: int, paper: bool) -> int:
+    """QK^T and AV: ``rows`` queries of ``qk_dim`` features (over all ``heads``), each against ``keys`` keys and
+    values of ``v_dim`` features; ``paper`` adds Q's scaling and the softmax (one per score, per head)."""
+    macs = rows * keys * (qk_dim + v_dim)
+    return macs + rows * qk_dim + rows * keys * heads if paper else macs
+
+
+def _multihead_macs(module: nn.MultiheadAttention, args: tuple, kwargs: dict, paper: bool, sparse_weights: bool) -> int:
+    """An ``nn.MultiheadAttention``'s projections and attention (its weights are never called as modules)."""
+    query, key, value = (*args, *(kwargs.get(name) for name in ("query", "key", "value")[len(args):]))[:3]
+    batch = 1 if query.dim() == 2 else query.shape[0 if module.batch_first else 1]
+    rows, keys = query.numel() // query.shape[-1], key.numel() // key.shape[-1]  # batch x (target, source) length
+    e = module.embed_dim
+    if module._qkv_same_embed_dim:
+        q_weight, k_weight, v_weight = module.in_proj_weight.split(e)
+    else:
+        q_weight, k_weight, v_weight = module.q_proj_weight, module.k_proj_weight, module.v_proj_weight
+    macs = sum(n * _entries(w, sparse_weights) for n, w in ((rows, q_weight), (keys, k_weight), (keys, v_weight)))
+    macs += rows * _entries(module.out_proj.weight, sparse_weights)
+    sources = keys // batch + (module.bias_k is not None) + bool(module.add_zero_attn)
+    macs += _attention_macs(rows, sources, e, e, module.num_heads, paper)
+    if paper:
+        macs += (rows + 2 * keys) * e * (module.in_proj_bias is not None) + rows * e * (module.out_proj.bias is not None)
+    return macs
+
+
+class _Attention(TorchFunctionMode):
+    """Counts the calls of ``F.scaled_dot_product_attention`` made outside of other torch functions (those of
+    ``nn.MultiheadAttention`` run inside ``F.multi_head_attention_forward``: its hook counts them)."""
+
+    def __init__(self, paper: bool):
+        super().__init__()
+        self.paper, self.macs, self.seen = paper, 0, False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.scaled_dot_product_attention:
+            self.seen = True
+            query, key, value = (*args, *(kwargs.get(name) for name in ("query", "key", "value")[len(args):]))[:3]
+            self.macs += _attention_macs(query.numel() // query.shape[-1], key.shape[-2], query.shape[-1],
+                                         value.shape[-1], 1, self.paper)
+        return func(*args, **kwargs)
+
+
+def _one_example(model: nn.Module, input_shape) -> tuple[int, ...]:
+    """``input_shape``, or ``model.input_shape``, checked to be a shape."""
+    if input_shape is None:
+        input_shape = getattr(model, "input_shape", None)
+        if input_shape is None:
+            raise ValueError(f"count_macs needs input_shape, the shape of one example without the batch dimension "
+                             f"(e.g. (3, 32, 32)): {type(model).__name__} has no input_shape attribute to take it from")
+    dims = input_shape if hasattr(input_shape, "__len__") else (input_shape,)
+    try:
+        shape = tuple(operator.index(n) for n in dims if not isinstance(n, bool))
+    except TypeError:
+        shape = ()
+    if not shape or len(shape) != len(dims) or min(shape) < 1:
+        raise ValueError(f"input_shape must be one example's shape, positive integers without the batch "
+                         f"dimension (e.g. (3, 32, 32)); got {input_shape!r}")
+    return shape
+
+
+def _first_layer(module: nn.Module, x: torch.Tensor, inp: torch.Tensor, shape: tuple) -> str | None:
+    """Whether the first weighted layer the forward reaches can read one example of ``shape``: an error (it cannot),
+    "batch" (a linear layer reading the input directly, and ``shape`` looks like (batch, features)), or None."""
+    conv = module.conv if isinstance(module, (ConvBN, GatedConv2d)) else module
+    if isinstance(conv, _CONV_LIKE):
+        channels = conv.weight.shape[1] * conv.groups
+        if x.dim() != 4 or x.shape[1] != channels:
+            return (f"its first layer ({type(module).__name__}) reads {channels} channels, one example of shape "
+                    f"({channels}, H, W); it got {tuple(x.shape)}")
+        return None
+    if isinstance(module, _LINEAR_LIKE) and x.shape[-1] != module.weight.shape[1]:
+        return (f"its first layer ({type(module).__name__}) reads {module.weight.shape[1]} features; "
+                f"it got {tuple(x.shape)}")
+    if isinstance(module, _LINEAR_LIKE) and x is inp and len(shape) == 2 and shape[0] > 1:
+        return "batch"
+    return None
+
+
 @torch.no_grad()
 def count_macs(model: nn.Module, input_shape: tuple[int, ...] | None = None, convention: str = "paper",
                sparse_weights: bool = False, gates: str = "dense") -> int | float:
     """Multiply-accumulates of one forward pass on a single example of ``input_shape``.
 
-    ``input_shape`` defaults to ``model.input_shape``; ``gates`` says how gated
-    layers count (module docstring): a float for ``"expected"``.
+    ``input_shape`` (without the batch dimension) defaults to ``model.input_shape``; a shape that
+    looks like a batch (the model's first layer, a linear one, reads (n, features) with n > 1 from the
+    input, and the model has no attention) or that its first layer cannot read is an error.
+    ``gates`` says how gated layers count (module docstring): a float for ``"expected"``.
 
     >>> import torchvision
     >>> count_macs(torchvision.models.resnet18(), (3, 32, 32), "plain")
@@ -131,27 +222,46 @@ def count_macs(model: nn.Module, input_shape: tuple[int, ...] | None = None, con
     """
     if convention not in CONVENTIONS:
         raise ValueError(f"convention must be one of {CONVENTIONS}; got {convention!r}")
-    shape = tuple(input_shape or model.input_shape)
+    shape = _one_example(model, input_shape)
     keeps = gate_keeps(model, gates)
-    total = [0]
+    total, first, attention = [0], [], _Attention(convention == "paper")
+    inp = torch.zeros((1, *shape), device=next(model.parameters()).device)
 
     def hook(module, inputs, output):
         total[0] += _module_macs(module, inputs[0], output, convention, sparse_weights, keeps)
+
+    def multihead_hook(module, args, kwargs, output):
+        total[0] += _multihead_macs(module, args, kwargs, convention == "paper", sparse_weights)
+        attention.seen = True  # a model with attention reads sequences: (length, features) may be one example
+
+    def first_hook(module, inputs):  # the first layer that the forward reaches
+        if not first:
+            first.append(_first_layer(module, inputs[0], inp, shape))
+            if first[0] not in (None, "batch"):
+                raise ValueError(f"input_shape {shape} does not fit {type(model).__name__}: {first[0]}; "
+                                 f"pass one example's shape, without the batch dimension")
 
     counted = [m for m in model.modules() if len(list(m.children())) == 0 or isinstance(m, GatedLinear)
                or isinstance(m, GatedConv2d) and m.sparsity == "unstructured"
                or isinstance(m, ConvBN) and isinstance(m.conv, L0Conv2d)]
     handles = [m.register_forward_hook(hook) for m in counted]
+    handles += [m.register_forward_hook(multihead_hook, with_kwargs=True) for m in model.modules()
+                if isinstance(m, nn.MultiheadAttention)]
+    handles += [m.register_forward_pre_hook(first_hook) for m in model.modules()
+                if isinstance(m, (*_CONV_LIKE, GatedConv2d, ConvBN, *_LINEAR_LIKE))]
     was_training = model.training
     try:
         model.eval()
-        device = next(model.parameters()).device
-        model(torch.zeros((1, *shape), device=device))
+        with attention:
+            model(inp)
     finally:
         model.train(was_training)
         for handle in handles:
             handle.remove()
-    return total[0]
+    if first == ["batch"] and not attention.seen:
+        raise ValueError(f"input_shape {shape} looks like a batch of {shape[0]} examples: {type(model).__name__}'s "
+                         f"first layer reads {shape[1]} features; pass one example's shape, ({shape[1]},)")
+    return total[0] + attention.macs
 
 
 def count_params(model: nn.Module, sparse_weights: bool = False, gates: str | None = None) -> int | float:
