@@ -849,10 +849,10 @@ def plot_penalized_lenet(penalized: dict[str, list[dict]]) -> plt.Figure:
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("model L0-density (%)")
     handles = [Line2D([], [], color=colours[lmbda], label=f"ours, λ_pen {lmbda:g}") for lmbda in lambdas]
-    handles += [Line2D([], [], color="0.3", label="ours, seed 0"),
-                Line2D([], [], color="0.3", alpha=0.6, label="ours, seed 1 (faint)"),
-                Line2D([], [], color="0.3", ls=style.OURS_VARIANTS["fan-out"], label="ours, fan-out"),
-                Line2D([], [], color="0.3", ls=style.OURS_VARIANTS["clamped"], label="ours, clamped"),
+    handles += [Line2D([], [], color=style.OURS["color"], label="ours, seed 0"),
+                Line2D([], [], color=style.OURS["color"], alpha=0.6, label="ours, seed 1 (faint)"),
+                Line2D([], [], color=style.OURS["color"], ls=style.OURS_VARIANTS["fan-out"], label="ours, fan-out"),
+                Line2D([], [], color=style.OURS["color"], ls=style.OURS_VARIANTS["clamped"], label="ours, clamped"),
                 style.handle("paper", "paper, final (mean of 5), its λ_pen beside it")]
     fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.02), ncol=4, fontsize=9, frameon=False)
     fig.tight_layout()

@@ -275,7 +275,7 @@ def layer_densities_by_run(runs: list[dict]) -> pd.DataFrame:
 
 def plot_density_traces(runs: list[dict], label_key: str = "run_name") -> plt.Figure:
     """Model L0-density and multiplier against epochs for several runs on shared axes (Figs. 2, 5)."""
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    fig, axes = plt.subplots(1, 2, figsize=(7, 3.2))
     for i, run in enumerate(runs):
         steps = pd.DataFrame(run["steps"] or []).apply(pd.to_numeric, errors="coerce")
         if steps.empty:
@@ -291,6 +291,7 @@ def plot_density_traces(runs: list[dict], label_key: str = "run_name") -> plt.Fi
     axes[1].set(xlabel="epoch", ylabel="Lagrange multiplier")
     for ax in axes:
         ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=9)
     fig.tight_layout()
     handles, labels = axes[0].get_legend_handles_labels()
     if handles:  # under both panels, where ten run names do not cover the curves
