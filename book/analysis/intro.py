@@ -8,16 +8,26 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from analysis import comparison
+from paperlib.harness import index, rules
+from paperlib.harness.protocols import protocol_name
+
+from analysis import comparison, style
+
+PAPER, CPU = protocol_name("paper"), protocol_name("cpu2", "cifar10")
 
 #: The control tables of the claim, and what each row's marker stands for.
 TABLES = {"tab:mlp_control": "MNIST, MLP", "tab:lenet_control": "MNIST, LeNet5",
           "tab:cifar10_control": "CIFAR-10, WideResNet"}
 MARKERS = {"MNIST, MLP": "o", "MNIST, LeNet5": "s", "CIFAR-10, WideResNet": "^"}
+#: Our records of each: the index query (:func:`paperlib.harness.index.select`) beside the paper's rows.
+OURS = {"MNIST, MLP": dict(experiment="mlp_control", protocol=PAPER, variant="", model="mlp"),
+        "MNIST, LeNet5": dict(experiment="lenet_control", protocol=PAPER, variant="", model="lenet5"),
+        "CIFAR-10, WideResNet": dict(experiment=("cifar10", "cifar10_cpu2"), protocol=CPU, variant="",
+                                     model="wrn-16-1")}
 #: What "ours" ran where it differs from the paper's model (the legend says so).
-OUR_MODELS = {"CIFAR-10, WideResNet": "CIFAR-10, WRN-16-1 (CPU protocol)"}
-#: The paper in black, ours in one colour per protocol.
-COLOURS = {"paper": "black", "ours": "tab:orange"}
+OUR_MODELS = {"CIFAR-10, WideResNet": f"CIFAR-10, WideResNet-16-1 ({CPU})"}
+#: The paper and ours, in the book's one style for each (:mod:`analysis.style`).
+COLOURS = {"paper": style.PAPER["color"], "ours": style.OURS["color"]}
 DENSITY = "L0-density (%)"
 
 
@@ -33,42 +43,52 @@ def _mean(cell) -> float:
     return comparison.mean_of(cell) if isinstance(cell, str) and cell.strip() else float("nan")
 
 
-def claim_points() -> pd.DataFrame:
-    """One row per row of the control tables: ``models``, ``method``, ``grouping``, ``setting`` (target in %
-    or λ_pen), ``paper`` and ``ours`` (mean final L0-density in %; ours NaN where not run), ``runs`` (ours)
-    and ``protocol`` (ours, as the comparison tables word it)."""
+def claim_points(frame: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per constrained or penalized row of the control tables: ``models``, ``method``, ``grouping``,
+    ``setting`` (target in % or λ_pen), ``paper`` (its mean final L0-density, %), ``ours`` (our records' mean, %;
+    NaN where not run), ``runs``, ``protocol`` (ours: the paper protocol on MNIST, the CPU protocol on
+    CIFAR-10), and for a constrained row, judged by the book's rule at its measure
+    (:func:`paperlib.harness.rules.judge_cell`: every constraint, each layer for a layer-wise row): ``outcome``
+    and ``gap`` (the gap of the constraint furthest from its target, points)."""
+    frame = index.record_index() if frame is None else frame
+    free = rules.free_gates_records()
     rows = []
     for table, models in TABLES.items():
-        found = comparison.compare_table(table, metrics=["l0_density"])
-        for (_, row), values in zip(found.iterrows(), found.attrs["values"]):
+        printed = comparison.compare_table(table, metrics=["l0_density"])
+        for _, row in printed[printed["method"].isin(["constrained", "penalized"])].iterrows():
             kind, setting = _setting(row["target / λ_pen"])
-            ours = values.get("l0_density", [])
-            rows.append({"models": models, "method": row["method"], "grouping": row["grouping"],
-                         "kind": kind, "setting": setting,
-                         "paper": _mean(row[f"{DENSITY} paper"]),
-                         "ours": sum(ours) / len(ours) if ours else float("nan"),
-                         "runs": len(ours), "protocol": row["protocol"]})
+            mine = index.select(frame, **OURS[models], method=row["method"], grouping=row["grouping"],
+                                **{kind: setting / 100 if kind == "target" else setting})
+            point = {"models": models, "method": row["method"], "grouping": row["grouping"], "kind": kind,
+                     "setting": setting, "paper": _mean(row[f"{DENSITY} paper"]),
+                     "ours": 100 * mine["l0_density"].mean() if len(mine) else float("nan"), "runs": len(mine),
+                     "protocol": OURS[models]["protocol"], "outcome": None, "gap": float("nan")}
+            if kind == "target" and len(mine):
+                judged = rules.judge_cell(index.load(mine), free)
+                point.update(outcome=judged.outcome.value, gap=max(judged.gaps, key=abs))
+            rows.append(point)
     return pd.DataFrame(rows)
 
 
 def plot_central_claim(points: pd.DataFrame) -> plt.Figure:
-    """Left (constrained): the density reached minus the target, against the target; the grey band is
-    within 1 point. Right (penalized): the density reached against λ_pen: the same λ_pen lands far apart
+    """Left (constrained): the density reached minus the target, against the target (ours: the constraint
+    furthest from its target, each layer of a layer-wise row; the paper's: the model, all it prints); the grey
+    band is within 1 point. Right (penalized): the density reached against λ_pen: the same λ_pen lands far apart
     from one model to the next, which is why a penalty must be searched."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.4), constrained_layout=True)
-    constrained = points[points["kind"] == "target"].assign(
-        paper=lambda t: t["paper"] - t["setting"], ours=lambda t: t["ours"] - t["setting"])
+    constrained = points[points["kind"] == "target"].assign(paper=lambda t: t["paper"] - t["setting"],
+                                                            ours=lambda t: t["gap"])
     penalized = points[points["kind"] == "lmbda"]
     left.axhspan(-1, 1, color="0.9", zorder=0)
     left.axhline(0, color="0.6", lw=1, zorder=0)
     for models, marker in MARKERS.items():
         for who, colour in COLOURS.items():
-            style = dict(color=colour) if who == "ours" else dict(facecolors="none", edgecolors=colour)
+            look = dict(color=colour) if who == "ours" else dict(facecolors="none", edgecolors=colour)
             label = f"ours: {OUR_MODELS.get(models, models)}" if who == "ours" else f"paper: {models}"
             for ax, part in ((left, constrained), (right, penalized)):
                 mine = part[part["models"] == models]
                 ax.scatter(mine["setting"], mine[who], marker=marker, s=42, linewidths=1.2, label=label,
-                           zorder=3 if who == "paper" else 2, **style)
+                           zorder=3 if who == "paper" else 2, **look)
     left.set(xlabel="target density (%)", ylabel="density reached − target (points)", xlim=(12, 88),
              title="Constrained: distance to the target")
     right.set(xscale="log", xlabel="penalty coefficient λ_pen", ylabel="density reached (%)", ylim=(0, 100),
@@ -97,30 +117,38 @@ def compute_spent(runs_dir) -> pd.DataFrame:
                          for kind, (runs, hours) in rows.items()])
 
 
-def summary(claims) -> pd.DataFrame:
-    """The reproducibility summary's table: one row per claim, in the order reproduced, partly, not
-    reproduced, in progress, not tested; the claim linked to its page, and what was run for it."""
-    order = ["reproduced", "partly", "not reproduced", "in progress", "not tested here"]
-    rows = [{"verdict": c.verdict, "claim": f'<a href="{c.page}.html{"#" + c.section if c.section else ""}">{c.claim}</a>',
-             "what was run": str(c.ran)}
-            for c in sorted(claims, key=lambda c: order.index(c.verdict))]
-    return pd.DataFrame(rows)
+def first_screen(found) -> pd.DataFrame:
+    """The first screen's table: the central claims (:data:`analysis.verdict.CENTRAL`) first, then the others in
+    the paper's order; each claim linked to the section that answers it, its verdict at the scale we ran, and
+    the verdict at the paper's scale."""
+    from analysis import verdict
+
+    table = verdict.table(found, central_first=True)
+    return table[["claim", "verdict, our scale", "verdict there"]].rename(
+        columns={"verdict there": "verdict at the paper's scale"})
 
 
 def central_claim_numbers(points: pd.DataFrame) -> dict[str, str]:
     """The numbers the intro's sentences on :func:`plot_central_claim` quote, computed from the same points:
-    per dataset, how many constrained rows (ours, mean over seeds) end within a point of their target and the
-    largest gap either way; and the widest spread of one λ_pen's densities across the three models."""
+    per dataset, how many constrained rows whose targets bind land on target by the book's rule at its
+    measure (``outcome``), of how many, and the largest gap either way; and the widest spread of one λ_pen's
+    densities across the models."""
     numbers = {}
-    constrained = points[(points["kind"] == "target") & points["ours"].notna()]
+    constrained = points[(points["kind"] == "target") & points["outcome"].notna()]
     for name, rows in (("mnist", constrained[constrained["models"].str.startswith("MNIST")]),
                        ("cifar", constrained[constrained["models"].str.startswith("CIFAR")])):
-        gaps = rows["ours"] - rows["setting"]
-        numbers[f"{name}_within"] = str(int((gaps.abs() <= 1).sum()))
-        numbers[f"{name}_rows"] = str(len(gaps))
-        numbers[f"{name}_lowest"] = f"{gaps.min():+.1f}"
-        numbers[f"{name}_highest"] = f"{gaps.max():+.1f}"
-        numbers[f"{name}_furthest_under"] = f"{max(0.0, -gaps.min()):.1f}"
+        binding = rows[rows["outcome"] != rules.Outcome.DOES_NOT_BIND.value]
+        numbers[f"{name}_on_target"] = str(int((binding["outcome"] == rules.Outcome.ON_TARGET.value).sum()))
+        numbers[f"{name}_binding"] = str(len(binding))
+        for grouping in ("model", "layer"):
+            mine = binding[binding["grouping"] == grouping]
+            numbers[f"{name}_{grouping}_on_target"] = str(int((mine["outcome"] == rules.Outcome.ON_TARGET.value).sum()))
+            numbers[f"{name}_{grouping}_binding"] = str(len(mine))
+        over = rows[rows["outcome"] == rules.Outcome.VIOLATED.value]
+        numbers[f"{name}_violated"] = str(len(over))
+        numbers[f"{name}_violated_paper_over"] = str(int((over["paper"] - over["setting"] > rules.FEASIBLE_POINTS).sum()))
+        numbers[f"{name}_lowest"] = f"{rows['gap'].min():+.1f}"
+        numbers[f"{name}_highest"] = f"{rows['gap'].max():+.1f}"
     penalized = points[(points["kind"] == "lmbda") & points["ours"].notna()]
     spread = penalized.groupby("setting")["ours"].agg(lambda d: d.max() - d.min())
     numbers["penalty_spread"] = f"{spread.max():.0f}"

@@ -1,37 +1,36 @@
-"""The book's verdict, claim by claim: what reproduced, what did not, what was not tested here.
+"""The paper's claims, each declared once, and the book's verdict on each.
 
-One :class:`Claim` per claim of the paper's §5 and Appendices E, H, I, K and L,
-each with where the paper shows it, what we ran (:class:`Ran`: model, budget,
-seeds, device, read from the records), how many of its runs, cells or checks pass
-(:attr:`Claim.passed` of :attr:`Claim.judged`, counting :attr:`Claim.counts`) and a verdict. Every
-verdict is :func:`paperlib.harness.rules.claim_verdict` of how many of the claim's runs,
-cells or checks pass their rule in :mod:`paperlib.harness.rules`, the same thresholds
-for every claim; the run-level rules are there too. A claim whose records do
-not exist yet says so, and is never called reproduced.
+Every claim of the paper's §5 and Appendices E, H, I, K and L is one :class:`Claim` in :data:`CLAIMS`: its
+words and where the paper makes it, the paper's scale, the query on the record index
+(:mod:`paperlib.harness.index`) that selects our evidence, what a pass counts (the rule and its measure, from
+:mod:`paperlib.harness.rules`) and the page that answers it. :func:`assess` judges one claim on the index:
+what was run (:class:`Ran`, read from the selected records), how many pass of how many judged, the verdict at
+the scale we ran, and the verdict at the paper's scale, which is *not tested here* where we never ran it. The
+intro's table, the result pages' answers and the tests all read :func:`assess`; no verdict word is typed in
+prose.
 
-Verdicts (:class:`paperlib.harness.rules.Verdict`): *reproduced*, *partly*, *not
-reproduced*, *in progress* (runs planned, not all in), *not tested here* (no
-data or no GPU; the page says what would test it).
+Verdicts (:class:`paperlib.harness.rules.Verdict`): *reproduced*, *partly*, *not reproduced*, *in progress*
+(runs planned, not all in), *not tested here*.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 import pandas as pd
 
-from paperlib.harness import presets, rules, studies
+from paperlib.harness import index, rules, studies
+from paperlib.harness.protocols import protocol_name
+from paperlib.paper.models import display_name
 from paperlib.paper.paper_numbers import ref
 
 from . import comparison, control, report
 
 VERDICTS = tuple(verdict.value for verdict in rules.Verdict)
-
+NOT_TESTED = rules.Verdict.NOT_TESTED.value
+PAPER = protocol_name("paper")
+CPU = protocol_name("cpu2", "cifar10")
+PILOT = protocol_name("cpu", "cifar10")
 MNIST_TABLES = ("tab:mnist", "tab:mlp_control", "tab:lenet_control")
-
-#: How the verdict table names our models.
-MODEL_NAMES = {"mlp": "MLP", "lenet5": "LeNet5", "wrn-16-1": "WideResNet-16-1", "wrn-28-10": "WideResNet-28-10",
-               "resnet18": "ResNet18", "resnet50": "ResNet50"}
-#: How the verdict table names a preset's protocol.
-PROTOCOLS = {"paper": "the paper's protocol", "cpu": "CPU protocol"}
 
 
 @dataclass(frozen=True)
@@ -47,12 +46,8 @@ class Ran:
 
 
 NOTHING_RAN = Ran("—", "", "", "")
-
-#: Run parameters besides the model, method, grouping, target and λ_pen that tell a study's cells apart.
-CELL_PARAMETERS = ("sparsity", "gates_lr", "detach_gates", "dual_restarts", "dual_optimizer", "nupi_kp")
-#: What a record written before one of them existed ran with: its default (gradient ascent before the
-#: dual-optimiser study).
-_DEFAULTS = {name: getattr(presets.ExperimentConfig, name) for name in CELL_PARAMETERS}
+#: Parameters besides the model, method, grouping, target and λ_pen that tell a claim's cells apart.
+CELL_PARAMETERS = ("dataset", "sparsity", "gates_lr", "detach_gates", "dual_restarts", "dual_optimizer", "nupi_kp")
 
 
 def _span(numbers) -> str:
@@ -62,68 +57,100 @@ def _span(numbers) -> str:
     return ", ".join(map(str, numbers))
 
 
-def ran(runs: list[dict]) -> Ran:
-    """:class:`Ran` of ``runs`` (their ``metrics``): models, epochs and preset, the seeds of each cell (the same
-    run but for its seed), and where they trained (:func:`analysis.control.ran_on`). A run of the CPU protocol
-    that trained on a GPU is counted as such.
+def ran(rows: pd.DataFrame) -> Ran:
+    """:class:`Ran` of the index ``rows``: models, epochs and protocol, the seeds of each cell (the same run but
+    for its seed), and where they trained.
 
-    Example: ``Ran("MLP, LeNet5", "200 epochs, the paper's protocol", "seeds 0–4 per cell", "CPU, 3 on GPU")``.
+    Example: ``Ran("MLP, LeNet5", "200 epochs, paper protocol", "seeds 0–4 per cell", "CPU, 12 of 82 on GPU")``.
     """
-    metrics = [run["metrics"] for run in runs]
-    if not metrics:
+    if rows.empty:
         return NOTHING_RAN
-    models = ", ".join(dict.fromkeys(MODEL_NAMES.get(m["model"], m["model"]) for m in metrics))
-    epochs = "/".join(map(str, sorted({m.get("epochs_completed", m.get("epochs")) for m in metrics})))
-    presets = ", ".join(PROTOCOLS.get(p, p) for p in dict.fromkeys(m["preset"] for m in metrics))
-    cells: dict[tuple, set] = {}
-    for run, m in zip(runs, metrics):
-        params = run.get("params") or {}
-        key = (m["model"], m.get("method"), m.get("grouping"), str(m.get("target")),
-               str(m.get("lmbda")) if m.get("method") == "penalized" else None,
-               *(str(params.get(name, _DEFAULTS[name])) for name in CELL_PARAMETERS))
-        cells.setdefault(key, set()).add(m["seed"])
-    counts = sorted({len(seeds) for seeds in cells.values()})
-    every = sorted(set().union(*cells.values()))
+    models = ", ".join(dict.fromkeys(map(display_name, rows["model"])))
+    epochs = "/".join(str(int(e)) for e in sorted(set(rows["epochs_completed"])))
+    protocols = ", ".join(dict.fromkeys(rows["protocol"]))
+    keys = ["model", "method", "grouping", "target", "lmbda", *CELL_PARAMETERS]
+    cells = rows.assign(**{k: rows[k].map(str) for k in keys}).groupby(keys)["seed"].agg(lambda seeds: set(seeds))
+    counts = sorted({len(seeds) for seeds in cells})
+    every = sorted(set().union(*cells))
     if len(counts) == 1:
         seeds = f"seed{'s' if len(every) > 1 else ''} {_span(every)}" + (" per cell" if len(cells) > 1 else "")
     else:
         seeds = f"{counts[0]} to {counts[-1]} seeds per cell (seeds {_span(every)})"
-    on_gpu = sum(control.ran_on(m) == "GPU" for m in metrics)
-    device = "CPU" if not on_gpu else ("GPU" if on_gpu == len(metrics) else f"CPU, {on_gpu} of {len(metrics)} on GPU")
-    return Ran(models, f"{epochs} epochs, {presets}", seeds, device)
+    on_gpu = int((rows["device"] == "GPU").sum())
+    device = "CPU" if not on_gpu else ("GPU" if on_gpu == len(rows) else f"CPU, {on_gpu} of {len(rows)} on GPU")
+    return Ran(models, f"{epochs} epochs, {protocols}", seeds, device)
 
 
-@dataclass
-class Claim:
-    """One claim's row: ``passed`` of ``judged`` things pass their rule; ``counts`` names them (a fixed phrase:
-    "runs on target"), or, for a claim not tested here, why not. ``page`` is the page that answers it, and
-    ``section`` the label of the section there (``(label)=`` in the page), if any."""
-    claim: str
-    where: str
-    ran: Ran
-    verdict: str
+@dataclass(frozen=True)
+class Count:
+    """What a claim's judge found: ``passed`` of ``judged``; ``complete`` once every planned run is in; and, where
+    the paper's own criterion differs from the book's rule, ``criteria`` maps its name to its (passed, judged)."""
     passed: int
     judged: int
-    counts: str
+    complete: bool = True
+    criteria: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim of the paper, declared once.
+
+    ``evidence`` is the query on the record index (:func:`paperlib.harness.index.select`) that selects our
+    records; ``judge`` counts how many of them (or of the cells, searches or checks they make) pass their rule,
+    ``counted`` names what it counts. ``scale`` is the scale our evidence is at, ``paper_scale`` the paper's;
+    ``at_paper_scale`` says the two are the same (our evidence is the paper's protocol and models).
+    ``why_not`` says why a claim with no evidence query is not tested here."""
+    key: str
+    words: str
+    where: str
+    paper_scale: str
     page: str
-    section: str | None = None
+    section: str | None
+    counted: str = ""
+    evidence: dict | None = None
+    judge: Callable[[pd.DataFrame], Count] | None = None
+    scale: str = ""
+    at_paper_scale: bool = False
+    why_not: str = ""
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """A claim judged on the record index: what was run, the counts, the verdict at our scale and at the paper's."""
+    claim: Claim
+    ran: Ran
+    count: Count
+    verdict: str
+    paper_verdict: str
 
     def __post_init__(self):
-        if self.verdict not in VERDICTS:
-            raise ValueError(f"verdict must be one of {VERDICTS}; got {self.verdict!r}")
+        for verdict in (self.verdict, self.paper_verdict):
+            if verdict not in VERDICTS:
+                raise ValueError(f"verdict must be one of {VERDICTS}; got {verdict!r}")
 
 
-def _at_paper_protocol(table: pd.DataFrame) -> pd.DataFrame:
-    return table[table["protocol"].str.startswith("paper")]
+# --------------------------------------------------------------------------- #
+# The judges: each counts one claim's evidence by the rules of paperlib.harness.rules.
+# --------------------------------------------------------------------------- #
+
+def _planned(grids, method: str = "constrained") -> int:
+    return sum(1 for grid in grids for config, _ in report.grid_runs(grid) if config.method == method)
 
 
-def _records(grids, preset: str | None = None, **where) -> list[dict]:
-    """The complete records of ``grids`` at ``preset`` whose metrics have the values ``where``, each once (grids
-    may share a run: seeds 1 and 2 of some MLP cells are in two grids)."""
-    found = {str(run["path"]): run for grid in grids for run in report.complete_records(grid)
-             if (preset is None or run["metrics"]["preset"] == preset)
-             and all(run["metrics"].get(key) == value for key, value in where.items())}
-    return list(found.values())
+def runs_on_target(planned_grids: tuple[str, ...] = ()) -> Callable[[pd.DataFrame], Count]:
+    """Each constrained run judged by :func:`paperlib.harness.rules.judge_record` at the rule's measure (every
+    constraint: the model, or each gated layer); beside it, App. G's own criterion ("feasible or within (~1%) of
+    the desired target": every constraint at most a point over), counted on the same runs. In progress until
+    the constrained runs of ``planned_grids`` are all in."""
+    def judge(rows: pd.DataFrame) -> Count:
+        free = rules.free_gates_records()
+        judged = [rules.judge_record(run, free) for run in index.load(rows)]
+        passed, total = rules.passed_and_judged(j.outcome for j in judged)
+        binding = [j for j in judged if j.outcome != rules.Outcome.DOES_NOT_BIND]
+        feasible = sum(j.outcome != rules.Outcome.VIOLATED for j in binding)
+        complete = len(rows) >= _planned(planned_grids) if planned_grids else True
+        return Count(passed, total, complete, {"App. G's criterion (feasible)": (feasible, len(binding))})
+    return judge
 
 
 def outcomes(judged: list[rules.RunJudgement]) -> pd.Series:
@@ -133,41 +160,8 @@ def outcomes(judged: list[rules.RunJudgement]) -> pd.Series:
     return pd.Series({**counts, "binding unknown": sum(not j.binding_known for j in judged)}, dtype=int)
 
 
-def _judged_claim(runs: list[dict], complete: bool = True) -> tuple[str, int, int, list[rules.RunJudgement]]:
-    """The constrained ``runs`` judged by :func:`paperlib.harness.rules.judge_record`: the verdict, how many
-    pass of how many judged, and the judgements."""
-    free = rules.free_gates_records()
-    judged = [rules.judge_record(run, free) for run in runs]
-    passed, total = rules.passed_and_judged(j.outcome for j in judged)
-    return rules.claim_verdict(passed, total, complete).value, passed, total, judged
-
-
-def one_shot_mnist() -> Claim:
-    """Constrained structured MNIST runs of Table 1 and the control tables at the paper's protocol, every seed
-    in: each run judged by :func:`paperlib.harness.rules.judge_record`; the share on target of those whose targets bind
-    gives the verdict."""
-    grids = [g for t in MNIST_TABLES for g in studies.TABLES[t].grids]
-    runs = _records(grids, "paper", method="constrained")
-    runs = [run for run in runs if run["metrics"].get("sparsity", "structured") == "structured"]
-    verdict, passed, total, _ = _judged_claim(runs)
-    return Claim("A constraint sets the density in one run (MNIST)",
-                 f"§5.2, {ref('tab:mnist')}, {ref('tab:mlp_control')}, {ref('tab:lenet_control')}",
-                 ran(runs), verdict, passed, total, "runs on target", "results_mnist", "claim-one-shot-mnist")
-
-
-def _mnist_runs() -> list[dict]:
-    return _records([g for t in MNIST_TABLES for g in studies.TABLES[t].grids], "paper")
-
-
-def accuracy_mnist() -> Claim:
-    """Final errors of the MNIST tables at the paper's protocol against the spread of the paper's runs
-    (:func:`comparison.agreement`): a row passes when its difference is within what chance explains (95%)."""
-    rows = pd.concat([comparison.agreement(label) for label in MNIST_TABLES], ignore_index=True)
-    within = int((~rows["beyond chance"].astype(bool)).sum()) if len(rows) else 0
-    return Claim("At no cost in accuracy (MNIST)", f"§5.2, {ref('tab:mnist')}, {ref('tab:mlp_control')}, "
-                 f"{ref('tab:lenet_control')}", ran(_mnist_runs()), rules.claim_verdict(within, len(rows)).value,
-                 within, len(rows), "rows whose final error the runs' spread explains", "results_mnist_why",
-                 "mnist-final-errors")
+def _at_paper_protocol(table: pd.DataFrame) -> pd.DataFrame:
+    return table[table["protocol"].str.startswith("paper")]
 
 
 def _cells(tables: tuple[str, ...], method: str, column: str) -> pd.Series:
@@ -178,6 +172,23 @@ def _cells(tables: tuple[str, ...], method: str, column: str) -> pd.Series:
         table = table[table["method"] == method]
         deltas += [float(d) for d in table[f"{column} Δ"].dropna()]
     return pd.Series(deltas, dtype=float)
+
+
+def cells_near(tables: tuple[str, ...], method: str, columns: tuple[str, ...], points: float):
+    """Cells of the paper's ``tables`` (``method``'s rows at the paper's protocol) whose ``columns`` are within
+    ``points`` of the paper's (:func:`paperlib.harness.rules.agrees`)."""
+    def judge(rows: pd.DataFrame) -> Count:
+        deltas = pd.concat([_cells(tables, method, column) for column in columns])
+        return Count(int(sum(rules.agrees(d, points) for d in deltas)), len(deltas))
+    return judge
+
+
+def final_errors_within_chance(rows: pd.DataFrame) -> Count:
+    """Final errors of the MNIST tables against the spread of the paper's runs (:func:`comparison.agreement`):
+    a row passes when its difference is within what chance explains (95%)."""
+    found = pd.concat([comparison.agreement(label) for label in MNIST_TABLES], ignore_index=True)
+    within = int((~found["beyond chance"].astype(bool)).sum()) if len(found) else 0
+    return Count(within, len(found))
 
 
 def penalty_cells(tables: tuple[str, ...] = ("tab:mlp_control", "tab:lenet_control")) -> list[rules.PenaltyJudgement]:
@@ -195,152 +206,159 @@ def penalty_cells(tables: tuple[str, ...] = ("tab:mlp_control", "tab:lenet_contr
     return judged
 
 
-def penalized_mnist() -> Claim:
-    """Penalized MNIST cells at the paper's λ_pen (:func:`penalty_cells`): a cell passes when its density is
-    within :data:`~paperlib.harness.rules.PENALTY_POINTS` of the paper's; the evidence says how far the seeds scatter."""
+def penalties_as_printed(rows: pd.DataFrame) -> Count:
     judged = penalty_cells()
-    within = sum(j.outcome == rules.PenaltyOutcome.WITHIN for j in judged)
-    runs = [run for run in _mnist_runs() if run["metrics"]["method"] == "penalized"]
-    return Claim("A penalty's density follows λ_pen as printed (MNIST)",
-                 f"{ref('tab:mlp_control')}, {ref('tab:lenet_control')}", ran(runs),
-                 rules.claim_verdict(within, len(judged)).value, within, len(judged),
-                 "cells near the paper's density", "results_mnist", "claim-penalty-mnist")
+    return Count(sum(j.outcome == rules.PenaltyOutcome.WITHIN for j in judged), len(judged))
 
 
-def _agreeing(deltas: pd.Series, points: float = rules.AGREE_POINTS) -> int:
-    """How many of ``deltas`` agree with the paper (:func:`paperlib.harness.rules.agrees`)."""
-    return int(sum(rules.agrees(d, points) for d in deltas))
-
-
-def counts_mnist() -> Claim:
-    """Parameters and MACs of the purged constrained MNIST models: a cell passes when it is within
-    :data:`~paperlib.harness.rules.AGREE_POINTS` of the paper's."""
-    deltas = pd.concat([_cells(MNIST_TABLES[1:], "constrained", metric) for metric in ("params (%)", "MACs (%)")])
-    agree = _agreeing(deltas)
-    runs = [run for run in _mnist_runs() if run["metrics"]["method"] == "constrained"]
-    return Claim("What a target leaves: parameters and MACs (MNIST)",
-                 f"{ref('tab:mlp_control')}, {ref('tab:lenet_control')}", ran(runs),
-                 rules.claim_verdict(agree, len(deltas)).value, agree, len(deltas),
-                 "parameter and MAC cells near the paper's", "results_mnist", "claim-counts-mnist")
-
-
-def dual_restarts() -> Claim:
-    """LeNet5 with and without dual restarts (the paper's protocol): a target passes when the run with restarts
-    ends nearer it than the run without."""
-    runs = report.complete_records(studies.grids("fig:dual_restarts", preset="paper")[0])
+def restarts_nearer(rows: pd.DataFrame) -> Count:
+    """A target passes when its run with dual restarts ends nearer it than its run without."""
     pairs = {}
-    for run in runs:
-        pairs.setdefault(run["metrics"]["target"], {})[run["params"]["dual_restarts"]] = run["metrics"]["l0_density"]
+    for _, row in rows.iterrows():
+        pairs.setdefault(row["target"], {})[row["dual_restarts"]] = row["l0_density"]
     pairs = {target: pair for target, pair in pairs.items() if len(pair) == 2}
     nearer = sum(abs(pair[True] - target) < abs(pair[False] - target) for target, pair in pairs.items())
-    return Claim("Dual restarts keep the model at its target", f"§5.3, {ref('fig:dual_restarts')}", ran(runs),
-                 rules.claim_verdict(nearer, len(pairs)).value, nearer, len(pairs),
-                 "targets nearer with restarts than without", "results_dynamics", "claim-dual-restarts")
+    return Count(nearer, len(pairs))
 
 
-def stable_dynamics() -> Claim:
-    """Figure 3's claim on our CIFAR-10 control runs (:func:`~analysis.control.stability_rows`): a run passes when
-    it settles feasible (:func:`paperlib.harness.rules.feasible` at every logged step to the end); in progress until
-    seed 0's constrained runs are complete. Figure 3's ResNet18 on TinyImageNet is not run."""
-    runs = control.control_runs()
-    rows = control.stability_rows(runs)
-    settled = rows.dropna(subset=["settled from epoch"])
-    seed0 = [run for run in runs if (run["metrics"]["method"], run["metrics"]["seed"]) == ("constrained", 0)]
-    complete = len(rows) >= control.CONTROL_RUNS["constrained"]
-    return Claim("Constraint dynamics stay stable on ResNets", f"§5.4, {ref('fig:stable_training')}",
-                 ran(seed0), rules.claim_verdict(len(settled), len(rows), complete).value, len(settled), len(rows),
-                 "runs that settle feasible", "results_cifar10", "claim-stable-dynamics")
+def settle_feasible(planned_grids: tuple[str, ...]) -> Callable[[pd.DataFrame], Count]:
+    """Figure 3's claim (:func:`~analysis.control.stability_rows`): a run passes when it settles feasible (within
+    a point over its target at every logged step to the end); in progress until the planned runs are in."""
+    def judge(rows: pd.DataFrame) -> Count:
+        found = control.stability_rows(index.load(rows))
+        settled = int(found["settled from epoch"].notna().sum())
+        return Count(settled, len(found), len(rows) >= _planned(planned_grids))
+    return judge
 
 
-def cifar10_control() -> Claim:
-    """The CIFAR-10 control table at the CPU protocol, every seed in: each constrained run judged by
-    :func:`paperlib.harness.rules.judge_record` (its free density from the free-gates runs of the same model and
-    protocol); in progress until seed 0's grid is complete."""
-    planned = len(report.grid_runs(control.CONTROL_GRIDS[0]))
-    complete = len(report.complete_records(control.CONTROL_GRIDS[0])) >= planned
-    runs = [run for run in control.control_runs() if run["metrics"]["method"] == "constrained"]
-    verdict, passed, total, _ = _judged_claim(runs, complete)
-    return Claim("The control holds on a residual network (CIFAR-10)",
-                 f"§5.5, {ref('fig:cifar10_comparison')}, {ref('tab:cifar10_control')}", ran(runs), verdict, passed,
-                 total, "runs on target", "results_cifar10", "claim-cifar10-control")
+def searches_needed(rows: pd.DataFrame) -> Count:
+    """App. E: a search passes when it needs at least :data:`~paperlib.harness.rules.SEARCH_TRAININGS`
+    trainings (the paper counts 6 and 7) to land within its tolerance. Only searches whose trainings are all
+    in ``rows`` (the claim's protocol) count."""
+    folders = set(rows["folder"].map(lambda f: f.split("/")[-1]))
+    searches = [s for s in report.complete_searches(studies.grids("app:bisection")[0])
+                if {e["run"] for e in s.get("evaluations", [])} <= folders]
+    return Count(sum(s["num_trainings"] >= rules.SEARCH_TRAININGS for s in searches), len(searches))
 
 
-def bisection() -> Claim:
-    """App. E's bisection over λ_pen for a 50% MLP: a search passes when it needs at least
-    :data:`~paperlib.harness.rules.SEARCH_TRAININGS` trainings (the paper counts 6 and 7) to land within its tolerance."""
-    searches = report.complete_searches(studies.grids("app:bisection")[0])
-    needed = sum(s["num_trainings"] >= rules.SEARCH_TRAININGS for s in searches)
-    verdict = rules.claim_verdict(needed, len(searches))
-    described = [{"metrics": {"model": s["run_name"].split("-")[1], "epochs": s["epochs"], "preset": s["preset"],
-                              "seed": s["seed"], "grouping": s["grouping"]}} for s in searches]
-    return Claim("A penalty needs a search to reach a density", f"{ref('app:bisection')}, {ref('fig:bisection')}",
-                 ran(described), verdict.value, needed, len(searches), "searches that needed several trainings",
-                 "results_beyond", "claim-bisection")
+def gates_decided(rows: pd.DataFrame) -> Count:
+    """App. I: a run passes when at least :data:`~paperlib.harness.rules.DECIDED_GATES_SHARE` of its first gated
+    layer's medians (eq. 9) are exactly 0 or 1 at the last saved epoch."""
+    shares = [1.0 - report.fractional_medians(run)[1] for run in index.load(rows)]
+    return Count(sum(share >= rules.DECIDED_GATES_SHARE for share in shares), len(shares))
 
 
-def unstructured_mnist() -> Claim:
-    """Unstructured MNIST (App. L): a cell passes when our constrained runs' best error is within
-    :data:`~paperlib.harness.rules.ERROR_POINTS` of the paper's."""
-    deltas = _cells(("tab:mnist_unstructured_comparison_mlp", "tab:mnist_unstructured_comparison_lenet"),
-                    "constrained", "val. error best (%)")
-    agree = _agreeing(deltas, rules.ERROR_POINTS)
-    grids = studies.TABLES["tab:mnist_unstructured_comparison_mlp"].grids
-    runs = _records(grids, "paper", method="constrained")
-    return Claim("Unstructured sparsity, against magnitude pruning (MNIST)",
-                 f"§5.6, {ref('tab:mnist_unstructured_comparison_mlp')}, "
-                 f"{ref('tab:mnist_unstructured_comparison_lenet')}", ran(runs),
-                 rules.claim_verdict(agree, len(deltas)).value, agree, len(deltas),
-                 "cells whose best error is near the paper's", "results_unstructured", "claim-unstructured")
+def ablation_holds(rows: pd.DataFrame) -> Count:
+    """App. H: in progress until every run of the ablation grid is in; then each of
+    :func:`~analysis.control.ablation_checks` (the gates' learning rate, the stop-gradient) is one pass or fail."""
+    ablation = index.load(rows)
+    complete = len(ablation) >= len(report.grid_runs(control.ABLATION_GRID))
+    checks = control.ablation_checks(ablation, control.control_runs()) if complete else []
+    return Count(sum(bool(check[-1]) for check in checks), len(checks), complete)
 
 
-def gate_medians() -> Claim:
-    """App. I's test-time gates on MNIST: a run passes when at least :data:`~paperlib.harness.rules.DECIDED_GATES_SHARE`
-    of the first gated layer's medians (eq. 9) are exactly 0 or 1 at the last saved epoch."""
-    runs = report.complete_records(studies.grids("fig:mnist_gate_histograms", preset="paper")[0])
-    shares = [1.0 - report.fractional_medians(run)[1] for run in runs]
-    passed = sum(share >= rules.DECIDED_GATES_SHARE for share in shares)
-    return Claim("Test-time gates end at 0 or 1", f"{ref('app:test_time_gates')}, {ref('fig:mnist_gate_histograms')}",
-                 ran(runs), rules.claim_verdict(passed, len(shares)).value, passed, len(shares),
-                 "runs whose first layer's gates end decided", "results_dynamics", "claim-gate-medians")
+# --------------------------------------------------------------------------- #
+# The claims, in the paper's order
+# --------------------------------------------------------------------------- #
+
+def _experiments(*study_names: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(e for name in study_names for e in studies.study(name).experiments))
 
 
-def gates_ablation() -> Claim:
-    """App. H at the CPU protocol: in progress until every run of the ablation grid is complete; then each of
-    :func:`~analysis.control.ablation_checks` (the gates' learning rate and the stop-gradient) is one pass or
-    fail."""
-    ablation = report.complete_records(control.ABLATION_GRID)
-    planned = len(report.grid_runs(control.ABLATION_GRID))
-    checks = control.ablation_checks(ablation, control.control_runs()) if len(ablation) >= planned else []
-    held = sum(bool(check[-1]) for check in checks)
-    verdict = rules.claim_verdict(held, len(checks), len(ablation) >= planned)
-    return Claim("Gates need a larger learning rate and no weight decay",
-                 f"{ref('app:resnet_control_fixes')}, {ref('tab:cifar10')}, {ref('fig:increase_lr')}, "
-                 f"{ref('fig:wd_overpen')}", ran(ablation), verdict.value, held, len(checks), "checks that hold",
-                 "results_cifar10", "claim-gates-ablation")
+_MNIST = dict(experiment=_experiments(*MNIST_TABLES), protocol=PAPER, variant="")
+_MNIST_SCALE = "MLP and LeNet5 on MNIST, 200 epochs"
+_CIFAR_SCALE = "WideResNet-28-10 on CIFAR-10, 200 epochs"
+_CPU_SCALE = "WideResNet-16-1, 20 epochs"
+_CPU_GRIDS = ("grids/cifar10_cpu2_control.yaml",)
+_CPU_RUNS = dict(experiment=("cifar10", "cifar10_cpu2"), protocol=CPU, variant="", method="constrained")
+_UNSTRUCTURED = ("tab:mnist_unstructured_comparison_mlp", "tab:mnist_unstructured_comparison_lenet")
+
+CLAIMS = (
+    Claim("one_shot_mnist", "A constraint sets the density in one run (MNIST)",
+          f"§5.2, {ref('tab:mnist')}, {ref('tab:mlp_control')}, {ref('tab:lenet_control')}", _MNIST_SCALE,
+          "results_mnist", "claim-one-shot-mnist", "runs on target, each constraint (layer-wise: each layer)",
+          dict(_MNIST, method="constrained", sparsity="structured"), runs_on_target(), _MNIST_SCALE, True),
+    Claim("accuracy_mnist", "At no cost in accuracy (MNIST)",
+          f"§5.2, {ref('tab:mnist')}, {ref('tab:mlp_control')}, {ref('tab:lenet_control')}", _MNIST_SCALE,
+          "results_mnist_why", "mnist-final-errors", "rows whose final error the runs' spread explains",
+          dict(_MNIST, sparsity="structured"), final_errors_within_chance, _MNIST_SCALE, True),
+    Claim("penalty_mnist", "A penalty's density follows λ_pen as printed (MNIST)",
+          f"{ref('tab:mlp_control')}, {ref('tab:lenet_control')}", _MNIST_SCALE, "results_mnist",
+          "claim-penalty-mnist", "cells near the paper's density", dict(_MNIST, method="penalized"),
+          penalties_as_printed, _MNIST_SCALE, True),
+    Claim("counts_mnist", "What a target leaves: parameters and MACs (MNIST)",
+          f"{ref('tab:mlp_control')}, {ref('tab:lenet_control')}", _MNIST_SCALE, "results_mnist",
+          "claim-counts-mnist", "parameter and MAC cells near the paper's",
+          dict(_MNIST, method="constrained", experiment=_experiments(*MNIST_TABLES[1:])),
+          cells_near(MNIST_TABLES[1:], "constrained", ("params (%)", "MACs (%)"), rules.AGREE_POINTS),
+          _MNIST_SCALE, True),
+    Claim("dual_restarts", "Dual restarts keep the model at its target", f"§5.3, {ref('fig:dual_restarts')}",
+          "LeNet5 on MNIST, 200 epochs", "results_dynamics", "claim-dual-restarts",
+          "targets nearer with restarts than without",
+          dict(experiment="dual_restarts", protocol=PAPER, dual_optimizer="gradient_ascent"), restarts_nearer,
+          "LeNet5 on MNIST, 200 epochs", True),
+    Claim("stable_dynamics", "Constraint dynamics stay stable on residual networks",
+          f"§5.4, {ref('fig:stable_training')}", "ResNet18 on TinyImageNet, 120 epochs", "results_cifar10",
+          "claim-stable-dynamics", "runs that settle feasible", _CPU_RUNS, settle_feasible(_CPU_GRIDS),
+          _CPU_SCALE),
+    Claim("cifar10_control", "The control holds on a residual network (CIFAR-10)",
+          f"§5.5, {ref('fig:cifar10_comparison')}, {ref('tab:cifar10_control')}", _CIFAR_SCALE, "results_cifar10",
+          "claim-cifar10-control", "runs on target, each constraint (layer-wise: each block)", _CPU_RUNS,
+          runs_on_target(_CPU_GRIDS), _CPU_SCALE),
+    Claim("imagenet", "Constraints beat magnitude pruning on ImageNet", f"§5.5, {ref('tab:mp_comparison_imagenet')}",
+          "ResNet50 on ImageNet, 90 epochs", "results_beyond", "not-run",
+          why_not="ImageNet is not on these machines"),
+    Claim("unstructured_mnist", "Unstructured constrained runs reach the paper's errors (MNIST)",
+          f"§5.6, {ref('tab:mnist_unstructured_comparison_mlp')}, {ref('tab:mnist_unstructured_comparison_lenet')}",
+          _MNIST_SCALE, "results_unstructured", "claim-unstructured", "cells whose best error is near the paper's",
+          dict(experiment=_experiments(_UNSTRUCTURED[0]), protocol=PAPER, method="constrained",
+               sparsity="unstructured"),
+          cells_near(_UNSTRUCTURED, "constrained", ("val. error best (%)",), rules.ERROR_POINTS), _MNIST_SCALE, True),
+    Claim("magnitude_pruning_mnist", "Magnitude pruning, the baseline, as printed (MNIST)",
+          f"§5.6, {ref('tab:mnist_unstructured_comparison_mlp')}, {ref('tab:mnist_unstructured_comparison_lenet')}",
+          _MNIST_SCALE, "results_unstructured", "claim-unstructured", "cells whose best error is near the paper's",
+          dict(experiment=_experiments(_UNSTRUCTURED[0]), protocol=PAPER, method="magnitude_pruning"),
+          cells_near(_UNSTRUCTURED, "magnitude_pruning", ("val. error best (%)",), rules.ERROR_POINTS),
+          _MNIST_SCALE, True),
+    Claim("bisection", "A penalty needs a search to reach a density", f"{ref('app:bisection')}, {ref('fig:bisection')}",
+          "MLP on MNIST, 150 epochs a training", "results_beyond", "claim-bisection",
+          "searches that needed several trainings", dict(experiment="bisection", protocol=PAPER), searches_needed,
+          "MLP on MNIST, 150 epochs a training", True),
+    Claim("gate_medians", "Test-time gates end at 0 or 1",
+          f"{ref('app:test_time_gates')}, {ref('fig:mnist_gate_histograms')}", _MNIST_SCALE, "results_dynamics",
+          "claim-gate-medians", "runs whose first layer's gates end decided",
+          dict(experiment="gate_histograms_mnist", protocol=PAPER), gates_decided, _MNIST_SCALE, True),
+    Claim("gates_ablation", "Gates need a larger learning rate and no weight decay",
+          f"{ref('app:resnet_control_fixes')}, {ref('tab:cifar10')}, {ref('fig:increase_lr')}, {ref('fig:wd_overpen')}",
+          _CIFAR_SCALE, "results_cifar10", "claim-gates-ablation", "checks that hold",
+          dict(experiment="gates_ablation", protocol=PILOT), ablation_holds, f"{_CPU_SCALE}, {PILOT}"),
+    Claim("beyond", "The same control on CIFAR-100 and TinyImageNet, structured and unstructured",
+          f"{ref('app:all_comparisons')}, {ref('tab:cifar100_control')}, {ref('fig:cifar100_comparison')}, "
+          f"{ref('tab:tiny_unstructured_comparison')}", "WideResNet-28-10 and ResNet18, 200 and 120 epochs",
+          "results_beyond", "not-run", why_not="CIFAR-100 and TinyImageNet are not on these machines"),
+)
+#: The claims by key.
+BY_KEY = {claim.key: claim for claim in CLAIMS}
+#: The central claims, first on the intro's first screen.
+CENTRAL = ("one_shot_mnist", "cifar10_control", "accuracy_mnist", "penalty_mnist")
 
 
-def not_tested(claim: str, where: str, why: str, page: str) -> Claim:
-    """A claim nothing here tests; ``why`` takes the place of what its runs would count."""
-    return Claim(claim, where, NOTHING_RAN, rules.Verdict.NOT_TESTED.value, 0, 0, why, page, "not-run")
+def assess(claim: Claim | str, frame: pd.DataFrame | None = None) -> Assessment:
+    """``claim`` (or its key) judged on the record index ``frame`` (default: every record of ``runs/``)."""
+    claim = BY_KEY[claim] if isinstance(claim, str) else claim
+    if claim.evidence is None:
+        return Assessment(claim, NOTHING_RAN, Count(0, 0), NOT_TESTED, NOT_TESTED)
+    frame = index.record_index() if frame is None else frame
+    rows = index.select(frame, **claim.evidence)
+    count = claim.judge(rows)
+    verdict = rules.claim_verdict(count.passed, count.judged, count.complete).value
+    return Assessment(claim, ran(rows), count, verdict, verdict if claim.at_paper_scale else NOT_TESTED)
 
 
-def claims() -> list[Claim]:
-    """Every claim, in the paper's order."""
-    return [
-        one_shot_mnist(), accuracy_mnist(), penalized_mnist(), counts_mnist(), dual_restarts(),
-        stable_dynamics(),
-        cifar10_control(),
-        not_tested("Constraints beat magnitude pruning on ImageNet", f"§5.5, {ref('tab:mp_comparison_imagenet')}",
-                   "ImageNet is not on these machines", "results_beyond"),
-        unstructured_mnist(),
-        bisection(),
-        gate_medians(),
-        gates_ablation(),
-        not_tested("The same control on CIFAR-100 and TinyImageNet, structured and unstructured",
-                   f"{ref('app:all_comparisons')}, {ref('tab:cifar100_control')}, {ref('fig:cifar100_comparison')}, "
-                   f"{ref('tab:tiny_unstructured_comparison')}", "CIFAR-100 and TinyImageNet are not on these machines",
-                   "results_beyond"),
-    ]
+def claims(frame: pd.DataFrame | None = None) -> list[Assessment]:
+    """Every claim assessed, in the paper's order."""
+    frame = index.record_index() if frame is None else frame
+    return [assess(claim, frame) for claim in CLAIMS]
 
 
 #: How the verdict table names the book's pages.
@@ -349,30 +367,52 @@ PAGE_NAMES = {"results_mnist": "MNIST", "results_mnist_why": "MNIST, differences
               "results_unstructured": "unstructured", "results_beyond": "beyond"}
 
 
-def section_link(claim: Claim) -> str:
+def section_link(claim: Claim, text: str | None = None) -> str:
     """A link to the section of the page that answers ``claim`` (the page's top when it has no section)."""
     anchor = f"#{claim.section}" if claim.section else ""
-    return f'<a href="{claim.page}.html{anchor}">{PAGE_NAMES.get(claim.page, claim.page)}</a>'
+    return f'<a href="{claim.page}.html{anchor}">{text or PAGE_NAMES.get(claim.page, claim.page)}</a>'
 
 
-def table(found: list[Claim]) -> pd.DataFrame:
-    """The verdict table of the book's first page: one row per claim, what was run (model, budget, seeds,
-    device), how many pass of how many judged and what they count, the verdict, and the section that answers it."""
-    return pd.DataFrame([{"claim": c.claim, "in the paper": c.where, "what was run": str(c.ran),
-                          "pass": f"{c.passed} / {c.judged}" if c.judged else "—", "counted": c.counts,
-                          "verdict": c.verdict, "answered in": section_link(c)} for c in found])
+def verdict_at_scale(found: Assessment) -> str:
+    """The verdict with the scale it holds at: ``partly`` where our evidence is the paper's scale, ``reproduced
+    at WideResNet-16-1, 20 epochs`` where it is smaller, never a bare *reproduced* for a smaller model."""
+    if found.verdict == NOT_TESTED or found.claim.at_paper_scale:
+        return found.verdict
+    return f"{found.verdict} at {found.claim.scale}"
 
 
-#: The verdicts the book printed before :mod:`paperlib.harness.rules` (one rule for every claim), one per claim.
+def _counts(found: Assessment) -> str:
+    if not found.count.judged:
+        return "—"
+    extra = "".join(f"; {name}: {p} / {j}" for name, (p, j) in found.count.criteria.items())
+    return f"{found.count.passed} / {found.count.judged}{extra}"
+
+
+def table(found: list[Assessment], central_first: bool = False) -> pd.DataFrame:
+    """The verdict table: one row per claim (the central claims first if ``central_first``), the claim linked to
+    the section that answers it, the verdict at our scale and what was run, the paper's scale and the verdict
+    there, and how many pass of how many judged (with the paper's own criterion where it differs)."""
+    if central_first:
+        found = sorted(found, key=lambda f: (f.claim.key not in CENTRAL, CENTRAL.index(f.claim.key)
+                                             if f.claim.key in CENTRAL else 0))
+    return pd.DataFrame([{"claim": section_link(f.claim, f.claim.words), "in the paper": f.claim.where,
+                          "verdict, our scale": verdict_at_scale(f), "what we ran": str(f.ran),
+                          "the paper's scale": f.claim.paper_scale, "verdict there": f.paper_verdict,
+                          "pass": _counts(f), "counted": f.claim.counted or f.claim.why_not} for f in found])
+
+
+#: The verdicts the book printed before, by claim key (not results: what moved, and why, on "How the verdicts
+#: changed").
 BEFORE = "book/analysis/verdicts_before_rules.csv"
 
 
-def before_and_after(found: list[Claim]) -> pd.DataFrame:
-    """Each claim's verdict as the book printed it before :mod:`paperlib.harness.rules` (:data:`BEFORE`) beside its
-    verdict now, and whether it moved."""
+def before_and_after(found: list[Assessment]) -> pd.DataFrame:
+    """Each claim's verdict as the book printed it at the commits of :data:`BEFORE` beside its verdict now (with
+    the scale it holds at)."""
     from paperlib.harness.records import project_root
 
-    before = pd.read_csv(project_root() / BEFORE, comment="#").set_index("claim")["verdict"]
-    rows = [{"claim": c.claim, "before": before.get(c.claim, "—"), "now": c.verdict} for c in found]
-    frame = pd.DataFrame(rows, columns=["claim", "before", "now"])
-    return frame.assign(moved=frame["before"] != frame["now"])
+    before = pd.read_csv(project_root() / BEFORE, comment="#", dtype=str, keep_default_na=False).set_index("key")
+    rows = [{"claim": f.claim.words, "at 704e401": before.loc[f.claim.key, "verdict_704e401"] or "—",
+             "at 8175249": before.loc[f.claim.key, "verdict_8175249"] or "—", "now": verdict_at_scale(f)}
+            for f in found]
+    return pd.DataFrame(rows, columns=["claim", "at 704e401", "at 8175249", "now"])

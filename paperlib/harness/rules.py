@@ -373,6 +373,18 @@ def judge_record(record: dict, free_records: list[dict]) -> RunJudgement:
 
 
 
+def judge_cell(records: list[dict], free_records: list[dict]) -> RunJudgement:
+    """:func:`judge_run` on a cell of a table (the same setting, several seeds): each constraint's final gap is
+    the mean over the seeds' gaps, judged at the rule's measure (every constraint: the model, or each layer)."""
+    judged = [judge_record(record, free_records) for record in records]
+    if not judged:
+        raise ValueError("a cell to judge needs at least one record")
+    gaps = [statistics.fmean(gap) for gap in zip(*(j.gaps for j in judged))]
+    bindings = list(judged[0].bindings)
+    return RunJudgement(tuple(gaps), tuple(bindings), judged[0].tolerances,
+                        judge_run(gaps, bindings, constraint_gate_points(records[0])))
+
+
 #: The studies whose grids hold free-gates runs (a target of 100%), by model and protocol.
 FREE_GATES_STUDIES = ("cifar10_free_gates", "cifar10_cpu_protocol", "cifar10_gpu_protocol", "tab:cifar10",
                       "mnist_free_gates")

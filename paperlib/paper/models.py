@@ -42,6 +42,16 @@ def is_model_name(name: str) -> bool:
     return name in MODEL_NAMES or WIDE_RESNET.fullmatch(str(name)) is not None
 
 
+#: How the book names each model, as the paper spells it: the one home of models' display names.
+DISPLAY_NAMES = {"mlp": "MLP", "lenet5": "LeNet5", "resnet18": "ResNet18", "resnet50": "ResNet50"}
+
+
+def display_name(name: str) -> str:
+    """The book's name for a model: ``WideResNet-16-1`` for ``wrn-16-1``, ``LeNet5`` for ``lenet5``."""
+    match = WIDE_RESNET.fullmatch(str(name))
+    return f"WideResNet-{match[1]}-{match[2]}" if match else DISPLAY_NAMES.get(name, name)
+
+
 def per_layer_rho_init(rho_init: float | Sequence[float], num_layers: int, model: str) -> list[float]:
     """One ``rho_init`` per gated layer: a scalar is repeated, a list must have ``num_layers`` entries.
 

@@ -1,0 +1,107 @@
+"""Every complete record of ``runs/`` in one table, read from the records themselves.
+
+:func:`record_index` is a :class:`pandas.DataFrame` with one row per complete training record: its folder, every
+parameter of :class:`~paperlib.harness.presets.ExperimentConfig` (a parameter a record predates takes its
+default, the only value the code had before it existed), the protocol its own parameters define
+(:func:`~paperlib.harness.protocols.record_protocol`), what it changes from its protocol (``variant``), where it
+ran, its commit and its results. Pages and claims select their evidence from it by parameters
+(:func:`select`), never by folder name and never by resolving a grid against today's presets.
+
+Example::
+
+    >>> frame = record_index()
+    >>> select(frame, protocol="paper protocol", model="mlp", method="constrained", variant="")  # doctest: +SKIP
+"""
+
+import functools
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from . import presets, protocols, records
+
+#: Results copied from ``metrics.json`` into the index (absent ones are NaN).
+RESULTS = ("l0_density", "l0_density_per_layer", "params_pct", "macs_pct", "val_error_best", "val_error_final",
+           "epochs_completed", "wall_time_s", "multipliers_final")
+#: The columns that say where and with what a record was made.
+PROVENANCE = ("folder", "protocol", "variant", "device", "device_name", "commit")
+#: How a record's device is named in the book's tables.
+DEVICES = {"cpu": "CPU", "cuda": "GPU"}
+
+
+def variant(params: dict) -> str:
+    """What a record changes from its protocol's configuration (:func:`~paperlib.harness.protocols.record_preset`),
+    in the words of its run name (``dual_lr 0.0007``; empty for the protocol's own runs): the hyper-parameters of
+    :data:`~paperlib.harness.presets.NAMED_IF_CHANGED`, the dual optimiser and the method's switches."""
+    try:
+        preset = presets.ExperimentConfig(**presets.preset_values(
+            protocols.record_preset(params), params["dataset"], params["model"], params.get("sparsity", "structured"),
+            params.get("grouping", "model"), params.get("target"))).to_dict()
+    except (ValueError, KeyError):
+        preset = {}
+    defaults = presets.ExperimentConfig().to_dict()
+    unused = set(presets.UNUSED_BY_METHOD[params["method"]])
+    changed = [f"{name} {presets.short_number(value) if isinstance(value, float) else value}"
+               for name in presets.NAMED_IF_CHANGED if name in preset and name not in unused
+               and (value := params.get(name, defaults[name])) != preset[name]]
+    for name in ("dual_optimizer", "dual_restarts", "detach_gates", "pretrained", "autocast_bf16"):
+        if name not in unused and params.get(name, defaults[name]) != defaults[name]:
+            changed.append(f"{name} {params.get(name)}")
+    return ", ".join(changed)
+
+
+def _row(folder: Path, params: dict, metrics: dict, root: Path) -> dict:
+    defaults = presets.ExperimentConfig().to_dict()
+    full = {**defaults, **{k: v for k, v in params.items() if k in defaults}}
+    return {"folder": folder.relative_to(root).as_posix(), **full,
+            "protocol": protocols.record_protocol(params), "variant": variant(params),
+            "device": DEVICES.get(metrics.get("device"), metrics.get("device")),
+            "device_name": metrics.get("device_name"), "commit": (metrics.get("git_commit") or "")[:8],
+            **{name: metrics.get(name) for name in RESULTS}}
+
+
+@functools.lru_cache(maxsize=8)
+def _index(root: str, stamp: tuple) -> pd.DataFrame:
+    rows = []
+    base = Path(root)
+    for metrics_file in sorted(base.glob("*/*/metrics.json")):
+        folder = metrics_file.parent
+        metrics = json.loads(metrics_file.read_text())
+        params_file = folder / "params.json"
+        if metrics.get("status") != "complete" or not params_file.exists() or "wall_time_s" not in metrics:
+            continue  # partial and failed runs, and bisection searches (their trainings are records)
+        rows.append(_row(folder, json.loads(params_file.read_text()), metrics, base.parent))
+    return pd.DataFrame(rows)
+
+
+def _stamp(base: Path) -> tuple:
+    """What changes when any record is written: every metrics file's modification time and size."""
+    return tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in sorted(base.glob("*/*/metrics.json")))
+
+
+def record_index(runs: Path | None = None) -> pd.DataFrame:
+    """One row per complete training record under ``runs`` (default ``runs/``): see the module's docstring.
+    Cached until a record changes; every call returns a new frame."""
+    base = Path(runs or records.runs_dir())
+    return _index(str(base), _stamp(base)).copy()
+
+
+def select(frame: pd.DataFrame, **where) -> pd.DataFrame:
+    """The rows of ``frame`` whose columns have the values ``where`` (a list or tuple value: any of them;
+    a per-layer target is compared as its list)."""
+    mask = pd.Series(True, index=frame.index)
+    for column, value in where.items():
+        if column not in frame:
+            raise KeyError(f"the record index has no column {column!r}; it has {list(frame.columns)}")
+        if isinstance(value, tuple):
+            mask &= frame[column].isin(value)
+        else:
+            mask &= frame[column].map(lambda cell, v=value: cell == v)
+    return frame[mask]
+
+
+def load(frame: pd.DataFrame) -> list[dict]:
+    """The whole records (:func:`~paperlib.harness.records.load_record`) of ``frame``'s rows, in order."""
+    root = records.runs_dir().parent
+    return [records.load_record(root / folder) for folder in frame["folder"]]

@@ -1,0 +1,78 @@
+"""The book's protocols and the one name each has, defined once.
+
+A *protocol* is a preset's configuration for a dataset (:mod:`paperlib.harness.presets`). Prose, tables, figures
+and run headers name a protocol only through :func:`protocol_name`, and a record's protocol is read from the
+record's own parameters (:func:`record_protocol`): a record whose parameters are not its preset's today is of a
+superseded protocol and is named so, never as today's.
+"""
+
+from . import presets
+
+#: The short name of each (preset, dataset); ``None`` as the dataset is the preset's name for every dataset.
+NAMES = {
+    ("paper", None): "paper protocol",
+    ("cpu2", "cifar10"): "CPU protocol",
+    ("cpu", "cifar10"): "pilot protocol",
+    ("cpu", None): "short protocol",
+    ("gpu", "cifar10"): "GPU protocol",
+}
+
+#: What each name stands for, in a few words (a table's or a caption's definition).
+DEFINITIONS = {
+    "paper protocol": "the paper's models, epochs and hyper-parameters (App. J)",
+    "CPU protocol": "WideResNet-16-1, 20 epochs, gates' learning rate 2",
+    "pilot protocol": "WideResNet-16-1, 20 epochs, gates' learning rate 6 (superseded by the CPU protocol)",
+    "short protocol": "the paper's hyper-parameters for fewer epochs (MNIST: 100 for the MLP, 40 for LeNet5)",
+    "GPU protocol": "WideResNet-16-4, 20 epochs, gates' learning rate 6",
+}
+
+#: The suffix of a record made with parameters its preset no longer gives.
+SUPERSEDED = "superseded settings"
+
+
+def protocol_name(preset: str, dataset: str | None = None) -> str:
+    """The one name of ``preset``'s protocol for ``dataset`` (``"CPU protocol"`` for ``cpu2`` on CIFAR-10)."""
+    for key in ((preset, dataset), (preset, None)):
+        if key in NAMES:
+            return NAMES[key]
+    raise KeyError(f"no protocol name for preset {preset!r} on dataset {dataset!r}; add one to NAMES")
+
+
+def long_name(preset: str, dataset: str | None = None) -> str:
+    """``"CPU protocol (WideResNet-16-1, 20 epochs, gates' learning rate 2)"``."""
+    name = protocol_name(preset, dataset)
+    return f"{name} ({DEFINITIONS[name]})"
+
+
+def _gives(preset: str, params: dict) -> bool:
+    """Whether ``preset`` gives the hyper-parameters a record was made with
+    (:data:`~paperlib.harness.presets.NAMED_IF_CHANGED`, those its method uses)."""
+    try:
+        values = presets.ExperimentConfig(**presets.preset_values(
+            preset, params["dataset"], params["model"], params.get("sparsity", "structured"),
+            params.get("grouping", "model"), params.get("target"))).to_dict()
+    except (ValueError, KeyError):
+        return False
+    defaults = presets.ExperimentConfig().to_dict()
+    unused = set(presets.UNUSED_BY_METHOD[params["method"]])
+    return all(params.get(name, defaults[name]) == values[name] for name in presets.NAMED_IF_CHANGED
+               if name not in unused)
+
+
+def record_preset(params: dict) -> str:
+    """The preset whose protocol a record belongs to: its own, unless its own does not give its
+    hyper-parameters and another preset does (a ``cpu`` run at the gates' learning rate of 2 is a run of
+    ``cpu2``'s protocol)."""
+    if _gives(params["preset"], params):
+        return params["preset"]
+    return next((preset for preset in presets.PRESET_TABLES if preset != params["preset"] and _gives(preset, params)),
+                params["preset"])
+
+
+def record_protocol(params: dict) -> str:
+    """The protocol a record's own parameters define (:func:`record_preset`), named by :func:`protocol_name`;
+    a record whose parameters are not its preset's today (:func:`~paperlib.harness.presets.current_run_name`
+    does not give back its name) is of that protocol's ``superseded settings``."""
+    name = protocol_name(record_preset(params), params.get("dataset"))
+    current = presets.current_run_name(params)
+    return name if current is not None and current == params.get("run_name") else f"{name}, {SUPERSEDED}"
