@@ -528,6 +528,22 @@ def test_purge_without_example_input_says_what_it_needs():
         paperlib.purge(sparsify(build("resnet18")))
 
 
+@pytest.mark.parametrize("name, example, reads", [
+    ("resnet18", torch.zeros(1, 1, 28, 28), r"\(1, 1, 28, 28\).*first layer, conv1, reads \(batch, 3, H, W\)"),
+    ("resnet18", torch.zeros(3, 32, 32), r"\(3, 32, 32\).*4 dimensions.*reads \(batch, 3, H, W\)"),
+    ("mlp", torch.zeros(1, 3, 32, 32), r"\(1, 3, 32, 32\).*first layer, 1, reads \(\.\.\., 784\)"),
+])
+def test_purge_on_an_example_the_model_cannot_read_says_what_its_first_layer_reads(name, example, reads, capfd):
+    model = sparsify(nn.Sequential(nn.Flatten(), nn.Linear(784, 16), nn.ReLU(), nn.Linear(16, 10))
+                     if name == "mlp" else build(name)).eval()
+    with pytest.raises(ValueError, match=reads) as error:
+        paperlib.purge(model, example)
+    assert "\n" not in str(error.value) and error.value.__suppress_context__  # one line, without torch.fx's traceback
+    assert "Traceback" not in capfd.readouterr().err
+    with pytest.raises(TypeError, match="example_input must be a tensor"):
+        paperlib.purge(model, (1, 3, 32, 32))
+
+
 def test_the_gate_pass_of_the_runner_drives_sparsified_layers_as_their_own_sampling_does():
     from paperlib.method.gate_pass import ModelGates
     from paperlib.method.objective import linear_term

@@ -29,7 +29,10 @@ and a warning says so. A group never loses all its channels: one zero channel
 stays, so that every tensor keeps a channel.
 """
 
+import contextlib
 import copy
+import io
+import sys
 import warnings
 from collections.abc import Iterable
 from typing import Literal
@@ -78,10 +81,13 @@ def purge(model: nn.Module, example_input: torch.Tensor,
     >>> small.layer1[0].conv1, small.layer1[0].conv2.in_channels
     (Conv2d(64, 24, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1), bias=False), 24)
     """
+    if not isinstance(example_input, torch.Tensor):
+        raise TypeError(f"example_input must be a tensor, one batch the model accepts (e.g. torch.randn(1, 3, 32, "
+                        f"32)); got {type(example_input).__name__}")
     plain, gated = at_test_time(model)
     plain.eval()
     traced = trace(plain, "purge", leaves)
-    ShapeProp(traced).propagate(example_input)
+    _propagate(traced, example_input, type(model).__name__)
     graph = ChannelGraph(traced)
     zero = graph.zero_channels()
     kept = {}  # group index -> bool mask over its channels
@@ -122,6 +128,31 @@ def purge(model: nn.Module, example_input: torch.Tensor,
         where = ", ".join(f"{name} ({len(c)})" for name, c in plain.purge_report.items())
         warnings.warn(f"purge kept closed channels it could not remove, in {where}; see purge_report", stacklevel=2)
     return plain.train(model.training)
+
+
+def _propagate(traced: torch.fx.GraphModule, example: torch.Tensor, name: str) -> None:
+    """Shapes on the graph from ``example``; an example the model cannot read (or, read by a convolution first, one
+    without its batch dimension) is a one-line error that says what the model's first layer reads."""
+    modules = dict(traced.named_modules())
+    first = next((n for n in traced.graph.nodes if n.op == "call_module"
+                  and isinstance(modules[n.target], (nn.Conv2d, nn.Linear))), None)
+    layer = None if first is None else modules[first.target]
+    reads = "" if layer is None else f"; its first layer, {first.target}, reads " + (
+        f"(batch, {layer.in_channels}, H, W)" if isinstance(layer, nn.Conv2d) else f"(..., {layer.in_features})")
+    problem = None
+    if isinstance(layer, nn.Conv2d) and first.args[0].op == "placeholder" and example.dim() != 4:
+        problem = "a batch of images has 4 dimensions"
+    else:
+        printed = io.StringIO()  # ShapeProp prints the traceback of a node that fails before it raises
+        try:
+            with contextlib.redirect_stderr(printed):
+                ShapeProp(traced).propagate(example)
+            sys.stderr.write(printed.getvalue())
+        except Exception as err:  # ShapeProp's error names the node; its cause says what failed there
+            problem = str(err.__cause__ or err).strip().splitlines()[-1][:300]
+    if problem:
+        raise ValueError(f"{name} cannot run on example_input of shape {tuple(example.shape)} ({problem}){reads}") \
+            from None
 
 
 def at_test_time(model: nn.Module) -> tuple[nn.Module, dict]:
