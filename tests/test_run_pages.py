@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from paperlib.harness import plots, records, run_pages, studies  # noqa: E402
+from paperlib.harness import plots, protocols, records, run_pages, studies  # noqa: E402
 from paperlib.harness.presets import resolve_config  # noqa: E402
 
 #: Parameters that do not change what a run trains, or only name its place.
@@ -47,11 +47,14 @@ def test_title_names_what_differs_from_the_preset():
     config = resolve_config(dataset="mnist", model="mlp", method="constrained", grouping="layer",
                             target=[0.3, 0.3, 0.3], preset="paper", seed=2)
     plain = run_pages.run_title(config.to_dict())
-    assert plain.startswith("MLP on MNIST") and "30/30/30%" in plain and "seed 2" in plain and "paper" in plain
-    for change, word in [({"dual_restarts": False}, "no dual restarts"), ({"linear_init": "fan_out"}, "fan_out"),
-                         ({"dual_lr": 0.5}, "0.5")]:
+    assert plain.startswith("MLP on MNIST") and "30/30/30%" in plain and "seed 2" in plain
+    assert plain.endswith(protocols.protocol_name("paper"))
+    for change, word in [({"dual_restarts": False}, "dual restarts"), ({"linear_init": "fan_out"}, "fan-out"),
+                         ({"dual_lr": 0.5}, "0.5"), ({"clamp_log_alpha": True}, "log α")]:
         other = resolve_config(**{**config.to_dict(), "run_name": "", **change}).to_dict()
         assert run_pages.run_title(other) != plain and word in run_pages.run_title(other)
+        assert not any(raw in run_pages.run_title(other) for raw in ("True", "False", "fan_out", "_lr")), \
+            "a run's title names its changes in words, never as raw values"
     penalized = resolve_config(dataset="mnist", model="lenet5", method="penalized", lmbda=0.1, preset="cpu")
     assert "λ_pen 0.1" in run_pages.run_title(penalized.to_dict())
 
@@ -64,7 +67,8 @@ def test_line_names_the_device_the_record_ran_on():
             continue
         line = run_pages.run_line(params, metrics)
         device = {"cpu": "**ran on** CPU", "cuda": "**ran on** GPU"}[metrics["device"]]
-        assert device in line and f"{params['preset']} preset" in line and metrics["run_name"] in line
+        assert device in line and protocols.record_protocol(params) in line
+        assert metrics["run_name"] in line and f"{params['preset']} preset" not in line
         seen.add((params["preset"], metrics["device"]))
     assert ("cpu", "cuda") in seen and ("paper", "cpu") in seen
 
@@ -139,3 +143,26 @@ def test_execution_metadata_is_dropped_and_nothing_else(tmp_path):
     assert after["cells"][0]["metadata"] == {} and after["cells"][1]["metadata"] == {"tags": ["parameters"]}
     assert after["cells"][0]["outputs"] == cells[0]["outputs"] and "papermill" in after["metadata"]
     assert records.drop_execution_metadata(tmp_path) == 0
+
+
+def _legend_texts(fig) -> set[str]:
+    legends = [ax.get_legend() for ax in fig.axes if ax.get_legend()] + list(fig.legends)
+    return {text.get_text() for legend in legends for text in legend.get_texts()}
+
+
+def test_every_panel_with_several_lines_has_a_legend_and_multipliers_are_named_by_layer():
+    """A run page's dynamics figure: a panel that draws several lines says which is which, in its own legend
+    or in the figure's; a layer-wise run's multipliers are named by their layers."""
+    for run in ("mnist/lenet5-constrained-layer-t0.5_0.3_0.7_0.1-s0-paper",
+                "cifar10_cpu2/wrn-16-1-constrained-layer-t0.65-s0-cpu2",
+                "mnist/mlp-constrained-model-t0.33-s0-paper", "mlp_control/mlp-penalized-layer-l0.1-s0-paper"):
+        record = records.load_record(records.runs_dir() / run)
+        fig = plots.plot_dynamics(record)
+        legend = _legend_texts(fig)
+        for ax in fig.axes:
+            labels = {line.get_label() for line in ax.get_lines() if not line.get_label().startswith("_")}
+            if len(ax.get_lines()) > 1:
+                assert labels and labels <= legend, f"{run}: panel {ax.get_title()!r} has no legend for its lines"
+        if record["params"]["grouping"] == "layer" and record["params"]["method"] == "constrained":
+            assert set(record["metrics"]["l0_density_per_layer"]) <= legend, run
+        plt.close(fig)

@@ -83,3 +83,27 @@ def test_no_record_belongs_to_two_grids_of_a_table(name):
         for _, folder in report.grid_runs(grid):
             assert folder not in seen, f"{folder} is asked for by {seen[folder]} and {grid}"
             seen[folder] = grid
+
+
+def test_every_experiment_folder_has_a_title_and_a_line():
+    """The run indexes title every folder of runs/ and every folder a grid writes to from studies.FOLDERS."""
+    on_disk = {path.name for path in (ROOT / "runs").iterdir() if path.is_dir()}
+    asked = {studies.grid_experiment(grid) for grid in studies.every_grid()}
+    for experiment in on_disk | asked:
+        folder = studies.folder(experiment)
+        assert folder.title.strip() and folder.about.strip(), experiment
+    assert not set(studies.FOLDERS) - on_disk - asked, "a title for a folder that nothing writes to"
+    titles = [folder.title for folder in studies.FOLDERS.values()]
+    assert len(set(titles)) == len(titles), "two folders share a title"
+    with pytest.raises(KeyError, match="studies.FOLDERS"):
+        studies.folder("no_such_folder")
+
+
+def test_a_folder_names_the_pages_and_paper_tables_its_studies_serve():
+    assert studies.folder_pages("mlp_control") == [studies.study("tab:mlp_control").page]
+    refs = studies.folder_refs("mlp_control")
+    assert refs and all(ref.startswith("Table") for ref in refs)
+    assert studies.folder_refs("lenet5_collapse") == []  # a study of the book's own serves no table of the paper
+    for index in studies.RUN_INDEXES:
+        main = [e for e in studies.indexed_experiments(index) if studies.folder(e).main]
+        assert len(main) <= 1, f"{index}: one main table at most, {main}"

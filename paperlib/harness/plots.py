@@ -54,6 +54,16 @@ def _layer_columns(frame: pd.DataFrame, prefix: str) -> list[str]:
     return [c for c in frame.columns if c.startswith(prefix)]
 
 
+def multiplier_names(record: dict, count: int) -> list[str]:
+    """The names of a run's ``count`` multipliers, for a legend: its gated layers' (``fc1``, ``conv2``) when it has
+    one constraint per layer, in the order of its history's ``density[...]`` columns (the constraints' order),
+    else ``λ_0``, ``λ_1`` ..."""
+    layers = [column[len("density["):-1] for column in _layer_columns(history_frame(record), "density[")]
+    if record["params"].get("grouping") == "layer" and len(layers) == count:
+        return layers
+    return [f"λ_{i}" for i in range(count)]
+
+
 def plot_dynamics(record: dict, title: str | None = None) -> plt.Figure:
     """Training dynamics of one run: L0-density, multipliers, training loss and validation error.
 
@@ -83,10 +93,13 @@ def plot_dynamics(record: dict, title: str | None = None) -> plt.Figure:
             ax.set_title("params (% of dense)")
         ax = axes[0, 1]
         lambda_columns = _layer_columns(steps, "lambda_")
+        names = multiplier_names(record, len(lambda_columns))
         if lambda_columns:
-            for column in lambda_columns:
-                ax.plot(steps["epoch"], steps[column], lw=1)
+            for column, name in zip(lambda_columns, names):
+                ax.plot(steps["epoch"], steps[column], lw=1, label=name)
             ax.set_title("multiplier λ" + (" (one per layer)" if len(lambda_columns) > 1 else ""))
+            if 1 < len(names) <= 4 and max(map(len, names)) <= 6:  # a few short names fit in the panel
+                ax.legend(loc="best", framealpha=0.85, fontsize=8, handlelength=1.2, labelspacing=0.2)
         else:
             ax.plot(history["epoch"], history["macs_pct"], color="C1")
             ax.set_title("MACs (% of dense)")
@@ -105,6 +118,10 @@ def plot_dynamics(record: dict, title: str | None = None) -> plt.Figure:
         if title:
             fig.suptitle(title)
         fig.tight_layout()
+        if len(names) > 1 and not axes[0, 1].get_legend():  # more or longer names: under the panels, in columns
+            fig.legend(*axes[0, 1].get_legend_handles_labels(), loc="upper center", bbox_to_anchor=(0.5, 0.0),
+                       ncol=min(3, len(names)), fontsize=8, frameon=False, title="multiplier λ of each layer",
+                       title_fontsize=8, handlelength=1.5, columnspacing=1.2)
     return fig
 
 

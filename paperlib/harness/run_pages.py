@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import presets, records, studies
+from .protocols import protocol_name, record_protocol
 from ..paper import paper_numbers
 from .vocabulary import METRIC_LABELS, WIDE_RESNET, short_number
 
@@ -36,6 +37,15 @@ DEVICE_LABELS = {"cpu": "CPU", "cuda": "GPU"}
 #: Short column names of a run page's table (:func:`run_table`); every value is a percentage.
 SHORT_COLUMNS = {"l0_density": "density", "params_pct": "params", "macs_pct": "MACs",
                  "val_error_best": "best err.", "val_error_final": "final err."}
+#: A hyper-parameter a run changes from its preset (:data:`~paperlib.harness.presets.NAMED_IF_CHANGED`), in words.
+PARAMETER_LABELS = {"batch_size": "batch size", "optimizer": "optimiser", "lr_milestones": "lr milestones",
+                    "lr_gamma": "lr decay", "weight_decay": "weight decay", "gates_optimizer": "gates' optimiser",
+                    "gates_lr": "gates' lr", "schedule_gates": "gates' lr decayed with the weights'",
+                    "dual_lr": "dual lr", "nupi_kp": "nuPI kp", "nupi_ema": "nuPI EMA", "rho_init": "initial ρ",
+                    "linear_init": "linear layers initialised by", "clamp_log_alpha": "log α clamped",
+                    "finetune_epochs": "fine-tuning epochs", "finetune_lr": "fine-tuning lr"}
+#: A parameter's value in words, where its value is a code (``fan_out``).
+VALUE_LABELS = {"fan_out": "fan-out", "fan_in": "fan-in"}
 
 
 def model_label(model: str) -> str:
@@ -64,14 +74,25 @@ def setting(params: dict) -> str:
     return ("unstructured " if params.get("sparsity") == "unstructured" else "") + words
 
 
+def changed(name: str, value) -> str:
+    """A hyper-parameter and its value in words: ``dual lr 0.003``, ``log α clamped: yes``, ``lr milestones
+    12/24/32``, ``linear layers initialised by fan-out`` (never a raw ``True`` or ``fan_out``)."""
+    label = PARAMETER_LABELS.get(name, name.replace("_", " "))
+    if isinstance(value, bool):
+        return f"{label}: {'yes' if value else 'no'}"
+    if isinstance(value, list):
+        return f"{label} {'/'.join(map(short_number, value))}"
+    return f"{label} {short_number(value) if isinstance(value, (int, float)) else VALUE_LABELS.get(value, value)}"
+
+
 def variations(params: dict) -> list[str]:
-    """What the run changes from its method's and preset's defaults, one short label each (``no dual
-    restarts``, ``nuPI``, ``gates lr 3``): the same choices its run name spells
-    (:func:`paperlib.harness.presets.default_run_name`)."""
+    """What the run changes from its method's and preset's defaults, one short label each (``dual restarts:
+    no``, ``nuPI``, ``gates' lr 3``): the same choices its run name spells
+    (:func:`paperlib.harness.presets.default_run_name`), in words (:func:`changed`)."""
     found = []
     if params["method"] == "constrained":
         if not params.get("dual_restarts", True):
-            found.append("no dual restarts")
+            found.append(changed("dual_restarts", False))
         if params.get("dual_optimizer", "gradient_ascent") != "gradient_ascent":
             found.append(DUAL_OPTIMIZER_LABELS[params["dual_optimizer"]])
     for name, label in (("detach_gates", "gates not detached"), ("pretrained", "pretrained"),
@@ -89,24 +110,22 @@ def variations(params: dict) -> list[str]:
     unused = presets.UNUSED_BY_METHOD[params["method"]]
     for name in presets.NAMED_IF_CHANGED:
         if name in preset and name in params and name not in unused and params[name] != preset[name]:
-            value = params[name]
-            shown = "/".join(map(short_number, value)) if isinstance(value, list) else (
-                short_number(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value)
-            found.append(f"{name.replace('_', ' ')} {shown}")
+            found.append(changed(name, params[name]))
     return found
 
 
 def run_title(params: dict) -> str:
-    """A run's title: model and dataset, condition, variations, seed and protocol.
+    """A run's title: model and dataset, condition, variations, seed and protocol
+    (:func:`~paperlib.harness.protocols.record_protocol`).
 
     Example: ``LeNet5 on MNIST, constrained, layer-wise 50/30/70/10%, seed 1 — paper protocol``.
     """
     if params.get("kind") == "bisection search":
         return (f"Bisection search for λ_pen: MLP on MNIST, {GROUPING_LABELS[params['grouping']]} "
                 f"{percent(params['target'])} ± {percent(params['tolerance'])}, seed {params['seed']} — "
-                f"{params['preset']} protocol")
+                f"{protocol_name(params['preset'], 'mnist')}")
     return (f"{model_label(params['model'])} on {DATASET_LABELS[params['dataset']]}, {run_condition(params)}"
-            f" — {params['preset']} protocol")
+            f" — {record_protocol(params)}")
 
 
 def run_condition(params: dict) -> str:
@@ -115,18 +134,25 @@ def run_condition(params: dict) -> str:
     return ", ".join([setting(params), *variations(params), f"seed {params['seed']}"])
 
 
+def run_label(params: dict) -> str:
+    """A run named by what it trains, for a list of runs: model, condition, what it changes from its preset,
+    seed (``LeNet5, constrained, layer-wise 50/30/70/10%, dual lr 0.003, seed 0``); its protocol is said apart."""
+    return f"{model_label(params['model'])}, {run_condition(params)}"
+
+
 def run_line(params: dict, metrics: dict) -> str:
     """One line of a run's parameters, where it ran and its record, as ``**name** value`` pairs.
 
     Example: ``**method** constrained · **grouping** model-wise · **target** 20% · **model** MLP on MNIST ·
-    **protocol** paper preset, 200 of 200 epochs · **seed** 0 · **ran on** CPU (AMD EPYC), 1 thread ·
+    **protocol** paper protocol, 200 of 200 epochs · **seed** 0 · **ran on** CPU (AMD EPYC), 1 thread ·
     **record** `runs/mnist/...```.
     """
     if metrics.get("kind") == "bisection search":
         pairs = {"method": "penalized, λ_pen searched by bisection",
                  "grouping": GROUPING_LABELS[metrics["grouping"]],
                  "target": f"{percent(metrics['target'])} ± {percent(metrics['tolerance'])}",
-                 "model": "MLP on MNIST", "protocol": f"{metrics['preset']} preset, {metrics['epochs']} epochs a training",
+                 "model": "MLP on MNIST",
+                 "protocol": f"{protocol_name(metrics['preset'], 'mnist')}, {metrics['epochs']} epochs a training",
                  "seed": metrics["seed"], "trainings": metrics["num_trainings"]}
     else:
         method = params["method"]
@@ -141,7 +167,7 @@ def run_line(params: dict, metrics: dict) -> str:
         if method == "penalized":
             pairs["λ_pen"] = short_number(params["lmbda"])
         pairs["model"] = f"{model_label(params['model'])} on {DATASET_LABELS[params['dataset']]}"
-        pairs["protocol"] = (f"{params['preset']} preset, {metrics['epochs_completed']} of "
+        pairs["protocol"] = (f"{record_protocol(params)}, {metrics['epochs_completed']} of "
                              f"{metrics['epochs_planned']} epochs")
         pairs["seed"] = params["seed"]
         device = DEVICE_LABELS.get(metrics.get("device"), metrics.get("device"))
@@ -288,7 +314,8 @@ def show(fig, colors: int = 32) -> None:
 
 def run_page_remarks(run_dir: Path) -> str:
     """What a reader of a run's page should know before its log: that the run was resumed (its log starts
-    where it resumed), and that its parameters are an earlier preset's (:func:`~paperlib.harness.presets.current_run_name`)."""
+    where it resumed), and that its settings are superseded: its protocol gives another configuration today
+    (:func:`~paperlib.harness.presets.current_run_name`)."""
     if records.record_status(run_dir) is None or not (Path(run_dir) / "params.json").exists():
         return ""  # no record, or a bisection search's (its trainings have their own pages)
     record = records.load_record(run_dir)
@@ -297,6 +324,6 @@ def run_page_remarks(run_dir: Path) -> str:
         remarks.append(" It was stopped and resumed from a checkpoint: its log starts at the epoch it resumed from,"
                        " and every epoch is in its history.")
     if presets.current_run_name(record["params"]) != Path(run_dir).name:
-        remarks.append(" Its parameters are an earlier preset's: today the same name stands for another"
-                       " configuration.")
+        remarks.append(" Its settings are superseded: today its protocol gives another configuration under the"
+                       " same name.")
     return "".join(remarks)
