@@ -422,6 +422,8 @@ def test_what_is_no_model_or_optimiser_is_named():
     model = _toy()
     with pytest.raises(TypeError, match="optimizer must be a torch.optim.Optimizer"):
         ConstrainedStep(model, weight_parameters(model), target=0.5, gates_lr=0.1, dual_lr=0.1)
+    with pytest.raises(TypeError, match="model must be an nn.Module; got list"):
+        weight_parameters(list(model.parameters()))
 
 
 def test_a_step_on_a_model_in_eval_mode_is_refused():

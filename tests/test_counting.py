@@ -317,6 +317,13 @@ def test_a_shape_that_is_no_single_example_is_refused(model, shape, message):
         count_macs(model, shape, "plain")
 
 
+def test_counting_what_is_no_model_is_refused():
+    layers = [nn.Linear(3, 2)]
+    for count in (lambda: count_macs(layers, (3,)), lambda: count_params(layers)):
+        with pytest.raises(TypeError, match="model must be an nn.Module; got list"):
+            count()
+
+
 def test_one_example_of_a_sequence_or_of_features_is_counted():
     mlp = nn.Sequential(nn.Linear(784, 10))
     assert count_macs(mlp, (784,), "plain") == count_macs(mlp, 784, "plain") == count_macs(mlp, (1, 784), "plain") \

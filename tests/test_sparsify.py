@@ -528,6 +528,11 @@ def test_purge_without_example_input_says_what_it_needs():
         paperlib.purge(sparsify(build("resnet18")))
 
 
+def test_sparsify_what_is_no_model_is_refused():
+    with pytest.raises(TypeError, match="model must be an nn.Module; got list"):
+        sparsify([nn.Linear(3, 2)])
+
+
 @pytest.mark.parametrize("name, example, reads", [
     ("resnet18", torch.zeros(1, 1, 28, 28), r"\(1, 1, 28, 28\).*first layer, conv1, reads \(batch, 3, H, W\)"),
     ("resnet18", torch.zeros(3, 32, 32), r"\(3, 32, 32\).*4 dimensions.*reads \(batch, 3, H, W\)"),

@@ -220,6 +220,8 @@ def count_macs(model: nn.Module, input_shape: tuple[int, ...] | None = None, con
     >>> count_macs(torchvision.models.resnet18(), (3, 32, 32), "plain")
     37523456
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module; got {type(model).__name__}")
     if convention not in CONVENTIONS:
         raise ValueError(f"convention must be one of {CONVENTIONS}; got {convention!r}")
     shape = _one_example(model, input_shape)
@@ -275,6 +277,8 @@ def count_params(model: nn.Module, sparse_weights: bool = False, gates: str | No
     >>> count_params(torchvision.models.resnet18(num_classes=10))
     11181642
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module; got {type(model).__name__}")
     keeps, gate_ids = {}, set()
     if gates is not None:
         keeps = gate_keeps(model, gates)[0]

@@ -207,6 +207,8 @@ def sparsify(model: nn.Module, sparsity: str = "structured", include: Iterable[S
     >>> sum(isinstance(m, GatedConv2d) for m in model.modules())
     8
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module; got {type(model).__name__}")
     _check_sparsity(sparsity)
     gates.initial_log_alpha(rho_init)  # checks the range
     if any(isinstance(m, L0Layer) for m in model.modules()):
