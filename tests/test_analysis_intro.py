@@ -4,20 +4,27 @@ import pandas as pd
 from analysis import intro
 
 
+def _point(models, kind, setting, paper, ours, grouping="model", outcome=None, gap=float("nan")):
+    return {"models": models, "kind": kind, "setting": setting, "paper": paper, "ours": ours, "grouping": grouping,
+            "outcome": outcome, "gap": gap}
+
+
 def _points():
     return pd.DataFrame([
-        {"models": "MNIST, MLP", "kind": "target", "setting": 20.0, "paper": 23.0, "ours": 20.5},
-        {"models": "CIFAR-10, WideResNet", "kind": "target", "setting": 80.0, "paper": 80.1, "ours": 71.0},
-        {"models": "MNIST, MLP", "kind": "lmbda", "setting": 0.01, "paper": 90.0, "ours": 92.0},
+        _point("MNIST, MLP", "target", 20.0, 23.0, 20.5, outcome="on target", gap=0.5),
+        _point("CIFAR-10, WideResNet", "target", 80.0, 80.1, 71.0, grouping="layer", outcome="under", gap=-27.0),
+        _point("MNIST, MLP", "lmbda", 0.01, 90.0, 92.0),
     ])
 
 
-def test_the_constrained_panel_plots_the_distance_to_the_target_and_the_penalized_one_the_density():
+def test_the_constrained_panel_plots_the_rules_gap_and_the_penalized_one_the_density():
+    """Ours: the gap of the constraint furthest from its target (a layer-wise row's worst layer, -27 here, not
+    its model density's -9); the paper's: its model density minus the target."""
     fig = intro.plot_central_claim(_points())
     left, right = fig.axes[:2]
     plotted = {ax: np.concatenate([c.get_offsets() for c in ax.collections if len(c.get_offsets())])
                for ax in (left, right)}
-    assert np.allclose(sorted(map(tuple, plotted[left].tolist())), [(20, 0.5), (20, 3.0), (80, -9.0), (80, 0.1)])
+    assert np.allclose(sorted(map(tuple, plotted[left].tolist())), [(20, 0.5), (20, 3.0), (80, -27.0), (80, 0.1)])
     assert sorted(plotted[right][:, 1].tolist()) == [90.0, 92.0]
     assert right.get_xscale() == "log"
 
@@ -28,13 +35,15 @@ def test_settings_are_read_from_the_tables_labels():
     assert np.isnan(intro._mean(float("nan"))) and intro._mean("1.50 ± 0.04") == 1.5
 
 
-def test_the_sentences_numbers_count_rows_within_a_point_and_the_largest_gaps():
+def test_the_sentences_numbers_count_binding_rows_on_target_by_the_rule():
     points = pd.concat([_points(), pd.DataFrame([
-        {"models": "MNIST, MLP", "kind": "target", "setting": 50.0, "paper": 50.0, "ours": 52.5},
-        {"models": "MNIST, LeNet5", "kind": "lmbda", "setting": 0.01, "paper": 80.0, "ours": 61.0}])])
+        _point("MNIST, MLP", "target", 50.0, 52.0, 52.5, grouping="layer", outcome="violated", gap=2.5),
+        _point("MNIST, LeNet5", "target", 80.0, 80.0, 70.0, outcome="does not bind", gap=-10.0),
+        _point("MNIST, LeNet5", "lmbda", 0.01, 80.0, 61.0)])])
     numbers = intro.central_claim_numbers(points)
-    assert (numbers["mnist_within"], numbers["mnist_rows"]) == ("1", "2")
-    assert (numbers["mnist_lowest"], numbers["mnist_highest"]) == ("+0.5", "+2.5")
-    assert (numbers["cifar_within"], numbers["cifar_furthest_under"]) == ("0", "9.0")
-    assert numbers["mnist_furthest_under"] == "0.0"  # every MNIST row ends over its target here
+    assert (numbers["mnist_on_target"], numbers["mnist_binding"]) == ("1", "2")  # the free row is left out
+    assert (numbers["mnist_layer_on_target"], numbers["mnist_layer_binding"]) == ("0", "1")
+    assert (numbers["mnist_violated"], numbers["mnist_violated_paper_over"]) == ("1", "1")
+    assert (numbers["mnist_lowest"], numbers["mnist_highest"]) == ("-10.0", "+2.5")
+    assert (numbers["cifar_on_target"], numbers["cifar_binding"], numbers["cifar_lowest"]) == ("0", "1", "-27.0")
     assert (numbers["penalty_spread"], numbers["penalty_spread_at"]) == ("31", "0.01")

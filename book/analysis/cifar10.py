@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from paperlib.harness import presets, rules, studies
+from paperlib.harness.protocols import protocol_name
 from paperlib.paper.paper_results import paper_results
 
 from analysis import control, report
@@ -22,10 +23,12 @@ class Protocol:
 
 
 PROTOCOLS = (
-    Protocol("CPU stand-in, gates lr 6", "cpu", "wrn-16-1", studies.grids("tab:cifar10_control", preset="cpu"), 6.0),
-    Protocol(f"CPU protocol, gates lr {presets.CPU2_GATES_LR:g}", "cpu2", "wrn-16-1", ("grids/cifar10_cpu2_control.yaml",
+    Protocol(protocol_name("cpu", "cifar10"), "cpu", "wrn-16-1", studies.grids("tab:cifar10_control", preset="cpu"),
+             6.0),
+    Protocol(protocol_name("cpu2", "cifar10"), "cpu2", "wrn-16-1", ("grids/cifar10_cpu2_control.yaml",
              "grids/cifar10_cpu2_penalized.yaml"), presets.CPU2_GATES_LR),
-    Protocol("GPU protocol", "gpu", "wrn-16-4", ("grids/cifar10_gpu_control.yaml",), 6.0, needs_gpu=True),
+    Protocol(protocol_name("gpu", "cifar10"), "gpu", "wrn-16-4", ("grids/cifar10_gpu_control.yaml",), 6.0,
+             needs_gpu=True),
 )
 PAPER_MODEL = "wrn-28-10"
 #: The CPU stand-in's flagship (model-wise 70%, the README's command), outside its control table.
@@ -97,8 +100,13 @@ def protocol_answers() -> pd.DataFrame:
                                         target=0.5).epochs
         rows.append(_row(protocol.label, protocol.model, epochs, free_density(protocol.model, protocol.gates_lr, free),
                          outcomes, _planned(protocol.grids), protocol.needs_gpu))
+        runs = constrained_runs(protocol.grids)
+        on_gpu = sum(control.ran_on(r["metrics"]) == "GPU" for r in runs)
+        rows[-1]["device"] = "–" if not runs else ("CPU" if not on_gpu else "GPU" if on_gpu == len(runs)
+                                                   else f"CPU {len(runs) - on_gpu}, GPU {on_gpu} runs")
     outcomes = paper_outcomes()
     rows.append(_row("the paper", PAPER_MODEL, 200, paper_free_density(), outcomes, len(outcomes)))
+    rows[-1]["device"] = "GPU"
     return pd.DataFrame(rows).set_index("protocol")
 
 
