@@ -1,0 +1,164 @@
+"""Why layer-wise targets end under at the CPU protocol: the cause tests, each judged by the rule its grid file
+wrote down before its runs (grids/cifar10_cpu2_one_block.yaml, _schedule, _nupi and _dual_lr).
+
+Every test compares training-time quantities only (each block's lowest density after it first reaches its
+target, in gates, and its final density by :mod:`paperlib.harness.rules`), never the test split, with the CPU
+protocol's gradient-ascent run of the same target (its *baseline*). A test's outcome is one of :data:`OUTCOMES`.
+Every run is one seed.
+"""
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import pandas as pd
+
+from paperlib.harness import index, rules
+from paperlib.harness.protocols import protocol_name
+
+from . import misses
+
+CAUSE, CONTRIBUTES, NOT_CAUSE = "the cause", "contributes", "not the cause"
+INCOMPLETE, VIOLATED = "runs not all in", "a constraint violated"
+OUTCOMES = (CAUSE, CONTRIBUTES, NOT_CAUSE, INCOMPLETE, VIOLATED)
+CPU = protocol_name("cpu2", "cifar10")
+CAUSE_EXPERIMENT = "cifar10_cpu2_layer_cause"
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """One run's blocks (constraints, in order): the deepest fall under the target after first reaching it (in
+    the block's gates; None if it never reached it), the final gap (points) and the outcome by the rule."""
+    dips: list
+    gaps: list
+    outcomes: list
+
+    @property
+    def deep(self) -> int:
+        """How many blocks go more than a gate under their target after first reaching it."""
+        return sum(dip is not None and dip < -1 for dip in self.dips)
+
+
+def blocks(run: dict, free: list[dict]) -> Blocks:
+    """:class:`Blocks` of a layer-wise record (:func:`analysis.misses.first_push_rows`, and
+    :func:`paperlib.harness.rules.judge_record` constraint by constraint)."""
+    rows = misses.first_push_rows([run])
+    judged = rules.judge_record(run, free)
+    outcomes = [rules.judge_run([gap], [binding], [points]).value
+                for gap, binding, points in zip(judged.gaps, judged.bindings, rules.constraint_gate_points(run))]
+    dips = [None if pd.isna(d) else float(d) for d in rows["deepest under (gates)"]]
+    return Blocks(dips, list(judged.gaps), outcomes)
+
+
+@dataclass(frozen=True)
+class CauseTest:
+    """A declared cause test: the cause in words, its grid file, the index query of its runs, how many runs it
+    has, and ``judge``, its declared rule: (test runs' Blocks by target, baselines' Blocks by target) -> outcome."""
+    key: str
+    cause: str
+    grid: str
+    query: dict
+    runs: int
+    judge: Callable[[dict, dict], str]
+    blocks: tuple = field(default=(0, 1, 2, 3, 4, 5))  # the blocks the rule reads (one-block test: stage1.0)
+
+
+def _one_block(tests: dict, baselines: dict) -> str:
+    """Stage1.0 alone constrained at 65%: on target with no fall deeper than a gate, the reading "the other
+    blocks hold it down" stands; under by at least as much as in the layer-wise 65% run, it is refuted; between
+    (under by less, or a deep fall that comes back), partial."""
+    test, base = tests[0.65], baselines[0.65]
+    outcome, dip, gap = test.outcomes[0], test.dips[0], test.gaps[0]
+    if outcome == rules.Outcome.ON_TARGET.value and (dip is None or dip >= -1):
+        return CAUSE
+    if outcome == rules.Outcome.UNDER.value and gap <= base.gaps[0]:
+        return NOT_CAUSE
+    return CONTRIBUTES
+
+
+def _damped(tests: dict, baselines: dict) -> str:
+    """nuPI: every block within a gate of its target after first reaching it and the runs on target, the
+    overshoot of gradient ascent is the cause; as many blocks more than a gate under as with gradient ascent
+    and the runs under, it is not; fewer or shallower falls with blocks still under, it contributes. A violated
+    constraint is reported as such."""
+    if any(rules.Outcome.VIOLATED.value in t.outcomes for t in tests.values()):
+        return VIOLATED
+    if all(t.deep == 0 and set(t.outcomes) <= {rules.Outcome.ON_TARGET.value} for t in tests.values()):
+        return CAUSE
+    if all(t.deep >= baselines[target].deep and rules.Outcome.UNDER.value in t.outcomes
+           for target, t in tests.items()):
+        return NOT_CAUSE
+    return CONTRIBUTES
+
+
+def _longer(tests: dict, baselines: dict) -> str:
+    """40 epochs: every block on target, the short schedule is the cause; as many blocks end under, as far, as at
+    20 epochs, it is not; blocks that climb back part of the way, it contributes."""
+    if all(set(t.outcomes) <= {rules.Outcome.ON_TARGET.value} for t in tests.values()):
+        return CAUSE
+    under = rules.Outcome.UNDER.value
+
+    def depth(b):
+        return min((g for g, o in zip(b.gaps, b.outcomes) if o == under), default=0.0)
+
+    if all(t.outcomes.count(under) >= baselines[k].outcomes.count(under) and depth(t) <= depth(baselines[k])
+           for k, t in tests.items()):
+        return NOT_CAUSE
+    return CONTRIBUTES
+
+
+def _unscaled(tests: dict, baselines: dict) -> str:
+    """The paper's unscaled dual lr: every block within a gate of its target after first reaching it and the
+    runs on target, the scaled rate is the cause; otherwise it is not (the rule declared two outcomes only)."""
+    if all(t.deep == 0 and set(t.outcomes) <= {rules.Outcome.ON_TARGET.value} for t in tests.values()):
+        return CAUSE
+    return NOT_CAUSE
+
+
+TESTS = (
+    CauseTest("others", "the other blocks, held at their targets", "grids/cifar10_cpu2_one_block.yaml",
+              dict(experiment=CAUSE_EXPERIMENT, epochs=20, dual_optimizer="gradient_ascent"), 1, _one_block, (0,)),
+    CauseTest("schedule", "the short schedule (20 epochs)", "grids/cifar10_cpu2_schedule.yaml",
+              dict(experiment=CAUSE_EXPERIMENT, epochs=40), 2, _longer),
+    CauseTest("dynamics", "the multiplier's overshoot under gradient ascent", "grids/cifar10_cpu2_nupi.yaml",
+              dict(experiment=CAUSE_EXPERIMENT, dual_optimizer="nupi"), 2, _damped),
+    CauseTest("dual_lr", "the dual learning rate scaled for 20 epochs", "grids/cifar10_cpu2_dual_lr.yaml",
+              dict(experiment="cifar10_cpu2_dual_lr"), 2, _unscaled),
+)
+
+
+def _target(run: dict) -> float:
+    target = run["metrics"]["target"]
+    return target[0] if isinstance(target, list) else target
+
+
+def baselines(frame: pd.DataFrame, free: list[dict]) -> dict[float, Blocks]:
+    """The CPU protocol's layer-wise gradient-ascent runs at 35% and 65%, by target."""
+    rows = index.select(frame, experiment="cifar10_cpu2", protocol=CPU, variant="", method="constrained",
+                        grouping="layer", target=(0.35, 0.65))
+    return {_target(run): blocks(run, free) for run in index.load(rows)}
+
+
+def cause_tests(frame: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per cause test: the cause, its runs in (of how many), the blocks more than a gate under after first
+    reaching their target and the blocks that end under (test runs; baseline in brackets), and the outcome by
+    the test's declared rule (:data:`OUTCOMES`)."""
+    frame = index.record_index() if frame is None else frame
+    free = rules.free_gates_records()
+    base = baselines(frame, free)
+    rows = []
+    for test in TESTS:
+        runs = index.load(index.select(frame, **test.query))
+        found = {_target(run): blocks(run, free) for run in runs}
+        under = rules.Outcome.UNDER.value
+
+        def shown(measure):
+            return ", ".join(f"{100 * t:g}%: {measure(b)} ({measure(base[t])})" for t, b in sorted(found.items()))
+
+        outcome = test.judge(found, base) if len(found) >= test.runs else INCOMPLETE
+        rows.append({"cause tested": test.cause, "runs in": f"{len(found)} of {test.runs}",
+                     "blocks > 1 gate under after reaching the target": shown(
+                         lambda b: sum(d is not None and d < -1 for i, d in enumerate(b.dips) if i in test.blocks)),
+                     "blocks ending under": shown(
+                         lambda b: sum(o == under for i, o in enumerate(b.outcomes) if i in test.blocks)),
+                     "outcome by the declared rule": outcome, "grid": test.grid})
+    return pd.DataFrame(rows)
