@@ -1,0 +1,52 @@
+"""analysis.causes: each cause test's outcome by the rule its grid declared, on synthetic blocks."""
+
+from analysis import causes
+from analysis.causes import Blocks
+
+ON, UNDER, OVER = "on target", "under", "violated"
+
+
+def _base():
+    return {0.35: Blocks([-3.0, -2.0, -0.5, -1.5, -4.0, -0.2], [0.2, -0.2, -2.3, -5.2, -0.4, -0.1],
+                         [ON, ON, UNDER, UNDER, ON, ON]),
+            0.65: Blocks([-7.4, -0.5, -2.0, -1.2, -0.3, -1.1], [-10.1, -0.8, -2.4, 0.5, 0.2, -1.5],
+                         [UNDER, ON, UNDER, ON, ON, UNDER])}
+
+
+def test_one_block_stands_is_refuted_or_partial_by_stage_1():
+    base = _base()
+    free = [None, -30.0, -20.0, -10.0, -10.0, -10.0]
+    assert causes._one_block({0.65: Blocks([-0.5] + free[1:], [0.3] + [0] * 5, [ON] * 6)}, base) == causes.CAUSE
+    assert causes._one_block({0.65: Blocks([-8.0] + free[1:], [-12.0] + [0] * 5, [UNDER] + [ON] * 5)}, base) \
+        == causes.NOT_CAUSE
+    assert causes._one_block({0.65: Blocks([-3.0] + free[1:], [-4.0] + [0] * 5, [UNDER] + [ON] * 5)}, base) \
+        == causes.CONTRIBUTES  # under, by less than the layer-wise run's stage1.0
+    assert causes._one_block({0.65: Blocks([-3.0] + free[1:], [0.1] + [0] * 5, [ON] * 6)}, base) \
+        == causes.CONTRIBUTES  # a deep fall that comes back
+
+
+def test_a_damped_multiplier_is_the_cause_only_without_falls_and_misses():
+    base = _base()
+    clean = Blocks([-0.5] * 6, [0.1] * 6, [ON] * 6)
+    assert causes._damped({0.35: clean, 0.65: clean}, base) == causes.CAUSE
+    falls = {t: Blocks([-2.0] * 6, [-3.0] + [0.0] * 5, [UNDER] + [ON] * 5) for t in (0.35, 0.65)}
+    assert causes._damped(falls, base) == causes.NOT_CAUSE
+    fewer = {t: Blocks([-2.0] + [-0.5] * 5, [-3.0] + [0.0] * 5, [UNDER] + [ON] * 5) for t in (0.35, 0.65)}
+    assert causes._damped(fewer, base) == causes.CONTRIBUTES
+    assert causes._damped({0.35: clean, 0.65: Blocks([-0.5] * 6, [2.0] * 6, [OVER] * 6)}, base) == causes.VIOLATED
+
+
+def test_a_longer_schedule_is_the_cause_when_blocks_come_back():
+    base = _base()
+    assert causes._longer({t: Blocks([-2.0] * 6, [0.0] * 6, [ON] * 6) for t in (0.35, 0.65)}, base) == causes.CAUSE
+    as_far = {t: Blocks(b.dips, [g - 1 for g in b.gaps], b.outcomes) for t, b in base.items()}
+    assert causes._longer(as_far, base) == causes.NOT_CAUSE
+    climbing = {t: Blocks(b.dips, [g / 2 for g in b.gaps], b.outcomes) for t, b in base.items()}
+    assert causes._longer(climbing, base) == causes.CONTRIBUTES
+
+
+def test_the_unscaled_dual_lr_has_the_two_declared_outcomes():
+    base = _base()
+    assert causes._unscaled({t: Blocks([-0.5] * 6, [0.0] * 6, [ON] * 6) for t in (0.35, 0.65)}, base) == causes.CAUSE
+    assert causes._unscaled({t: Blocks([-1.7] + [-0.5] * 5, [-7.0] + [0.0] * 5, [UNDER] + [ON] * 5)
+                             for t in (0.35, 0.65)}, base) == causes.NOT_CAUSE
