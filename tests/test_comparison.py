@@ -178,7 +178,7 @@ def test_compact_puts_each_difference_next_to_our_value():
     table.attrs["missing"] = {"x": "y"}
     shown = comparison.compact(table)
     assert list(shown.columns) == ["model", "row", "val. error final (%) paper", "val. error final (%) ours", "protocol"]
-    assert list(shown["row"]) == ["constrained, model-wise 33%", "louizos, model-wise λ_pen 0.1/N"]
+    assert list(shown["row"]) == ["constrained, model-wise 33%", "Louizos et al., model-wise λ_pen 0.1/N"]  # in words
     assert shown.loc[0, "val. error final (%) ours"] == "1.55 ± 0.15 (-0.22)"
     assert pd.isna(shown.loc[1, "val. error final (%) ours"])
     assert shown.attrs["missing"] == {"x": "y"}

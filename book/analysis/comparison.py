@@ -113,6 +113,18 @@ def _protocol(preset: str, chosen: list[tuple[object, Path]], metrics: list[dict
     return text
 
 
+def devices(seeds_and_metrics: list[tuple[int, dict]]) -> str:
+    """Where a row's runs trained: ``CPU``, ``GPU``, or, for a row that pools both, which seeds ran where
+    (``CPU: seed 0; GPU: seeds 1, 2``): a mean over such a row confounds device with seed."""
+    where: dict[str, list[int]] = {}
+    for seed, metrics in seeds_and_metrics:
+        where.setdefault("GPU" if str(metrics.get("device", "cpu")).startswith("cuda") else "CPU", []).append(seed)
+    if len(where) == 1:
+        return next(iter(where))
+    return "; ".join(f"{kind}: seed{'s' if len(set(seeds)) > 1 else ''} {', '.join(map(str, sorted(set(seeds))))}"
+                     for kind, seeds in sorted(where.items()))
+
+
 def _same_parameters(config, metrics: dict) -> bool:
     """Whether a record was made with the parameters the preset gives today (see check_record_matches)."""
     from paperlib.harness.training import check_record_matches
@@ -170,7 +182,8 @@ def compare(table: str, grid_files: list[str | Path], metrics: list[str] | None 
     records are not complete yet, show the paper's value and "not run"; the
     commands that would produce them are in ``attrs["missing"]``
     (``{row description: command}``), and our values behind each row, one
-    ``{metric: [value per run]}`` per row, are in ``attrs["values"]``. ``where``
+    ``{metric: [value per run]}`` per row, are in ``attrs["values"]``, and each run's own, one list per row of
+    ``{"seed", "run" (its notebook's link), metric: value or None}``, in ``attrs["per_run"]``. ``where``
     keeps only the runs whose configuration has these values (e.g. ``{"detach_gates": True}`` where a
     grid also varies what the paper's table holds fixed).
     """
@@ -184,7 +197,7 @@ def compare(table: str, grid_files: list[str | Path], metrics: list[str] | None 
                       if all(getattr(config, name) == value for name, value in (where or {}).items())]
                for grid in grid_files}
     ours = list({str(folder): (config, folder) for runs in by_grid.values() for config, folder in runs}.values())
-    rows, values_by_row, missing = [], [], {}
+    rows, values_by_row, per_run, missing = [], [], [], {}
     # A row's density has no fine-tuning column and its errors "0" epochs: one row of the paper's table.
     cells = cells.assign(finetune_epochs=cells["finetune_epochs"].replace("", "0")) \
         if (cells["finetune_epochs"] != "").any() else cells
@@ -198,6 +211,9 @@ def compare(table: str, grid_files: list[str | Path], metrics: list[str] | None 
         preset, chosen = _chosen_runs(matching)
         loaded = [records.load_record(d) for _, d in chosen]
         values_by_row.append({})
+        per_run.append([{"seed": c.seed, "run": notebook_link(d, f"seed {c.seed}") or f"seed {c.seed}",
+                         **{metric: our_value(r, metric, key["finetune_epochs"]) for metric in metrics}}
+                        for (c, d), r in zip(chosen, loaded)])
         for metric in metrics:
             label = METRIC_LABELS[metric]
             printed = row_cells[row_cells["metric"] == metric]
@@ -220,6 +236,7 @@ def compare(table: str, grid_files: list[str | Path], metrics: list[str] | None 
                     row[f"{label} Δ"] = f"{mean - paper_value:+.{digits}f}"
         if chosen:
             row["protocol"] = _protocol(preset, chosen, [r["metrics"] for r in loaded], key["model"])
+            row["device"] = devices([(c.seed, r["metrics"]) for (c, _), r in zip(chosen, loaded)])
             row["runs"] = " ".join(notebook_link(d, f"s{c.seed}") or f"s{c.seed}" for c, d in chosen)
         elif key["method"] == "louizos":
             row["protocol"] = "Louizos et al., quoted"
@@ -233,9 +250,10 @@ def compare(table: str, grid_files: list[str | Path], metrics: list[str] | None 
     keys = [c for c in ("model", "method", "grouping", "target / λ_pen", "fine-tuned (epochs)") if c in result]
     values = [f"{label} {side}" for label in METRIC_LABELS.values() for side in ("paper", "ours", "Δ")
               if f"{label} {side}" in result]
-    result = result[[*keys, *values, *(c for c in ("protocol", "runs") if c in result)]]
+    result = result[[*keys, *values, *(c for c in ("protocol", "device", "runs") if c in result)]]
     result.attrs["missing"] = missing
     result.attrs["values"] = values_by_row
+    result.attrs["per_run"] = per_run
     return result
 
 
@@ -369,14 +387,25 @@ def missing_commands(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(lines, columns=["rows", "protocol", "command"])
 
 
+#: A method as a table's row names it, in words.
+METHOD_NAMES = {"louizos": "Louizos et al.", "magnitude_pruning": "magnitude pruning"}
+
+
+def row_name(method: str, grouping: str, setting: str = "") -> str:
+    """A row of the paper's tables in words: ``Louizos et al., model-wise λ_pen 0.1/N``."""
+    grouped = f", {grouping}-wise" if grouping in ("model", "layer") else ""
+    return f"{METHOD_NAMES.get(method, method)}{grouped} {setting}".strip()
+
+
 def compact(table: pd.DataFrame) -> pd.DataFrame:
-    """A :func:`compare` table for the page: the row's method, grouping and target in one column, and each
-    difference next to our value (``1.50 ± 0.04 (+0.14)``), so that a table fits the page's width."""
+    """A :func:`compare` table for the page: the row's method (in words, :data:`METHOD_NAMES`), grouping and target
+    in one column, and each difference next to our value (``1.50 ± 0.04 (+0.14)``), so that a table fits the page's
+    width."""
     table = table.copy()
-    grouped = table["grouping"].isin(["model", "layer"])
-    label = table["method"] + (", " + table["grouping"] + "-wise").where(grouped, "") + " " + table["target / λ_pen"]
+    label = pd.Series([row_name(m, g, t) for m, g, t in zip(table["method"], table["grouping"],
+                                                            table["target / λ_pen"])], index=table.index)
     keep = [c for c in ("model",) if c in table]
-    compacted = pd.concat([table[keep], label.str.strip().rename("row")], axis=1)
+    compacted = pd.concat([table[keep], label.rename("row")], axis=1)
     for column in table.columns:
         if column.endswith(" ours"):
             delta = table.get(column[:-5] + " Δ")
@@ -384,11 +413,12 @@ def compact(table: pd.DataFrame) -> pd.DataFrame:
             if delta is not None:
                 ours = ours.where(delta.isna(), ours + " (" + delta.fillna("") + ")")
             compacted[column] = ours
-        elif column.endswith(" paper") or column in ("fine-tuned (epochs)", "protocol", "runs"):
+        elif column.endswith(" paper") or column in ("fine-tuned (epochs)", "protocol", "device", "runs"):
             compacted[column] = table[column]
     metric_columns = [f"{label} {side}" for label in METRIC_LABELS.values() for side in ("paper", "ours")]
     ordered = [*keep, "row", *(c for c in ("fine-tuned (epochs)",) if c in table),
-               *(c for c in metric_columns if c in compacted), *(c for c in ("protocol", "runs") if c in table)]
+               *(c for c in metric_columns if c in compacted),
+               *(c for c in ("protocol", "device", "runs") if c in table)]
     result = compacted[ordered]
     result.attrs = dict(table.attrs)
     return result

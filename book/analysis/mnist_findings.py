@@ -178,6 +178,48 @@ def authors_best_errors(runs: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def by_seed(table: pd.DataFrame) -> pd.DataFrame:
+    """A :func:`comparison.compare` table (with the pruned architecture and errors) one value per cell: for each
+    of the paper's rows, the paper's line (``paper (mean of 5)``, or ``Louizos et al. (quoted)``), then one line
+    per seed of ours (linked to its notebook), then our mean ± 95% CI with ours minus the paper's in brackets.
+    A row's model and name are written on its first line only."""
+    metrics = [("pruned_architecture", METRIC_LABELS["pruned_architecture"]),
+               ("val_error_best", METRIC_LABELS["val_error_best"]), ("val_error_final", METRIC_LABELS["val_error_final"])]
+    shown = [(metric, label) for metric, label in metrics if f"{label} paper" in table]
+    rows = []
+    for (_, row), runs in zip(table.iterrows(), table.attrs["per_run"]):
+        name = comparison.row_name(row["method"], row["grouping"], row["target / λ_pen"])
+        first = {"model": row["model"], "row": name}
+        quoted = row["method"] == "louizos"
+        rows.append({**first, "run": "Louizos et al. (quoted)" if quoted else "paper (mean of 5)",
+                     **{label: row[f"{label} paper"] for _, label in shown}})
+        for run in sorted(runs, key=lambda run: run["seed"]):
+            rows.append({**first, "run": run["run"],
+                         **{label: run[metric] if metric == "pruned_architecture" or run[metric] is None
+                            else f"{run[metric]:.2f}" for metric, label in shown}})
+        if len(runs) > 1:
+            rows.append({**first, "run": f"ours, mean of {len(runs)} (Δ)",
+                         **{label: None if metric == "pruned_architecture" else _with_delta(row, label)
+                            for metric, label in shown}})
+        elif not runs and not quoted:
+            rows.append({**first, "run": row["protocol"]})
+    result = pd.DataFrame(rows, columns=["model", "row", "run", *(label for _, label in shown)])
+    same_model = result["model"].eq(result["model"].shift())
+    result.loc[result[["model", "row"]].duplicated(), "row"] = ""
+    result.loc[same_model, "model"] = ""
+    protocols = {text for text in table["protocol"] if comparison.has_protocol(text)}
+    result.attrs["protocol"] = next(iter(protocols)) if len(protocols) == 1 else "per row"
+    return result
+
+
+def _with_delta(row: pd.Series, label: str) -> str | None:
+    """Our mean ± CI in a :func:`comparison.compare` row, with ours minus the paper's in brackets."""
+    ours, delta = row.get(f"{label} ours"), row.get(f"{label} Δ")
+    if not isinstance(ours, str):
+        return None
+    return f"{ours} ({delta})" if isinstance(delta, str) else ours
+
+
 def control_tables(label: str) -> list[pd.DataFrame]:
     """A control table beside ours, twice, so that each fits the page: densities and counts, then errors."""
     return [comparison.compare_table(label, metrics) for metrics in
