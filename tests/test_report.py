@@ -190,29 +190,6 @@ def test_show_keeps_constant_columns_and_the_command_in_a_given_caption():
     assert ">model<" not in html  # the column itself moved to the caption
 
 
-def test_run_index_marks_records_of_an_earlier_preset_and_resumed_runs(workspace):
-    common = {"experiment": "index", "model": "mlp", "preset": "cpu", "epochs": 1, "batch_size": 16}
-    current = training.run_experiment(progress=False, dataset="mnist", target=0.4, **common)
-    old = training.run_experiment(progress=False, dataset="mnist", target=0.6, **common)
-    folder = records.run_folder(training.resolve_config(dataset="mnist", target=0.6, **common))
-    params = json.loads((folder / "params.json").read_text())
-    params["dual_lr"] = 3e-3  # what an earlier preset gave, under a name that today means the preset's 1e-4
-    records.write_json(folder / "params.json", params)
-    metrics = json.loads((folder / "metrics.json").read_text())
-    metrics["git_commits_resumed_at"] = ["abc"]
-    records.write_json(folder / "metrics.json", metrics)
-
-    index = report.run_index(["index"]).set_index("run")
-    changed = "epochs 1, batch size 16"  # what the test runs change from the preset, named as on their pages
-    now = f"MLP, constrained, model-wise 40%, {changed}, seed 0"
-    before = f"MLP, constrained, model-wise 60%, {changed}, dual lr 0.003, seed 0"
-    assert sorted(index.index) == [now, before]  # rows named by their condition, the earlier preset's change named
-    assert index.loc[now, "notes"] == ""
-    assert index.loc[before, "notes"] == "resumed"
-    assert index.loc[now, "protocol"] == "short protocol, 1 of 1 ep"
-    assert index.loc[before, "protocol"] == "short protocol, superseded settings, 1 of 1 ep"
-
-
 def test_a_run_page_says_when_its_run_resumed_or_is_of_an_earlier_preset(workspace):
     common = {"experiment": "remarks", "model": "mlp", "preset": "cpu", "epochs": 1, "batch_size": 16}
     done = training.run_experiment(progress=False, dataset="mnist", target=0.4, **common)
@@ -322,9 +299,3 @@ def test_show_writes_a_column_of_whole_numbers_without_decimals():
         ["30", "30.48"], ["70", "70.00"], ["—", "1.00"]]
 
 
-def test_a_run_index_folds_one_table_per_experiment_with_every_run():
-    index = pd.DataFrame({"run": ["a", "b", "c"], "experiment": ["mnist", "mnist", "mlp_control"],
-                          "protocol": ["paper protocol, 200 of 200 ep"] * 3, "status": ["complete"] * 3})
-    html = report.folded_by_experiment(index).data
-    assert html.count("<details>") == 2 and "mnist</code> (2)" in html and "mlp_control</code> (1)" in html
-    assert all(f">{run}<" in html for run in "abc")

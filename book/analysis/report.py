@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from paperlib.harness import plots, presets, protocols, records, run_pages
+from paperlib.harness import plots, presets, records, run_pages
 from paperlib.harness.grids import found_records, complete_records, grid_records, grid_runs  # noqa: F401 (read as report's)
 
 
@@ -304,51 +304,6 @@ def run_condition(params: dict) -> str:
     """A run named by what it trains, for a table's row: model, condition, what it changes from its preset,
     seed (``LeNet5, constrained, layer-wise 50/30/70/10%, dual lr 0.003, seed 0``)."""
     return f"{run_pages.model_label(params['model'])}, {run_pages.run_condition(params)}"
-
-
-def run_index(experiments: list[str]) -> pd.DataFrame:
-    """One row per record of these experiment folders: the run named by its condition (:func:`run_condition`,
-    linked to its notebook), its protocol (:func:`paperlib.harness.protocols.record_protocol`: *superseded
-    settings* where its parameters resolve to another run today) and its final numbers, with the marks a reader
-    needs before trusting a row: *resumed* (it was stopped and resumed from a checkpoint, so its log starts
-    mid-training) and *on GPU*."""
-    rows = []
-    for experiment in experiments:
-        for folder in records.find_records(experiment):
-            m = json.loads((folder / "metrics.json").read_text())
-            if m.get("kind") == "bisection search":  # its trainings have their own rows
-                rows.append({"run": notebook_link(folder, folder.name) or folder.name, "experiment": experiment,
-                             "protocol": f"{protocols.protocol_name(m['preset'], m.get('dataset'))}, "
-                                         f"{m['epochs']} ep per training", "status": m["status"],
-                             "notes": f"bisection search: {m['num_trainings']} trainings"})
-                continue
-            record = records.load_record(folder)
-            params = record["params"]
-            marks = []
-            if m.get("git_commits_resumed_at"):
-                marks.append("resumed")
-            if m.get("device", "cpu").startswith("cuda"):
-                marks.append("on GPU")
-            label = run_condition(params)
-            rows.append({"run": notebook_link(folder, label) or label, "experiment": experiment,
-                         "protocol": f"{protocols.record_protocol({**params, 'run_name': folder.name})}, "
-                                     f"{m['epochs_completed']} of {m['epochs_planned']} ep",
-                         "status": m["status"], **{k: v for k, v in plots.result_columns(record).items()
-                                                   if k != "epochs"},
-                         "notes": ", ".join(marks)})
-    return pd.DataFrame(rows)
-
-
-def folded_by_experiment(index: pd.DataFrame):
-    """A run index (:func:`run_index`) as one folded table per experiment folder (``<details>``, its summary the
-    folder and, in brackets, its number of runs), so that an index page stays short however many runs it lists."""
-    from IPython.display import HTML
-
-    parts = []
-    for experiment, rows in index.groupby("experiment", sort=False):
-        table = show(rows.drop(columns="experiment").reset_index(drop=True)).to_html()
-        parts.append(f"<details><summary><code>{experiment}</code> ({len(rows)})</summary>{table}</details>")
-    return HTML("".join(parts))
 
 
 def fractional_medians(record: dict) -> tuple[str, float]:
