@@ -159,7 +159,7 @@ def test_a_variants_row_gives_its_errors_densities_and_multipliers(no_records):
     assert row["fc2 (%)"] == "14.0 / 50.0"
     assert row["final λ"] == "0.0172, 0.2, 0.00129, 0.589"
     table = collapse.variant_table({"fast": run, "slow": None}, ("fast", "slow"))
-    assert table["variant"].tolist()[1] == "dual lr 1e-4, unclamped (today's cpu preset): not run"
+    assert table["variant"].tolist()[1] == "dual lr 1e-4, unclamped (short protocol): not run"
     assert table.attrs["command"] == "python -m paperlib.harness.sweeps grids/lenet5_collapse.yaml"
 
 

@@ -1,5 +1,5 @@
-"""The LeNet5 layer-wise collapse: why two LeNet5 runs of the old ``cpu`` preset ended far worse than they
-had been during training, read from their records (book/lenet5_collapse.md).
+"""The LeNet5 layer-wise collapse: why two LeNet5 runs of the short protocol at its superseded settings (the
+``cpu`` preset before its dual learning rate was corrected) ended far worse than they had been during training, read from their records (book/lenet5_collapse.md).
 
 The runs: the layer-wise LeNet5 cell of Table 1 (targets 50, 30, 70 and 10% for conv1, conv2, fc1 and
 fc2) at several dual learning rates, with and without the clamp of log α, and at the paper's protocol;
@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from paperlib.harness import plots, presets, records, studies
+from paperlib.harness import plots, presets, protocols, records, studies
 from paperlib.method import gates
 from paperlib.paper.paper_results import paper_cell
 
@@ -58,22 +58,26 @@ _CONTROL_CPU, = studies.grids("tab:lenet_control", preset="cpu")
 _LAYER_WISE = {"method": "constrained", "grouping": "layer"}
 _HAND_MADE = {"experiment": "lenet5_collapse", "dataset": "mnist", "model": "lenet5", "preset": "cpu", **_LAYER_WISE}
 
+#: The protocols as the page's tables and figures name them (:mod:`paperlib.harness.protocols`).
+SHORT, PAPER = protocols.protocol_name("cpu", "mnist"), protocols.protocol_name("paper")
+SHORT_SUPERSEDED = f"{SHORT}, {protocols.SUPERSEDED}"
+
 #: Every run of the investigation, by its name in this module.
 VARIANTS = {
-    "old": Variant("old cpu preset (Table 1 record)", _TABLE1_CPU,
+    "old": Variant(f"{SHORT_SUPERSEDED} (Table 1 record)", _TABLE1_CPU,
                    {"model": "lenet5", "grouping": "layer"}),
     "fast": Variant("dual lr 3e-3, clamped", _COLLAPSE_GRID, {"dual_lr": 3e-3, "clamp_log_alpha": True}),
     "fast_unclamped": Variant("dual lr 3e-3, unclamped", _COLLAPSE_GRID, {"dual_lr": 3e-3, "clamp_log_alpha": False}),
     "dual_1e3": Variant("dual lr 1e-3 (Table 5), clamped", _COLLAPSE_GRID, {"dual_lr": 1e-3, "clamp_log_alpha": True}),
     "slow_clamped": Variant("dual lr 1e-4, clamped", _COLLAPSE_GRID, {"dual_lr": 1e-4, "clamp_log_alpha": True}),
-    "slow": Variant("dual lr 1e-4, unclamped (today's cpu preset)", _COLLAPSE_GRID,
+    "slow": Variant(f"dual lr 1e-4, unclamped ({SHORT})", _COLLAPSE_GRID,
                     {"dual_lr": 1e-4, "clamp_log_alpha": False}),
-    "paper": Variant("paper protocol (200 epochs, dual lr 1e-4, unclamped)", _TABLE1_PAPER,
+    "paper": Variant(f"{PAPER} (200 epochs, dual lr 1e-4, unclamped)", _TABLE1_PAPER,
                      {"model": "lenet5", "grouping": "layer", "seed": 0}),
-    "control_old": Variant("20%, old cpu preset", _CONTROL_CPU, {**_LAYER_WISE, "target": 0.2}),
-    "control_slow": Variant("20%, today's cpu preset", None, {**_HAND_MADE, "target": 0.2}),
-    "control_35": Variant("35%, old cpu preset", _CONTROL_CPU, {**_LAYER_WISE, "target": 0.35}),
-    "control_paper": Variant("20%, paper protocol", _CONTROL_PAPER, {**_LAYER_WISE, "target": 0.2}),
+    "control_old": Variant(f"20%, {SHORT_SUPERSEDED}", _CONTROL_CPU, {**_LAYER_WISE, "target": 0.2}),
+    "control_slow": Variant(f"20%, {SHORT}", None, {**_HAND_MADE, "target": 0.2}),
+    "control_35": Variant(f"35%, {SHORT_SUPERSEDED}", _CONTROL_CPU, {**_LAYER_WISE, "target": 0.35}),
+    "control_paper": Variant(f"20%, {PAPER}", _CONTROL_PAPER, {**_LAYER_WISE, "target": 0.2}),
     "every": Variant("dual lr 3e-3, every epoch", None,
                      {**_HAND_MADE, "target": TABLE1_TARGETS, "dual_lr": 3e-3, "clamp_log_alpha": True, "epochs": 14,
                       "histogram_epochs": list(range(15))}),
@@ -422,8 +426,8 @@ def _plot_median_band(ax: plt.Axes, run: dict) -> None:
 
 #: The runs of the right panel of :func:`plot_fc2_medians`: legend, marker, colour and the epochs named.
 _KEPT_AGAINST_EXPECTED = (("every", "dual lr 3e-3, every epoch", "o", "C0", (7, 10, 12, 14)),
-                          ("slow", "dual lr 1e-4 (today's cpu preset)", "s", "C3", (20, 40)),
-                          ("paper", "paper protocol, 200 epochs", "^", "C4", (200,)))
+                          ("slow", f"dual lr 1e-4 ({SHORT})", "s", "C3", (20, 40)),
+                          ("paper", f"{PAPER}, 200 epochs", "^", "C4", (200,)))
 
 
 def _plot_kept_against_expected(ax: plt.Axes, runs: dict[str, dict | None]) -> None:
@@ -610,8 +614,8 @@ def cause_numbers(runs: dict[str, dict | None]) -> dict[str, str]:
 
 
 def control_numbers(runs: dict[str, dict | None]) -> dict[str, str]:
-    """Those of "`lenet_control`: the same cause": the 20% record of the old preset (multipliers, jump,
-    crossings, plateau, final densities), the 35% one's dip, and the 20% cell at today's preset and at
+    """Those of "Table 11's layer-wise cells: the same cause": the 20% record at superseded settings (multipliers, jump,
+    crossings, plateau, final densities), the 35% one's dip, and the 20% cell at the short protocol and at
     the paper's protocol."""
     old, at_35, slow = (_record(runs, name) for name in ("control_old", "control_35", "control_slow"))
     history = by_epoch(old)
