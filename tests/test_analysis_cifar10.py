@@ -57,21 +57,21 @@ def test_each_candidate_reads_its_model_wise_free_run_never_the_layer_wise_one()
         assert table.loc[f"{rate:g}", "free density (%)"] == f"{100 * run['metrics']['l0_density']:.2f}"
 
 
-def test_each_run_of_the_new_protocol_sits_beside_the_stand_ins_run_of_its_setting():
-    protocol = cifar10.PROTOCOLS[1]
-    table = cifar10.beside_stand_in(protocol)
+def test_each_run_of_the_cpu_protocol_sits_beside_the_pilot_protocols_run_of_its_setting():
+    protocol = cifar10.CPU
+    table = cifar10.beside_pilot(protocol)
     runs = cifar10.constrained_runs(protocol.grids)
     assert len(table) == len(runs)
-    stand_in = {(run["metrics"]["grouping"], str(run["metrics"]["target"])): run
-                for run in cifar10.constrained_runs((*cifar10.PROTOCOLS[0].grids, cifar10.STAND_IN_FLAGSHIP_GRID), seed=0)}
+    pilot = {(run["metrics"]["grouping"], str(run["metrics"]["target"])): run
+             for run in cifar10.constrained_runs((*cifar10.PILOT.grids, cifar10.PILOT_FLAGSHIP_GRID), seed=0)}
     free = rules.free_gates_records()
     for (_, row), run in zip(table.iterrows(), runs):
-        assert row[f"density, lr {protocol.gates_lr:g} (%)"] == pytest.approx(100 * run["metrics"]["l0_density"])
-        assert row[f"outcome, lr {protocol.gates_lr:g}"] == rules.judge_record(run, free).outcome.value
-        twin = stand_in.get((run["metrics"]["grouping"], str(run["metrics"]["target"])))
+        assert row["density, CPU (%)"] == pytest.approx(100 * run["metrics"]["l0_density"])
+        assert row["outcome, CPU"] == rules.judge_record(run, free).outcome.value
+        twin = pilot.get((run["metrics"]["grouping"], str(run["metrics"]["target"])))
         if twin is not None:
-            assert row["density, lr 6 (%)"] == pytest.approx(100 * twin["metrics"]["l0_density"])
-            assert twin["params"]["gates_lr"] == 6.0
+            assert row["density, pilot (%)"] == pytest.approx(100 * twin["metrics"]["l0_density"])
+            assert twin["params"]["gates_lr"] == cifar10.PILOT.gates_lr == 6.0
 
 
 def _run(target, density, gates_lr):

@@ -34,9 +34,9 @@ def test_run_rows_say_which_runs_trained_on_a_gpu_where_the_reader_sees_the_run(
     rows = control.run_rows([cpu, gpu], None, free=[])
     assert rows["ran on"].tolist() == ["CPU", "GPU"]
     assert not rows["run"].str.contains("GPU").any()  # no preset named: nothing to set apart
-    cpu["metrics"]["preset"] = gpu["metrics"]["preset"] = "cpu"  # the CPU protocol, whose names end -cpu
+    cpu["metrics"]["preset"] = gpu["metrics"]["preset"] = "cpu"  # the pilot protocol, whose names end -cpu
     names = control.run_rows([cpu, gpu], None, free=[])["run"].tolist()
-    assert "GPU" not in names[0] and names[1].endswith("(CPU protocol, ran on GPU)")
+    assert "GPU" not in names[0] and names[1].endswith("(pilot protocol, ran on GPU)")
 
 
 def test_layer_rows_give_each_gated_block_a_short_column():
@@ -131,11 +131,15 @@ def test_dual_lr_rows_say_when_every_constraint_first_held_and_how_far_it_slippe
     assert [line.get_ydata()[-1] for line in fig.axes[0].get_lines()[:2]] == pytest.approx([20.5, 20.0])
 
 
-def test_the_protocol_table_reads_both_presets_and_marks_what_the_cpu_changes():
+def test_the_protocol_table_reads_each_protocols_preset_and_names_what_differs_from_the_papers():
     table = control.protocol_table("cifar10").set_index("parameter")
-    assert table.loc["epochs", "paper"] == "200" and table.loc["model", "CPU protocol"] == "wrn-16-1"
-    assert set(table.index[table["differs"] == "✓"]) == {"model", "epochs", "lr milestones (epochs)", "dual learning rate"}
-    assert table.loc["dual restarts", "paper"] == "yes" and table.loc["log α clamped", "paper"] in ("yes", "no")
+    assert table.loc["epochs", "paper protocol"] == "200" and table.loc["model", "CPU protocol"] == "wrn-16-1"
+    assert table.loc["gates' learning rate", "pilot protocol"] == table.loc["gates' learning rate", "paper protocol"]
+    differs = table["differs from the paper's"].str.split(", ")
+    assert set(table.index[differs.map(lambda names: "pilot" in names)]) == {
+        "model", "epochs", "lr milestones (epochs)", "dual learning rate"}
+    assert "CPU" in table.loc["gates' learning rate", "differs from the paper's"]
+    assert table.loc["dual restarts", "paper protocol"] == "yes" and table.loc["log α clamped", "paper protocol"] in ("yes", "no")
     assert not table.isin(["True", "False"]).any().any()
 
 

@@ -1,5 +1,7 @@
 """results_cifar10's opening: the claim "a constraint sets the density" judged at each CIFAR-10 protocol
-(the CPU stand-ins, the GPU protocol, the paper), by the book's one rule (:mod:`paperlib.harness.rules`)."""
+(the CPU protocol, the GPU protocol, the paper's; the superseded pilot protocol on the appendix page
+results_cifar10_misses), by the book's one rule (:mod:`paperlib.harness.rules`). Each protocol is named as
+:mod:`paperlib.harness.protocols` names it."""
 
 from dataclasses import dataclass
 
@@ -22,17 +24,19 @@ class Protocol:
     needs_gpu: bool = False         # trained only on a lent GPU: "not tested here" until a trip brings records
 
 
+#: The CIFAR-10 protocols: the pilot (superseded), the CPU protocol, the GPU protocol.
 PROTOCOLS = (
     Protocol(protocol_name("cpu", "cifar10"), "cpu", "wrn-16-1", studies.grids("tab:cifar10_control", preset="cpu"),
              6.0),
-    Protocol(protocol_name("cpu2", "cifar10"), "cpu2", "wrn-16-1", ("grids/cifar10_cpu2_control.yaml",
-             "grids/cifar10_cpu2_penalized.yaml"), presets.CPU2_GATES_LR),
+    Protocol(protocol_name("cpu2", "cifar10"), "cpu2", "wrn-16-1", control.CPU_CONTROL_GRIDS, presets.CPU2_GATES_LR),
     Protocol(protocol_name("gpu", "cifar10"), "gpu", "wrn-16-4", ("grids/cifar10_gpu_control.yaml",), 6.0,
              needs_gpu=True),
 )
+PILOT, CPU, GPU = PROTOCOLS
 PAPER_MODEL = "wrn-28-10"
-#: The CPU stand-in's flagship (model-wise 70%, the README's command), outside its control table.
-STAND_IN_FLAGSHIP_GRID = "grids/cifar10_flagship.yaml"
+#: The pilot protocol's flagship (model-wise 70%, the README's command before the CPU protocol), outside its
+#: control table.
+PILOT_FLAGSHIP_GRID = STAND_IN_FLAGSHIP_GRID = "grids/cifar10_flagship.yaml"
 
 
 def gates_per_block(model: str) -> str:
@@ -53,14 +57,14 @@ def _planned(grids) -> int:
     return sum(1 for grid in grids for config, _ in report.grid_runs(grid) if config.method == "constrained")
 
 
-def _row(label, model, epochs, free, outcomes, planned, needs_gpu=False) -> dict:
+def _row(label, model, epochs, free, outcomes, planned, needs_gpu=False, gates_lr=None) -> dict:
     counts = rules.tally(outcomes)
     passed, judged = rules.passed_and_judged(outcomes)
     verdict = rules.claim_verdict(passed, judged, complete=len(outcomes) == planned)
     if needs_gpu and not outcomes:
         verdict = rules.Verdict.NOT_TESTED
     return {"protocol": label, "model": model.replace("wrn", "WRN"), "epochs": epochs,
-            "gates per block": gates_per_block(model), "free density (%)": "–" if free is None else f"{free:.1f}",
+            "gates' lr": "–" if gates_lr is None else f"{gates_lr:g}", "gates per block": gates_per_block(model), "free density (%)": "–" if free is None else f"{free:.1f}",
             "runs": f"{len(outcomes)} of {planned}",
             **{outcome.value: counts[outcome] for outcome in rules.Outcome},
             "verdict": verdict.value}
@@ -88,25 +92,28 @@ def paper_free_density() -> float:
     return float(cell["value"].iloc[0])
 
 
-def protocol_answers() -> pd.DataFrame:
-    """One row per protocol: its model, epochs, gates per block and free density, how many of its constrained
-    runs are in, each :class:`~paperlib.harness.rules.Outcome`'s count, and the claim's verdict by
-    :func:`~paperlib.harness.rules.claim_verdict`."""
+def protocol_answers(protocols: tuple[Protocol, ...] = PROTOCOLS, paper: bool = True) -> pd.DataFrame:
+    """One row per protocol of ``protocols`` (then the paper's, if ``paper``): its model, epochs, gates' learning
+    rate, gates per block and free density, how many of its constrained runs are in, each
+    :class:`~paperlib.harness.rules.Outcome`'s count, the claim's verdict by
+    :func:`~paperlib.harness.rules.claim_verdict`, and where the runs trained."""
     free = rules.free_gates_records()
     rows = []
-    for protocol in PROTOCOLS:
+    for protocol in protocols:
         outcomes = protocol_outcomes(protocol, free)
         epochs = presets.resolve_config(dataset="cifar10", preset=protocol.preset, model=protocol.model,
                                         target=0.5).epochs
         rows.append(_row(protocol.label, protocol.model, epochs, free_density(protocol.model, protocol.gates_lr, free),
-                         outcomes, _planned(protocol.grids), protocol.needs_gpu))
+                         outcomes, _planned(protocol.grids), protocol.needs_gpu, protocol.gates_lr))
         runs = constrained_runs(protocol.grids)
         on_gpu = sum(control.ran_on(r["metrics"]) == "GPU" for r in runs)
         rows[-1]["device"] = "–" if not runs else ("CPU" if not on_gpu else "GPU" if on_gpu == len(runs)
                                                    else f"CPU {len(runs) - on_gpu}, GPU {on_gpu} runs")
-    outcomes = paper_outcomes()
-    rows.append(_row("the paper", PAPER_MODEL, 200, paper_free_density(), outcomes, len(outcomes)))
-    rows[-1]["device"] = "GPU"
+    if paper:
+        outcomes = paper_outcomes()
+        rows.append(_row(protocol_name("paper"), PAPER_MODEL, 200, paper_free_density(), outcomes, len(outcomes),
+                         gates_lr=6.0))
+        rows[-1]["device"] = "GPU"
     return pd.DataFrame(rows).set_index("protocol")
 
 
@@ -141,15 +148,16 @@ def gates_lr_candidates() -> pd.DataFrame:
     return pd.DataFrame([rows[lr] for lr in sorted(rows, reverse=True)])
 
 
-def beside_stand_in(protocol: Protocol, free: list[dict] | None = None) -> pd.DataFrame:
-    """Each constrained run of ``protocol`` that is in, beside the CPU stand-in's seed-0 run of the same
-    setting: final density (%), outcome by the book's rule, and final error (%) at each."""
+def beside_pilot(protocol: Protocol, free: list[dict] | None = None) -> pd.DataFrame:
+    """Each constrained run of ``protocol`` that is in, beside the pilot protocol's seed-0 run of the same
+    setting: final density (%), outcome by the book's rule, and final error (%) at each, the columns named by
+    each protocol's short name (``pilot``, ``CPU``)."""
     free = rules.free_gates_records() if free is None else free
     stand_in = {(row["grouping"], str(row["target"])): row
-                for _, row in control.run_rows(constrained_runs((*PROTOCOLS[0].grids, STAND_IN_FLAGSHIP_GRID), seed=0),
+                for _, row in control.run_rows(constrained_runs((*PILOT.grids, PILOT_FLAGSHIP_GRID), seed=0),
                                                None, free).iterrows()}
     ours = control.run_rows(constrained_runs(protocol.grids), None, free)
-    old, new = f"lr {PROTOCOLS[0].gates_lr:g}", f"lr {protocol.gates_lr:g}"
+    old, new = PILOT.label.removesuffix(" protocol"), protocol.label.removesuffix(" protocol")
     rows = []
     for _, row in ours.iterrows():
         before = stand_in.get((row["grouping"], str(row["target"])))
@@ -168,3 +176,7 @@ def constrained_runs(grids, seed: int | None = None) -> list[dict]:
     runs = [run for grid in grids for run in report.complete_records(grid) if run["metrics"]["method"] == "constrained"
             and (seed is None or run["metrics"]["seed"] == seed)]
     return sorted(runs, key=control.table_order)
+
+
+#: The name this table had when the pilot protocol was the book's CPU protocol.
+beside_stand_in = beside_pilot

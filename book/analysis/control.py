@@ -27,6 +27,7 @@ from matplotlib.lines import Line2D
 import pandas as pd
 
 from paperlib.harness import rules, studies
+from paperlib.harness.protocols import protocol_name, record_protocol
 from paperlib.harness.paper_rows import constrained_densities, largest_gap, target_label
 from paperlib.harness.plots import plot_gate_histograms
 from paperlib.harness.vocabulary import METRIC_LABELS
@@ -42,12 +43,26 @@ def short_layer_name(layer: str) -> str:
     return layer
 
 
+def protocol_of(run: dict) -> str:
+    """The protocol a record's own parameters define (:func:`paperlib.harness.protocols.record_protocol`); for a
+    record without them, its preset's protocol on its dataset (CIFAR-10 unless it says)."""
+    params = run.get("params") or {}
+    if {"preset", "run_name"} <= set(params):
+        return record_protocol(params)
+    preset = params.get("preset") or run["metrics"].get("preset")
+    try:
+        return protocol_name(preset, params.get("dataset") or run["metrics"].get("dataset") or "cifar10")
+    except KeyError:
+        return str(preset)
+
+
 def run_link(run: dict) -> str:
-    """A run's name, linked to its executed notebook where it has one, and where a run of the CPU protocol
-    trained on a GPU, said beside it (its name, which ends ``-cpu``, names the protocol, not the device)."""
+    """A run's name, linked to its executed notebook where it has one, and where a run of one of the CPU
+    protocols trained on a GPU, said beside it (its name, which ends ``-cpu`` or ``-cpu2``, names the protocol,
+    not the device)."""
     link = notebook_link(run["path"], run["metrics"]["run_name"]) or run["metrics"]["run_name"]
-    if run["metrics"].get("preset") == "cpu" and ran_on(run["metrics"]) == "GPU":
-        link += " (CPU protocol, ran on GPU)"
+    if run["metrics"].get("preset") in ("cpu", "cpu2") and ran_on(run["metrics"]) == "GPU":
+        link += f" ({protocol_of(run)}, ran on GPU)"
     return link
 
 
@@ -381,19 +396,30 @@ PROTOCOL_LABELS = {"batch_size": "batch size", "lr": "learning rate", "lr_milest
                    "clamp_log_alpha": "log α clamped"}
 
 
-def protocol_table(dataset: str) -> pd.DataFrame:
-    """The ``paper`` and ``cpu`` presets of a dataset side by side (from :mod:`paperlib.harness.presets`, never typed),
-    with a mark on the rows where they differ."""
+#: The presets whose protocols :func:`protocol_table` sets side by side, per dataset (the paper's first).
+TABLE_PRESETS = {"cifar10": ("paper", "cpu2", "gpu", "cpu")}
+
+
+def protocol_table(dataset: str, presets: tuple[str, ...] | None = None) -> pd.DataFrame:
+    """The protocols of a dataset side by side, one column each named as :mod:`paperlib.harness.protocols` names
+    it (the presets of :data:`TABLE_PRESETS`, else the paper's and the short protocol; their values from
+    :mod:`paperlib.harness.presets`, never typed), with ``differs``: the protocols whose value differs from the
+    paper's."""
     from paperlib.harness.presets import resolve_config
 
-    paper, cpu = (resolve_config(dataset=dataset, preset=preset, target=0.5) for preset in ("paper", "cpu"))
+    presets = presets or TABLE_PRESETS.get(dataset, ("paper", "cpu"))
+    configs = {protocol_name(preset, dataset): resolve_config(dataset=dataset, preset=preset, target=0.5)
+               for preset in presets}
+    paper = configs[protocol_name("paper")]
 
     def shown(value) -> str:
         return ("yes" if value else "no") if isinstance(value, bool) else str(value)
 
-    rows = [{"parameter": PROTOCOL_LABELS.get(name, name), "paper": shown(getattr(paper, name)),
-             "CPU protocol": shown(getattr(cpu, name)),
-             "differs": "✓" if getattr(paper, name) != getattr(cpu, name) else ""} for name in PROTOCOL_FIELDS]
+    rows = [{"parameter": PROTOCOL_LABELS.get(name, name),
+             **{label: shown(getattr(config, name)) for label, config in configs.items()},
+             "differs from the paper's": ", ".join(label.removesuffix(" protocol") for label, config in configs.items()
+                                                   if getattr(config, name) != getattr(paper, name))}
+            for name in PROTOCOL_FIELDS]
     return pd.DataFrame(rows)
 
 
@@ -408,9 +434,12 @@ TABLE_COLUMNS = {"condition": "run", "L0-density (%)": "density (%)", "largest g
                  "outcome": "outcome", "MACs (%)": "MACs (%)",
                  "val. error final (%)": "error (%)", "cost (points)": "cost (pts)", "ran on": "ran on"}
 
-#: The grids of the CIFAR-10 control table at the CPU protocol, and how many runs of each kind seed 0 has.
+#: The grids of the CIFAR-10 control table at the pilot protocol (the ``cpu`` preset at the paper's gates' learning
+#: rate of 6), and how many runs of each kind seed 0 has.
 CONTROL_GRIDS = studies.grids("tab:cifar10_control", preset="cpu")
 CONTROL_RUNS = {"constrained": 10, "penalized": 10, "dense": 1}
+#: The grids of the control table at the CPU protocol (``cpu2``): its flagship and constrained rows, its penalized rows.
+CPU_CONTROL_GRIDS = ("grids/cifar10_cpu2_control.yaml", "grids/cifar10_cpu2_penalized.yaml")
 DUAL_LR_GRID, = studies.grids("cifar10_dual_lr")
 ABLATION_GRID = studies.grids("tab:cifar10")[0]
 
@@ -428,8 +457,17 @@ def table_order(run: dict) -> tuple:
 
 
 def control_runs() -> list[dict]:
-    """The complete records of :data:`CONTROL_GRIDS`, in the table's order (:func:`table_order`)."""
+    """The complete records of :data:`CONTROL_GRIDS` (the pilot protocol), in the table's order
+    (:func:`table_order`)."""
     return sorted((run for grid in CONTROL_GRIDS for run in complete_records(grid)), key=table_order)
+
+
+def cpu_control_runs() -> list[dict]:
+    """The complete records of :data:`CPU_CONTROL_GRIDS` (the CPU protocol), with the dense baseline of
+    :data:`CONTROL_GRIDS` first (a dense model has no gates, so the two protocols' dense runs would be one), in the
+    table's order (:func:`table_order`)."""
+    dense = [run for grid in CONTROL_GRIDS for run in complete_records(grid) if run["metrics"]["method"] == "dense"]
+    return sorted([*dense, *(run for grid in CPU_CONTROL_GRIDS for run in complete_records(grid))], key=table_order)
 
 
 def dense_run(runs: list[dict]) -> dict | None:
@@ -449,7 +487,7 @@ def plot_dense_curve(dense: dict) -> plt.Figure:
     history = pd.DataFrame(dense["history"]).apply(pd.to_numeric, errors="coerce")
     ax.plot(history["epoch"], history["val_error"], marker=".")
     ax.set(xlabel="epoch", ylabel="test error (%)", ylim=(0, None),
-           title=f"dense {dense['metrics']['model']}, {dense['metrics']['preset']} protocol")
+           title=f"dense {dense['metrics']['model']}, {protocol_of(dense)}")
     ax.grid(alpha=0.3)
     return fig
 
@@ -656,10 +694,10 @@ def device_seeds(runs: list[dict]) -> pd.DataFrame:
 
 
 def epoch_times(runs: list[dict]) -> pd.DataFrame:
-    """Measured training time by protocol (preset and model) and device (:func:`ran_on`): how many runs, the
-    median and range of their minutes per epoch (:func:`epoch_minutes`, evaluation included) and the median
-    minutes per run."""
-    frame = pd.DataFrame([{"protocol": f"{r['metrics'].get('preset', '?')}, {r['metrics']['model']}",
+    """Measured training time by protocol (:func:`paperlib.harness.protocols.record_protocol`, and model) and device
+    (:func:`ran_on`): how many runs, the median and range of their minutes per epoch (:func:`epoch_minutes`,
+    evaluation included) and the median minutes per run."""
+    frame = pd.DataFrame([{"protocol": f"{protocol_of(r)}, {r['metrics']['model']}",
                            "ran on": ran_on(r["metrics"]), "epochs": r["metrics"]["epochs_completed"]} for r in runs])
     if frame.empty:
         return pd.DataFrame(columns=["protocol", "ran on", "runs", "min/epoch", "range", "min/run"])
