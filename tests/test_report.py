@@ -299,3 +299,12 @@ def test_show_writes_a_column_of_whole_numbers_without_decimals():
         ["30", "30.48"], ["70", "70.00"], ["—", "1.00"]]
 
 
+
+
+def test_a_small_number_keeps_its_digits_where_rounding_would_make_it_zero():
+    """A learning rate of 7e-4 shows as 0.0007, never 0.00; the column's other numbers keep the table's digits."""
+    import re
+
+    table = pd.DataFrame({"gates' lr": [7e-4, 0.1, 6.0], "error (%)": [1.234, 2.0, 3.5]})
+    cells = re.findall(r">([^<]+)</td>", report.show(table).to_html())
+    assert cells == ["0.0007", "1.23", "0.10", "2.00", "6.00", "3.50"]

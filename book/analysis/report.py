@@ -206,9 +206,20 @@ def show(table: pd.DataFrame, digits: int = 2, caption: str | None = None):
     if "command" in table.attrs:
         captions.append(f"rows not complete yet: run <code>{table.attrs['command']}</code>")
     table = table.drop(columns=constant).apply(lambda column: column.map(_unbroken))
-    for column in table.columns[[pd.api.types.is_float_dtype(t) for t in table.dtypes]]:
+    floats = table.columns[[pd.api.types.is_float_dtype(t) for t in table.dtypes]]
+    # A column of non-negative numbers (a learning rate, λ_pen, a density) with a non-zero value that ``digits``
+    # would round to 0 keeps that value's significant digits: 7e-4 shows as 0.0007, never 0.00. A column that
+    # can go negative is a difference: there a near-zero value is zero at the table's precision.
+    small = [c for c in floats if (table[c].dropna() >= 0).all()
+             and ((table[c] > 0) & (table[c] < 0.5 * 10 ** -digits)).any()]
+    for column in floats.difference(small):
         table[column] = table[column].round(digits) + 0.0  # -0.004 shows as 0.00, not -0.00
     styled = table.style.format(precision=digits, na_rep="—")
+    if small:
+        def keep(value: float) -> str:
+            tiny = value != 0 and abs(value) < 0.5 * 10 ** -digits
+            return f"{value:.2g}" if tiny else f"{value:.{digits}f}"
+        styled = styled.format(keep, subset=small, na_rep="—")
     whole = [c for c in table.columns if pd.api.types.is_float_dtype(table[c]) and table[c].notna().any()
              and (table[c].dropna() % 1 == 0).all()]  # targets, epochs: 30, not 30.00
     if whole:
