@@ -27,6 +27,20 @@ from .method.constrained import ConstrainedStep, StepRecord, weight_parameters  
 from .method.counting import count_macs, count_params  # noqa: E402
 from .paper.purge import purge  # noqa: E402
 from .method.sparsify import sparsify  # noqa: E402
+from .method import budget as _budget  # noqa: E402
 
-__all__ = ["ConstrainedStep", "StepRecord", "count_macs", "count_params", "purge", "sparsify", "weight_parameters",
-           "__version__"]
+
+def report(model, input_shape=None, leaves=None):
+    """Coverage and density of a gated model, one row per convolution and linear layer: gated or not and why not,
+    its expected and test-time densities, its parameters and MACs dense and after purging
+    (:func:`paperlib.method.budget.report`). A pandas DataFrame indexed by layer; a list of dicts without pandas."""
+    rows = _budget.report(model, input_shape, leaves)
+    try:
+        import pandas
+    except ImportError:
+        return rows
+    return pandas.DataFrame(rows).set_index("layer")
+
+
+__all__ = ["ConstrainedStep", "StepRecord", "count_macs", "count_params", "purge", "report", "sparsify",
+           "weight_parameters", "__version__"]

@@ -28,6 +28,7 @@ interface.
 
 import math
 import numbers
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,11 +36,12 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .budget import ExpectedCost
 from .gate_pass import ModelGates, compiles
 from .lagrangian import check_dual_optimizer
 from .layers import L0Layer
 from .objective import ConstrainedObjective, PenalizedObjective
-from .vocabulary import COMPILE_GATES, DUAL_OPTIMIZERS, GROUPINGS
+from .vocabulary import COMPILE_GATES, DUAL_OPTIMIZERS, GROUPINGS, MEASURES
 
 
 @dataclass
@@ -111,6 +113,12 @@ class ConstrainedStep:
       per layer.
     * ``grouping``: ``"model"`` or ``"layer"``; by default ``"layer"`` for a list,
       ``"model"`` for a float (a float with ``"layer"`` is every layer's).
+    * ``measure`` (beyond the paper): what the target bounds. ``"density"``, the paper's expected L0-density of
+      the gated groups; ``"params"`` or ``"macs"``, the expected parameters or MACs (``"plain"``) of the whole
+      purged model, the ungated parts included (:class:`~paperlib.method.budget.ExpectedCost`), model-wise,
+      with a target in (0, 1] (a share of the dense model's) or a number of them (e.g. ``2e6``). They read
+      the model's graph on one example of ``input_shape`` (default ``model.input_shape``; ``leaves`` as for
+      :func:`~paperlib.method.sparsify.sparsify`). :attr:`StepRecord.densities` is then that share.
     * ``gates_optimizer``: the gates' optimiser over every ``log_alpha``, or
       ``gates_lr``: the learning rate of Adam on them (their own, App. H.1).
     * ``dual_lr``: the multipliers' step size (for the augmented Lagrangian, its
@@ -126,6 +134,9 @@ class ConstrainedStep:
       (:mod:`paperlib.method.gates`).
     * ``compile_gates``: run the gate pass through ``torch.compile``: ``"auto"``
       (on CUDA), ``"always"``, ``"never"``, or a bool.
+    * ``stall_steps``, ``stall_margin``: a constraint whose multiplier has been 0 while its density (or share)
+      was more than ``stall_margin`` under its target for ``stall_steps`` steps (read every 50 steps) does not
+      bind: a warning says so, once per constraint, and what to change. None: never.
 
     Numbers may be Python, numpy or 0-d torch numbers, and a list one per layer a 1-d tensor or array. A target
     must lie in (0, 1], a penalty, ``weight_decay`` and ``nupi_kp`` be >= 0, ``nupi_ema`` in [0, 1), and the
@@ -138,7 +149,9 @@ class ConstrainedStep:
                  gates_lr: float | None = None, dual_lr: float | None = None,
                  dual_optimizer: str = "gradient_ascent", dual_restarts: bool | None = None,
                  nupi_kp: float | None = None, nupi_ema: float | None = None, weight_decay: float = 0.0,
-                 detach_gates: bool = True, clamp_log_alpha: bool = True, compile_gates: bool | str = "auto"):
+                 detach_gates: bool = True, clamp_log_alpha: bool = True, compile_gates: bool | str = "auto",
+                 measure: str = "density", input_shape: Sequence[int] | None = None, leaves=None,
+                 stall_steps: int | None = 200, stall_margin: float = 0.03):
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be an nn.Module with gated layers; got {type(model).__name__}")
         layers = gated_modules(model)
@@ -148,8 +161,12 @@ class ConstrainedStep:
         if (target is None) == (penalty is None):
             raise ValueError("pass either target (constrained densities) or penalty (a fixed lambda_pen), not "
                              + ("both" if target is not None else "neither"))
+        if measure not in MEASURES:
+            raise ValueError(f"measure must be one of {MEASURES}; got {measure!r}")
         if target is not None:
-            target = _numbers(target, "target", "in (0, 1], a density", lambda v: 0 < v <= 1)
+            target = _numbers(target, "target", "in (0, 1], a density" if measure == "density" else
+                              f"in (0, 1], a share of the dense model's {measure}, or a number of them",
+                              lambda v: 0 < v <= 1 or measure != "density")
         else:
             penalty = _numbers(penalty, "penalty", "a coefficient >= 0", lambda v: v >= 0)
         values, what = (target, "target") if target is not None else (penalty, "penalty")
@@ -160,7 +177,21 @@ class ConstrainedStep:
         grouping = grouping or ("model" if isinstance(values, float) else "layer")
         if grouping not in GROUPINGS:
             raise ValueError(f"grouping must be one of {GROUPINGS}; got {grouping!r}")
+        if measure != "density" and (grouping != "model" or not isinstance(values, float)):
+            raise ValueError(f"measure={measure!r} is model-wise only: one {what} on the whole model's expected "
+                             f"{measure}; pass one number with grouping='model', or measure='density' per layer")
         _check_per_layer(values, what, grouping, [name for name, _ in layers])
+        cost = None if measure == "density" else ExpectedCost(model, measure, input_shape, leaves)
+        if cost is None and (input_shape is not None or leaves is not None):
+            raise ValueError("input_shape and leaves are for measure='params' or 'macs'; the density needs neither")
+        if cost is not None and target is not None:
+            target = _share(target, cost)
+        if stall_steps is not None and (isinstance(stall_steps, bool) or not isinstance(stall_steps, int)
+                                        or stall_steps < 1):
+            raise ValueError(f"stall_steps must be a number of steps >= 1, or None; got {stall_steps!r}")
+        self.stall_steps, self.stall_margin = stall_steps, _number(stall_margin, "stall_margin", ">= 0",
+                                                                   lambda v: v >= 0)
+        self.measure, self._names, self._steps, self._warned = measure, [name for name, _ in layers], 0, set()
         self.model = model
         self.optimizer = optimizer
         self.gates_optimizer = _gates_optimizer(layers, optimizer, gates_optimizer, gates_lr)
@@ -179,7 +210,8 @@ class ConstrainedStep:
             if compile_gates not in COMPILE_GATES:
                 raise ValueError(f"compile_gates must be a bool or one of {COMPILE_GATES}; got {compile_gates!r}")
             compile_gates = compiles(compile_gates, layers[0][1].weight_log_alpha.device)
-        self.gates = ModelGates(model, grouping, weight_decay, detach_gates, bool(compile_gates))
+        self.gates = ModelGates(model, grouping, weight_decay, detach_gates, bool(compile_gates), cost)
+        self._stalled, self._peaks = torch.zeros(len(self.multipliers), dtype=torch.long), None
 
     @property
     def constrained(self) -> bool:
@@ -233,7 +265,39 @@ class ConstrainedStep:
         if self.constrained:  # simultaneous GDA (eq. 5): the dual step from the densities before the primal one
             violations = densities.detach() - self.objective.target
             self.objective.multipliers.step(violations)
+            self._watch(densities.detach(), violations)
         return StepRecord(loss, objective, densities, violations, self.multipliers, output)
+
+    def _watch(self, densities: torch.Tensor, violations: torch.Tensor) -> None:
+        """Keep each constraint's largest violation and multiplier over a window of 50 steps (two operations a
+        step, no wait for the GPU); at the window's end, count the steps in a row that it has not bound, and warn
+        once where they reach ``stall_steps``."""
+        if self.stall_steps is None:
+            return
+        value = self.objective.multipliers.value
+        if self._peaks is None:
+            self._peaks = (violations.clone(), value.clone())
+        else:
+            torch.maximum(self._peaks[0], violations, out=self._peaks[0])
+            torch.maximum(self._peaks[1], value, out=self._peaks[1])
+        self._steps += 1
+        window = min(50, self.stall_steps)
+        if self._steps % window:
+            return
+        idle = (self._peaks[1].cpu() == 0) & (self._peaks[0].cpu() < -self.stall_margin)
+        self._stalled, self._peaks = torch.where(idle, self._stalled + window, 0), None
+        for k in (self._stalled >= self.stall_steps).nonzero().flatten().tolist():
+            if k not in self._warned:
+                self._warned.add(k)
+                what = "the model" if len(self._stalled) == 1 else f"layer {self._names[k]}"
+                d, t = float(densities[k]), float(self.objective.target[k])
+                warnings.warn(
+                    f"the constraint on {what} has not bound for {int(self._stalled[k])} steps: its multiplier is 0 "
+                    f"and its {self.measure} ({d:.1%}) is more than {self.stall_margin:.0%} under its target "
+                    f"({t:.1%}), so the gates close by themselves. To make it bind: a smaller gates' learning rate "
+                    f"(gates_lr), a target at or below {d:.0%}"
+                    + (", or measure='params' or 'macs' to bound what the purged model costs" if self.measure ==
+                       "density" else ""), stacklevel=3)
 
     def state_dict(self) -> dict:
         """The optimisers' states and the multipliers (the model's parameters are the model's)."""
@@ -283,6 +347,21 @@ def _check_per_layer(values, what: str, grouping: str, names: list[str]) -> None
     if len(values) != len(names):
         raise ValueError(f"{what} has {len(values)} values but the model has {len(names)} gated layers "
                          f"({', '.join(names)}): give one per gated layer, in this order, or one float")
+
+
+def _share(target: float, cost: ExpectedCost) -> float:
+    """A target of ``cost.measure``, checked, as a share of the dense model's count."""
+    name, dense = cost.measure, cost.dense
+    if target > dense:
+        raise ValueError(f"target={target:g} is more {name} than the dense model has ({dense:,}): pass at most "
+                         f"that, or a share in (0, 1]")
+    share = target if target <= 1 else target / dense
+    with torch.no_grad():
+        floor = float(cost([torch.zeros_like(layer.weight_log_alpha) for layer in cost.layers])) / dense
+    if share < floor:
+        raise ValueError(f"target={target:g} is {share:.1%} of the dense model's {name}, but closing every gate leaves "
+                         f"{floor:.1%} (what no gate removes): pass a larger target, or gate more layers")
+    return share
 
 
 def _gates_optimizer(layers, optimizer, gates_optimizer, gates_lr) -> torch.optim.Optimizer:

@@ -170,12 +170,12 @@ class _Attention(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-def _one_example(model: nn.Module, input_shape) -> tuple[int, ...]:
-    """``input_shape``, or ``model.input_shape``, checked to be a shape."""
+def _one_example(model: nn.Module, input_shape, reader: str = "count_macs") -> tuple[int, ...]:
+    """``input_shape``, or ``model.input_shape``, checked to be a shape (``reader`` names who needs it)."""
     if input_shape is None:
         input_shape = getattr(model, "input_shape", None)
         if input_shape is None:
-            raise ValueError(f"count_macs needs input_shape, the shape of one example without the batch dimension "
+            raise ValueError(f"{reader} needs input_shape, the shape of one example without the batch dimension "
                              f"(e.g. (3, 32, 32)): {type(model).__name__} has no input_shape attribute to take it from")
     dims = input_shape if hasattr(input_shape, "__len__") else (input_shape,)
     try:

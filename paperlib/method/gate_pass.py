@@ -55,23 +55,26 @@ class GatePass:
 
 
 def gate_pass(layers: list[L0Layer], uniform: torch.Tensor, weight_decay: float, detach_gates: bool,
-              grouping: str, term: Callable, term_args: tuple, masked: list[int]) -> tuple:
+              grouping: str, term: Callable, term_args: tuple, masked: list[int], cost: Callable | None = None) -> tuple:
     """Gates, gated parameters, densities and the objective's terms of ``layers`` from the noise ``uniform``.
 
     ``uniform`` holds u ~ Unif(0, 1) for every gate, layer after layer, each
     layer's ``weight_log_alpha`` before its ``bias_log_alpha``. The densities of
     ``grouping`` enter the objective's ``term(densities, *term_args)``;
     ``masked`` lists the layers whose channel masks a batch norm needs.
+    ``cost`` (:class:`~paperlib.method.budget.ExpectedCost`), when given, replaces the
+    model-wise density by the expected cost's share of the dense model's.
     Returns the fields of :class:`GatePass` as a tuple (what ``torch.compile``
     returns best).
     """
     noise = iter(uniform.split([p.numel() for layer in layers for p in layer.gate_parameters()]))
-    forward_params, active, l2 = [], [], []
+    forward_params, active, l2, weight_probs = [], [], [], []
     for layer in layers:
         uniforms = tuple(None if p is None else next(noise).view(p.shape)
                          for p in (layer.weight_log_alpha, layer.bias_log_alpha))
         forward_params.append(layer.forward_params(*layer.gate_tensors(median=False, uniforms=uniforms)))
         probs = layer.gate_probabilities()
+        weight_probs.append(probs[0])
         active.append(layer.expected_active_params(probs))
         if weight_decay:
             l2.append(layer.expected_l2(detach_gates, probs))
@@ -79,6 +82,8 @@ def gate_pass(layers: list[L0Layer], uniform: torch.Tensor, weight_decay: float,
     model_density = torch.stack(active).sum() / sum(layer.num_sparsifiable_params for layer in layers)
     l2_penalty = 0.5 * weight_decay * torch.stack(l2).sum() if l2 else torch.zeros((), device=uniform.device)
     densities = model_density.reshape(1) if grouping == "model" else layer_densities
+    if cost is not None:
+        densities = (cost(weight_probs) / cost.dense).reshape(1)
     density_term = term(densities, *term_args)
     masks = [forward_params[i][2] for i in masked]
     return forward_params, layer_densities, model_density, l2_penalty, densities, density_term, masks
@@ -104,13 +109,14 @@ class ModelGates:
     """
 
     def __init__(self, model: nn.Module, grouping: str, weight_decay: float, detach_gates: bool = True,
-                 compile: bool = False):
+                 compile: bool = False, cost: Callable | None = None):
         if weight_decay < 0:
             raise ValueError(f"weight_decay must be >= 0; got {weight_decay!r}")
         self.layers = [m for m in model.modules() if isinstance(m, L0Layer)]
         if not self.layers:
             raise ValueError("model has no gated layers; build it with gated=True")
         self.grouping, self.weight_decay, self.detach_gates = grouping, float(weight_decay), bool(detach_gates)
+        self.cost = cost
         self.num_gates = sum(p.numel() for layer in self.layers for p in layer.gate_parameters())
         conv_bns = [m for m in model.modules() if isinstance(m, ConvBN) and m.gated_batch_norm() is not None]
         self.batch_norms = [m.bn for m in conv_bns]
@@ -125,7 +131,7 @@ class ModelGates:
         log_alpha = self.layers[0].weight_log_alpha
         uniform = torch.rand(self.num_gates, dtype=log_alpha.dtype, device=log_alpha.device)
         return GatePass(*self._pass(self.layers, uniform, self.weight_decay, self.detach_gates, self.grouping,
-                                    term, term_args, self.masked))
+                                    term, term_args, self.masked, self.cost))
 
     @contextlib.contextmanager
     def installed(self, gate_pass: GatePass):

@@ -13,3 +13,6 @@ DUAL_OPTIMIZERS = ("gradient_ascent", "nupi", "augmented_lagrangian")
 #: Whether the gates' pass of a training step runs through ``torch.compile``: on CUDA only, always, never
 #: (:mod:`paperlib.method.gate_pass`).
 COMPILE_GATES = ("auto", "always", "never")  # not on/off, which YAML and papermill read as booleans
+#: What a target bounds: the paper's expected L0-density of the gated groups, or (beyond the paper) the expected
+#: parameters or MACs of the whole purged model (:mod:`paperlib.method.budget`).
+MEASURES = ("density", "params", "macs")
