@@ -75,7 +75,7 @@ def plot_central_claim(points: pd.DataFrame) -> plt.Figure:
     furthest from its target, each layer of a layer-wise row; the paper's: the model, all it prints); the grey
     band is within 1 point. Right (penalized): the density reached against λ_pen: the same λ_pen lands far apart
     from one model to the next, which is why a penalty must be searched."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.4), constrained_layout=True)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.8), constrained_layout=True)
     constrained = points[points["kind"] == "target"].assign(paper=lambda t: t["paper"] - t["setting"],
                                                             ours=lambda t: t["gap"])
     penalized = points[points["kind"] == "lmbda"]
@@ -95,10 +95,12 @@ def plot_central_claim(points: pd.DataFrame) -> plt.Figure:
               title="Penalized: density reached")
     for ax in (left, right):
         ax.grid(alpha=0.3)
-        ax.tick_params(labelsize=10)
-        ax.title.set_fontsize(12)
+        ax.tick_params(labelsize=13)
+        ax.title.set_fontsize(14)
+        ax.xaxis.label.set_fontsize(13)
+        ax.yaxis.label.set_fontsize(13)
     handles, labels = left.get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncol=3, fontsize=10, frameon=False)
+    fig.legend(handles, labels, loc="outside lower center", ncol=3, fontsize=12, frameon=False)
     return fig
 
 
