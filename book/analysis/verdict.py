@@ -282,7 +282,7 @@ CLAIMS = (
           f"§5.2, {ref('tab:mnist')}, {ref('tab:mlp_control')}, {ref('tab:lenet_control')}", _MNIST_SCALE,
           "results_mnist_why", "mnist-final-errors", "rows whose final error the runs' spread explains",
           dict(_MNIST, sparsity="structured"), final_errors_within_chance, _MNIST_SCALE, True),
-    Claim("penalty_mnist", "A penalty's density follows λ_pen as printed (MNIST)",
+    Claim("penalty_mnist", "A penalty's density follows its coefficient as printed (MNIST)",
           f"{ref('tab:mlp_control')}, {ref('tab:lenet_control')}", _MNIST_SCALE, "results_mnist",
           "claim-penalty-mnist", "cells near the paper's density", dict(_MNIST, method="penalized"),
           penalties_as_printed, _MNIST_SCALE, True),
