@@ -21,37 +21,27 @@ concatenation (DenseNet's pre-activation) is no longer zero where it is read:
 such input groups are marked as leaking, and the default rule of
 :func:`paperlib.method.sparsify.sparsify` does not gate them.
 
-A channel runs along dimension 1 (``(N, C)``, ``(N, C, H, W)``), except the
-features a linear layer computes from a tensor of three or four dimensions
-(the MLP of a transformer or of a ConvNeXt block), which run along the last
-dimension; a group's tensors all have their channels on the same side, and on
-the last side only element-wise operations (activations, dropout, sums and
-products of equal shapes) join a group.
+A channel runs along dimension 1 (``(N, C)``, ``(N, C, H, W)``), except the features a linear layer computes from a
+tensor of three or four dimensions (the MLP of a transformer or of a ConvNeXt block), which run along the last
+dimension; a group's tensors all have their channels on the same side, and on the last side only element-wise operations
+(activations, dropout, sums and products of equal shapes) join a group.
 
-A group is *pinned* when slicing its channels could change what the model
-computes, or when the graph does not show that it could not: it holds the
-model's input or output, an operation not listed above (a concatenation along
-another dimension, a hard-coded reshape, a functional convolution, a layer
-norm), a module with
-parameters called twice, a tensor whose channels run along dimension 1 that is
-neither ``(N, C)`` nor ``(N, C, H, W)``, or the input of a linear layer that
-reads the last dimension of such a tensor.
+A group is *pinned* when slicing its channels could change what the model computes, or when the graph does not show that
+it could not: it holds the model's input or output, an operation not listed above (a concatenation along another
+dimension, a hard-coded reshape, a functional convolution, a layer norm), a module with parameters called twice, a
+tensor whose channels run along dimension 1 that is neither ``(N, C)`` nor ``(N, C, H, W)``, or the input of a linear
+layer that reads the last dimension of such a tensor.
 
-A channel is *zero* when it is exactly zero for every input: a convolution or
-linear row whose weights are zero on every input it reads and whose bias is
-zero, a batch norm with zero scale and shift, an activation ``f`` with
-``f(0) = 0`` of a zero channel, and so on. Removing a channel from an
-unpinned group changes nothing when every sink ignores it: its input there is
-zero or its weights there are zero.
+A channel is *zero* when it is exactly zero for every input: a convolution or linear row whose weights are zero on every
+input it reads and whose bias is zero, a batch norm with zero scale and shift, an activation ``f`` with ``f(0) = 0`` of
+a zero channel, and so on. Removing a channel from an unpinned group changes nothing when every sink ignores it: its
+input there is zero or its weights there are zero.
 
-A model whose forward ``torch.fx`` cannot trace (Python control flow on a
-tensor's values, a call into code that is not torch) can still be read when
-the part that cannot be traced is a submodule: :func:`trace` calls the modules
-its ``leaves`` selects whole, as it calls ``nn.Conv2d``, without entering them
-(``leaves="auto"``: the modules of :func:`untraceable`).
-Such a module is one operation the graph does not know, so the channels on its
-way in and out are pinned, and the layers inside it are neither gated nor
-sliced.
+A model whose forward ``torch.fx`` cannot trace (Python control flow on a tensor's values, a call into code that is not
+torch) can still be read when the part that cannot be traced is a submodule: :func:`trace` calls the modules its
+``leaves`` selects whole, as it calls ``nn.Conv2d``, without entering them (``leaves="auto"``: the modules of
+:func:`untraceable`). Such a module is one operation the graph does not know, so the channels on its way in and out are
+pinned, and the layers inside it are neither gated nor sliced.
 """
 
 import math
@@ -68,12 +58,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.fx.passes.shape_prop import TensorMetadata
 
-#: Modules and functions that act on the last two dimensions, each channel separately, mapping a zero channel to a
-#: zero channel: per channel only when channels run along dimension 1.
+#: Modules and functions that act on the last two dimensions, each channel separately, mapping a zero channel to a zero
+#: channel: per channel only when channels run along dimension 1.
 _SPATIAL_MODULES = (nn.Dropout2d, nn.MaxPool2d, nn.AvgPool2d, nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d)
 _SPATIAL_FUNCTIONS = {F.max_pool2d, F.avg_pool2d, F.adaptive_avg_pool2d, F.adaptive_max_pool2d, F.interpolate}
-#: Modules and functions that act on each channel separately and map a zero channel to a zero channel: the
-#: element-wise ones, and the spatial ones.
+#: Modules and functions that act on each channel separately and map a zero channel to a zero channel: the element-wise
+#: ones, and the spatial ones.
 _ZERO_PRESERVING_MODULES = (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.Hardtanh, nn.SiLU, nn.GELU, nn.Hardswish, nn.Tanh,
                             nn.ELU, nn.Dropout, nn.Identity, *_SPATIAL_MODULES)
 _ZERO_PRESERVING_FUNCTIONS = {F.relu, torch.relu, F.relu6, F.leaky_relu, F.hardtanh, F.silu, F.gelu, F.hardswish,
@@ -100,8 +90,8 @@ Selector = str | Callable[[str, nn.Module], bool]
 
 def select_modules(selectors: Iterable[Selector] | Selector | None, candidates: dict[str, nn.Module], what: str,
                    kind: str) -> set[str]:
-    """The names among ``candidates`` that ``selectors`` select; a name that is not a candidate is an error
-    that names the argument (``what``), says what a candidate is (``kind``) and lists them."""
+    """The names among ``candidates`` that ``selectors`` select; a name that is not a candidate is an error that names
+    the argument (``what``), says what a candidate is (``kind``) and lists them."""
     if selectors is None:
         return set()
     if isinstance(selectors, str) or callable(selectors):
@@ -128,9 +118,9 @@ def _traced(model: nn.Module, chosen: set[str]) -> fx.GraphModule:
 
 
 def untraceable(model: nn.Module) -> list[str]:
-    """The submodules that ``torch.fx`` cannot trace, each as deep in the model as possible: a module is
-    listed when it cannot be traced even with the listed modules inside it called whole (so its own code
-    is what fails), and none inside a listed one is."""
+    """The submodules that ``torch.fx`` cannot trace, each as deep in the model as possible: a module is listed when it
+    cannot be traced even with the listed modules inside it called whole (so its own code is what fails), and none
+    inside a listed one is."""
     chosen: list[str] = []
     for name, module in sorted(list(model.named_modules())[1:], key=lambda item: -item[0].count(".")):
         if fx.Tracer().is_leaf_module(module, name):  # torch.nn's own layers: never entered
@@ -187,17 +177,16 @@ class Group:
     pinned: set = field(default_factory=set)
     #: Whether a sum or product of two tensors joins the group (a residual connection, a gating branch).
     merged: bool = False
-    #: Why a channel closed in this group may not be zero where a layer reads it after a concatenation (a
-    #: batch norm or a sum after it): the default rule does not gate the group; purge removes what is zero.
+    #: Why a channel closed in this group may not be zero where a layer reads it after a concatenation (a batch norm or
+    #: a sum after it): the default rule does not gate the group; purge removes what is zero.
     leaks: set = field(default_factory=set)
 
 
 class ChannelGraph:
     """The channel groups of a traced model, and, with shapes, its zero channels.
 
-    ``graph_module`` comes from :func:`trace` (or ``torch.fx.symbolic_trace``); when
-    ``ShapeProp`` ran on it, the tensors' shapes are known, flattening is
-    resolved into features per channel and :meth:`zero_channels` can be called.
+    ``graph_module`` comes from :func:`trace` (or ``torch.fx.symbolic_trace``); when ``ShapeProp`` ran on it, the
+    tensors' shapes are known, flattening is resolved into features per channel and :meth:`zero_channels` can be called.
 
     >>> import torchvision
     >>> graph = ChannelGraph(torch.fx.symbolic_trace(torchvision.models.resnet18()))
@@ -212,8 +201,8 @@ class ChannelGraph:
         self._parent: dict = {}
         #: Features per channel of each node: H * W after flattening an (N, C, H, W) tensor, else 1.
         self.block: dict = {}
-        #: The dimension along which each node's channels run: 1, or -1 (a linear layer's features on the
-        #: last dimension of a tensor of three or four dimensions).
+        #: The dimension along which each node's channels run: 1, or -1 (a linear layer's features on the last dimension
+        #: of a tensor of three or four dimensions).
         self.axis: dict = {}
         self._sources, self._ops, self._sinks, self._pins, self._merged = [], [], [], [], []
         #: Nodes that may turn a zero channel into a nonzero one: batch norms, sigmoids, depthwise biases.

@@ -1,29 +1,24 @@
 """One object owns a training step under sparsity constraints (§3, eq. 4-6): :class:`ConstrainedStep`.
 
-The problem is min f_obj(theta, phi) s.t. d_g(phi) <= eps_g, with d_g the
-expected L0-density (eq. 3) of the whole model or of each gated layer. One
-call of :meth:`ConstrainedStep.roll` is one step of simultaneous gradient
-descent-ascent on its Lagrangian (eq. 4, eq. 5), in this order:
+The problem is min f_obj(theta, phi) s.t. d_g(phi) <= eps_g, with d_g the expected L0-density (eq. 3) of the whole model
+or of each gated layer. One call of :meth:`ConstrainedStep.roll` is one step of simultaneous gradient descent-ascent on
+its Lagrangian (eq. 4, eq. 5), in this order:
 
 1. zero the gradients of the weights and the gates;
-2. sample every gate once (:mod:`paperlib.method.gate_pass`, compiled on CUDA by
-   default) and, with those gates in place, compute the task loss;
-3. backward through f_obj + sum_g lambda_g (d_g - eps_g), where f_obj is the
-   loss plus the expected L2 norm of the gated weights (eq. 13) when asked;
-4. the primal steps: the weights' optimiser, then the gates' (and the clamp
-   of log_alpha);
-5. the dual step from the densities measured in step 2, before the primal
-   step: projected gradient ascent with dual restarts (eq. 6), the nuPI
-   controller, or the augmented Lagrangian's method of multipliers
+2. sample every gate once (:mod:`paperlib.method.gate_pass`, compiled on CUDA by default) and, with those gates in
+   place, compute the task loss;
+3. backward through f_obj + sum_g lambda_g (d_g - eps_g), where f_obj is the loss plus the expected L2 norm of the gated
+   weights (eq. 13) when asked;
+4. the primal steps: the weights' optimiser, then the gates' (and the clamp of log_alpha);
+5. the dual step from the densities measured in step 2, before the primal step: projected gradient ascent with dual
+   restarts (eq. 6), the nuPI controller, or the augmented Lagrangian's method of multipliers
    (:mod:`paperlib.method.lagrangian`).
 
-With ``penalty`` instead of ``target`` the same step minimises
-f_obj + sum_g lambda_pen_g d_g with fixed lambda_pen (§2, App. B, C): no dual step.
+With ``penalty`` instead of ``target`` the same step minimises f_obj + sum_g lambda_pen_g d_g with fixed lambda_pen (§2,
+App. B, C): no dual step.
 
-This is the step of the book's runner (:mod:`paperlib.harness.methods`); it works on
-any ``nn.Module`` that contains the package's gated layers
-(:class:`~paperlib.method.layers.L0Layer`). Cooper's ``roll()`` is the model of the
-interface.
+This is the step of the book's runner (:mod:`paperlib.harness.methods`); it works on any ``nn.Module`` that contains the
+package's gated layers (:class:`~paperlib.method.layers.L0Layer`). Cooper's ``roll()`` is the model of the interface.
 """
 
 import math
@@ -50,11 +45,11 @@ class StepRecord:
 
     #: The task loss (the first value ``loss_fn`` returned), with its graph.
     loss: torch.Tensor
-    #: What the primal step minimised: the loss, the expected L2 term (eq. 13) and the Lagrangian's (or the
-    #: penalty's) term in the densities, with its graph.
+    #: What the primal step minimised: the loss, the expected L2 term (eq. 13) and the Lagrangian's (or the penalty's)
+    #: term in the densities, with its graph.
     objective: torch.Tensor
-    #: The constrained (or penalized) densities d_g at the step's gates, before the primal step: shape (1,)
-    #: for a model-wise target, (layers,) for per-layer ones.
+    #: The constrained (or penalized) densities d_g at the step's gates, before the primal step: shape (1,) for a
+    #: model-wise target, (layers,) for per-layer ones.
     densities: torch.Tensor
     #: d_g - eps_g, the violations the dual step used (None for a penalty).
     violations: torch.Tensor | None
@@ -138,9 +133,9 @@ class ConstrainedStep:
       was more than ``stall_margin`` under its target for ``stall_steps`` steps (read every 50 steps) does not
       bind: a warning says so, once per constraint, and what to change. None: never.
 
-    Numbers may be Python, numpy or 0-d torch numbers, and a list one per layer a 1-d tensor or array. A target
-    must lie in (0, 1], a penalty, ``weight_decay`` and ``nupi_kp`` be >= 0, ``nupi_ema`` in [0, 1), and the
-    learning rates > 0, all finite; anything else is a ``ValueError`` that names the argument.
+    Numbers may be Python, numpy or 0-d torch numbers, and a list one per layer a 1-d tensor or array. A target must lie
+    in (0, 1], a penalty, ``weight_decay`` and ``nupi_kp`` be >= 0, ``nupi_ema`` in [0, 1), and the learning rates > 0,
+    all finite; anything else is a ``ValueError`` that names the argument.
     """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
@@ -180,14 +175,12 @@ class ConstrainedStep:
         if measure != "density" and (grouping != "model" or not isinstance(values, float)):
             raise ValueError(f"measure={measure!r} is model-wise only: one {what} on the whole model's expected "
                              f"{measure}; pass one number with grouping='model', or measure='density' per layer")
+        if measure == "density" and (input_shape is not None or leaves is not None):
+            raise ValueError("input_shape and leaves are for measure='params' or 'macs'; the density needs neither")
         _check_per_layer(values, what, grouping, [name for name, _ in layers])
         cost = None if measure == "density" else ExpectedCost(model, measure, input_shape, leaves)
-        if cost is None and (input_shape is not None or leaves is not None):
-            raise ValueError("input_shape and leaves are for measure='params' or 'macs'; the density needs neither")
-        if cost is not None and target is not None:
-            target = _share(target, cost)
-        if stall_steps is not None and (isinstance(stall_steps, bool) or not isinstance(stall_steps, int)
-                                        or stall_steps < 1):
+        target = _share(target, cost) if cost is not None and target is not None else target
+        if stall_steps is not None and (type(stall_steps) is not int or stall_steps < 1):
             raise ValueError(f"stall_steps must be a number of steps >= 1, or None; got {stall_steps!r}")
         self.stall_steps, self.stall_margin = stall_steps, _number(stall_margin, "stall_margin", ">= 0",
                                                                    lambda v: v >= 0)
@@ -269,35 +262,28 @@ class ConstrainedStep:
         return StepRecord(loss, objective, densities, violations, self.multipliers, output)
 
     def _watch(self, densities: torch.Tensor, violations: torch.Tensor) -> None:
-        """Keep each constraint's largest violation and multiplier over a window of 50 steps (two operations a
-        step, no wait for the GPU); at the window's end, count the steps in a row that it has not bound, and warn
-        once where they reach ``stall_steps``."""
+        """Keep each constraint's largest violation and multiplier over a window of 50 steps (two operations a step, no
+        wait for the GPU); at the window's end, count the steps in a row that it has not bound, and warn once where they
+        reach ``stall_steps``."""
         if self.stall_steps is None:
             return
-        value = self.objective.multipliers.value
-        if self._peaks is None:
-            self._peaks = (violations.clone(), value.clone())
-        else:
-            torch.maximum(self._peaks[0], violations, out=self._peaks[0])
-            torch.maximum(self._peaks[1], value, out=self._peaks[1])
-        self._steps += 1
-        window = min(50, self.stall_steps)
-        if self._steps % window:
-            return
-        idle = (self._peaks[1].cpu() == 0) & (self._peaks[0].cpu() < -self.stall_margin)
-        self._stalled, self._peaks = torch.where(idle, self._stalled + window, 0), None
-        for k in (self._stalled >= self.stall_steps).nonzero().flatten().tolist():
-            if k not in self._warned:
+        now = (violations, self.objective.multipliers.value)
+        self._peaks = [x.clone() for x in now] if self._peaks is None else \
+            [torch.maximum(peak, x, out=peak) for peak, x in zip(self._peaks, now)]
+        self._steps, window = self._steps + 1, min(50, self.stall_steps)
+        if self._steps % window == 0:
+            idle = (self._peaks[0].cpu() < -self.stall_margin) & (self._peaks[1].cpu() == 0)
+            self._stalled, self._peaks = torch.where(idle, self._stalled + window, 0), None
+            for k in sorted(set((self._stalled >= self.stall_steps).nonzero().flatten().tolist()) - self._warned):
                 self._warned.add(k)
-                what = "the model" if len(self._stalled) == 1 else f"layer {self._names[k]}"
                 d, t = float(densities[k]), float(self.objective.target[k])
                 warnings.warn(
-                    f"the constraint on {what} has not bound for {int(self._stalled[k])} steps: its multiplier is 0 "
-                    f"and its {self.measure} ({d:.1%}) is more than {self.stall_margin:.0%} under its target "
-                    f"({t:.1%}), so the gates close by themselves. To make it bind: a smaller gates' learning rate "
-                    f"(gates_lr), a target at or below {d:.0%}"
-                    + (", or measure='params' or 'macs' to bound what the purged model costs" if self.measure ==
-                       "density" else ""), stacklevel=3)
+                    f"the constraint on {'the model' if len(idle) == 1 else 'layer ' + self._names[k]} has not bound "
+                    f"for {int(self._stalled[k])} steps: its multiplier is 0 and its {self.measure} ({d:.1%}) is "
+                    f"more than {self.stall_margin:.0%} under its target ({t:.1%}), so the gates close by themselves. "
+                    f"To make it bind: a smaller gates' learning rate (gates_lr), a target at or below {d:.0%}"
+                    + (", or measure='params' or 'macs' to bound what the purged model costs"
+                       if self.measure == "density" else ""), stacklevel=3)
 
     def state_dict(self) -> dict:
         """The optimisers' states and the multipliers (the model's parameters are the model's)."""
@@ -316,8 +302,8 @@ class ConstrainedStep:
 
 
 def _number(value, name: str, accepts: str, ok: Callable[[float], bool]) -> float:
-    """``value`` (a Python, numpy or 0-d torch number) as a float, finite and ``ok``; else an error naming ``name``
-    that says what it ``accepts``."""
+    """``value`` (a Python, numpy or 0-d torch number) as a float, finite and ``ok``; else an error naming ``name`` that
+    says what it ``accepts``."""
     number = value.item() if getattr(value, "shape", None) == () and hasattr(value, "item") else value
     if isinstance(number, bool) or not isinstance(number, numbers.Real):
         raise TypeError(f"{name} must be a number {accepts}; got {value!r} ({type(value).__name__})")
@@ -351,16 +337,12 @@ def _check_per_layer(values, what: str, grouping: str, names: list[str]) -> None
 
 def _share(target: float, cost: ExpectedCost) -> float:
     """A target of ``cost.measure``, checked, as a share of the dense model's count."""
-    name, dense = cost.measure, cost.dense
-    if target > dense:
-        raise ValueError(f"target={target:g} is more {name} than the dense model has ({dense:,}): pass at most "
-                         f"that, or a share in (0, 1]")
-    share = target if target <= 1 else target / dense
+    name, dense, share = cost.measure, cost.dense, target if target <= 1 else target / cost.dense
     with torch.no_grad():
         floor = float(cost([torch.zeros_like(layer.weight_log_alpha) for layer in cost.layers])) / dense
-    if share < floor:
-        raise ValueError(f"target={target:g} is {share:.1%} of the dense model's {name}, but closing every gate leaves "
-                         f"{floor:.1%} (what no gate removes): pass a larger target, or gate more layers")
+    if not floor <= share <= 1:
+        raise ValueError(f"target={target:g} is {share:.1%} of the dense model's {dense:,} {name}: pass at most them "
+                         f"(or a share in (0, 1]), and more than what closing every gate leaves ({floor:.1%})")
     return share
 
 
@@ -387,8 +369,8 @@ def _gates_optimizer(layers, optimizer, gates_optimizer, gates_lr) -> torch.opti
 
 
 def _dual_settings(dual_optimizer, dual_lr, dual_restarts, nupi_kp, nupi_ema) -> dict:
-    """ConstrainedObjective's dual arguments, checked: restarts only for gradient ascent (by default there),
-    nuPI's gains only for nuPI, and its proportional gain given."""
+    """ConstrainedObjective's dual arguments, checked: restarts only for gradient ascent (by default there), nuPI's
+    gains only for nuPI, and its proportional gain given."""
     if dual_optimizer not in DUAL_OPTIMIZERS:
         raise ValueError(f"dual_optimizer must be one of {DUAL_OPTIMIZERS}; got {dual_optimizer!r}")
     if dual_lr is None:

@@ -2,40 +2,32 @@
 
 Two conventions:
 
-* ``"paper"``: the one the paper's tables use, i.e. that of the ``pytorch``
-  backend of ptflops, which the authors' code calls: convolution and linear
-  multiply-accumulates *plus* one operation per bias entry, two per element for
-  affine batch-norm, one per output element of a ReLU (ReLU6, PReLU, ELU,
-  LeakyReLU) and one per input element
-  of a pooling layer. Functional operations (the residual additions) are not
-  counted.
+* ``"paper"``: the one the paper's tables use, i.e. that of the ``pytorch`` backend of ptflops, which the authors' code
+  calls: convolution and linear multiply-accumulates *plus* one operation per bias entry, two per element for affine
+  batch-norm, one per output element of a ReLU (ReLU6, PReLU, ELU, LeakyReLU) and one per input element of a pooling
+  layer. Functional operations (the residual additions) are not counted.
 * ``"plain"``: only the multiply-accumulates of convolutions and linear layers.
 
-Attention counts in both: an ``nn.MultiheadAttention`` its in-projection, the
-products QK^T and AV and its out-projection, a call of
-``F.scaled_dot_product_attention`` its two products; ``"paper"`` adds, as
-ptflops' hook for ``nn.MultiheadAttention`` does, one operation per element
-of Q (its scaling), of the attention scores (the softmax) and per projection bias entry.
+Attention counts in both: an ``nn.MultiheadAttention`` its in-projection, the products QK^T and AV and its
+out-projection, a call of ``F.scaled_dot_product_attention`` its two products; ``"paper"`` adds, as ptflops' hook for
+``nn.MultiheadAttention`` does, one operation per element of Q (its scaling), of the attention scores (the softmax) and
+per projection bias entry.
 
-Both are computed by running one forward pass on a single zero input and
-reading each leaf module's input and output shapes (and each attention's). With ``sparse_weights``
-(unstructured models, App. L) a weight or bias entry that is exactly zero costs
-neither a parameter nor a MAC.
+Both are computed by running one forward pass on a single zero input and reading each leaf module's input and output
+shapes (and each attention's). With ``sparse_weights`` (unstructured models, App. L) a weight or bias entry that is
+exactly zero costs neither a parameter nor a MAC.
 
-Gated layers (:mod:`paperlib.method.layers`, :mod:`paperlib.sparsify`) are counted
-according to ``gates``:
+Gated layers (:mod:`paperlib.method.layers`, :mod:`paperlib.sparsify`) are counted according to ``gates``:
 
 * ``"dense"``: as the plain layers they gate, every gate open;
-* ``"expected"``: each entry weighted by the probability that its gate is
-  non-zero (eq. 8), so that ``count_params`` is the expected L0 norm of the
-  gated parameters plus the others (a float);
-* ``"test"``: the entries whose median gate (eq. 9) is non-zero, i.e. the
-  test-time model before purging. Purging can remove more (the next layer's
-  inputs of a closed channel, App. D): count the purged model for that.
+* ``"expected"``: each entry weighted by the probability that its gate is non-zero (eq. 8), so that ``count_params`` is
+  the expected L0 norm of the gated parameters plus the others (a float);
+* ``"test"``: the entries whose median gate (eq. 9) is non-zero, i.e. the test-time model before purging. Purging can
+  remove more (the next layer's inputs of a closed channel, App. D): count the purged model for that.
 
-A batch norm that a gated convolution took in loses its closed channels with
-it, and a :class:`~paperlib.method.layers.ConvBN` likewise. The gates' own
-``log_alpha`` are not parameters of the model in these three modes.
+A batch norm that a gated convolution took in loses its closed channels with it, and a
+:class:`~paperlib.method.layers.ConvBN` likewise. The gates' own ``log_alpha`` are not parameters of the model in these
+three modes.
 """
 
 import math
@@ -70,9 +62,8 @@ def _entries(tensor: torch.Tensor | None, sparse_weights: bool, keep: torch.Tens
 def gate_keeps(model: nn.Module, gates: str) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor]]:
     """What each gated parameter counts for under ``gates``: ``(by parameter, by batch norm)``.
 
-    The first maps ``id(parameter)`` to a tensor of its shape (probabilities,
-    or booleans: the median gate is not zero), the second ``id(batch norm)`` to one value per channel. Empty for
-    ``"dense"``.
+    The first maps ``id(parameter)`` to a tensor of its shape (probabilities, or booleans: the median gate is not zero),
+    the second ``id(batch norm)`` to one value per channel. Empty for ``"dense"``.
     """
     if gates not in GATES:
         raise ValueError(f"gates must be one of {GATES}; got {gates!r}")
@@ -127,8 +118,8 @@ def _module_macs(module: nn.Module, inp: torch.Tensor, out: torch.Tensor, conven
 
 
 def _attention_macs(rows: int, keys: int, qk_dim: int, v_dim: int, heads: int, paper: bool) -> int:
-    """QK^T and AV: ``rows`` queries of ``qk_dim`` features (over all ``heads``), each against ``keys`` keys and
-    values of ``v_dim`` features; ``paper`` adds Q's scaling and the softmax (one per score, per head)."""
+    """QK^T and AV: ``rows`` queries of ``qk_dim`` features (over all ``heads``), each against ``keys`` keys and values
+    of ``v_dim`` features; ``paper`` adds Q's scaling and the softmax (one per score, per head)."""
     macs = rows * keys * (qk_dim + v_dim)
     return macs + rows * qk_dim + rows * keys * heads if paper else macs
 
@@ -211,10 +202,10 @@ def count_macs(model: nn.Module, input_shape: tuple[int, ...] | None = None, con
                sparse_weights: bool = False, gates: str = "dense") -> int | float:
     """Multiply-accumulates of one forward pass on a single example of ``input_shape``.
 
-    ``input_shape`` (without the batch dimension) defaults to ``model.input_shape``; a shape that
-    looks like a batch (the model's first layer, a linear one, reads (n, features) with n > 1 from the
-    input, and the model has no attention) or that its first layer cannot read is an error.
-    ``gates`` says how gated layers count (module docstring): a float for ``"expected"``.
+    ``input_shape`` (without the batch dimension) defaults to ``model.input_shape``; a shape that looks like a batch
+    (the model's first layer, a linear one, reads (n, features) with n > 1 from the input, and the model has no
+    attention) or that its first layer cannot read is an error. ``gates`` says how gated layers count (module
+    docstring): a float for ``"expected"``.
 
     >>> import torchvision
     >>> count_macs(torchvision.models.resnet18(), (3, 32, 32), "plain")
@@ -269,9 +260,8 @@ def count_macs(model: nn.Module, input_shape: tuple[int, ...] | None = None, con
 def count_params(model: nn.Module, sparse_weights: bool = False, gates: str | None = None) -> int | float:
     """Trainable parameters; with ``sparse_weights`` only non-zero conv/linear entries count.
 
-    ``gates=None`` counts every parameter tensor, gates included; ``"dense"``,
-    ``"expected"`` or ``"test"`` count a gated model's weights as the module
-    docstring says (a float for ``"expected"``).
+    ``gates=None`` counts every parameter tensor, gates included; ``"dense"``, ``"expected"`` or ``"test"`` count a
+    gated model's weights as the module docstring says (a float for ``"expected"``).
 
     >>> import torchvision
     >>> count_params(torchvision.models.resnet18(num_classes=10))

@@ -1,27 +1,23 @@
 """Every gate of a model in one pass per training step.
 
-A gated layer can sample its own gates (:mod:`paperlib.method.layers`), and the
-objective can ask each layer for its expected L0 (eq. 3) and expected L2
-(eq. 13) norms. Done that way, a training step draws noise once per layer,
-computes every gate's P(z != 0) twice, and dispatches a dozen small
-operations per layer and per quantity, forward and backward: on a GPU each
-is a kernel launch, and the step of a gated model dispatched 3.6-5.5 times
-the operations of the dense one.
+A gated layer can sample its own gates (:mod:`paperlib.method.layers`), and the objective can ask each layer for its
+expected L0 (eq. 3) and expected L2 (eq. 13) norms. Done that way, a training step draws noise once per layer, computes
+every gate's P(z != 0) twice, and dispatches a dozen small operations per layer and per quantity, forward and backward:
+on a GPU each is a kernel launch, and the step of a gated model dispatched 3.6-5.5 times the operations of the dense
+one.
 
 :class:`ModelGates` computes, once per step and for all layers together,
 everything the gates contribute:
 
-* one draw of uniform noise for every gate of the model (the same numbers,
-  in the same order, as the layers' own draws), the gates of eq. 7, and the
-  gated weights, biases and channel masks that the layers' forward uses;
-* P(z != 0) of every gate (eq. 8), once, for both the densities of eq. 3
-  (layer-wise and model-wise) and the expected L2 term of eq. 13;
+* one draw of uniform noise for every gate of the model (the same numbers, in the same order, as the layers' own draws),
+  the gates of eq. 7, and the gated weights, biases and channel masks that the layers' forward uses;
+* P(z != 0) of every gate (eq. 8), once, for both the densities of eq. 3 (layer-wise and model-wise) and the expected L2
+  term of eq. 13;
 * the objective's term in the densities (:mod:`paperlib.method.objective`).
 
-That work is one function of the model's tensors, :func:`gate_pass`, which
-``compile=True`` hands to ``torch.compile``: its operations then run as a few
-fused kernels, forward and backward. Eagerly it computes exactly what the
-layers compute on their own, so a run's numbers are the same bit for bit.
+That work is one function of the model's tensors, :func:`gate_pass`, which ``compile=True`` hands to ``torch.compile``:
+its operations then run as a few fused kernels, forward and backward. Eagerly it computes exactly what the layers
+compute on their own, so a run's numbers are the same bit for bit.
 """
 
 import contextlib
@@ -58,14 +54,11 @@ def gate_pass(layers: list[L0Layer], uniform: torch.Tensor, weight_decay: float,
               grouping: str, term: Callable, term_args: tuple, masked: list[int], cost: Callable | None = None) -> tuple:
     """Gates, gated parameters, densities and the objective's terms of ``layers`` from the noise ``uniform``.
 
-    ``uniform`` holds u ~ Unif(0, 1) for every gate, layer after layer, each
-    layer's ``weight_log_alpha`` before its ``bias_log_alpha``. The densities of
-    ``grouping`` enter the objective's ``term(densities, *term_args)``;
-    ``masked`` lists the layers whose channel masks a batch norm needs.
-    ``cost`` (:class:`~paperlib.method.budget.ExpectedCost`), when given, replaces the
-    model-wise density by the expected cost's share of the dense model's.
-    Returns the fields of :class:`GatePass` as a tuple (what ``torch.compile``
-    returns best).
+    ``uniform`` holds u ~ Unif(0, 1) for every gate, layer after layer, each layer's ``weight_log_alpha`` before its
+    ``bias_log_alpha``. The densities of ``grouping`` enter the objective's ``term(densities, *term_args)``; ``masked``
+    lists the layers whose channel masks a batch norm needs. ``cost`` (:class:`~paperlib.method.budget.ExpectedCost`),
+    when given, replaces the model-wise density by the expected cost's share of the dense model's. Returns the fields of
+    :class:`GatePass` as a tuple (what ``torch.compile`` returns best).
     """
     noise = iter(uniform.split([p.numel() for layer in layers for p in layer.gate_parameters()]))
     forward_params, active, l2, weight_probs = [], [], [], []
@@ -92,10 +85,9 @@ def gate_pass(layers: list[L0Layer], uniform: torch.Tensor, weight_decay: float,
 def compiles(compile_gates: str, device: torch.device) -> bool:
     """Whether the ``compile_gates`` setting (auto, always, never) compiles the pass on ``device``: auto means on CUDA.
 
-    On CUDA the pass's kernels then launch a few at a time; on the CPU the
-    eager pass keeps a run's numbers bit for bit those of the layers' own
-    computation, with no compiler needed (``python -m paperlib.harness.benchmark``
-    measures both).
+    On CUDA the pass's kernels then launch a few at a time; on the CPU the eager pass keeps a run's numbers bit for bit
+    those of the layers' own computation, with no compiler needed (``python -m paperlib.harness.benchmark`` measures
+    both).
     """
     return compile_gates == "always" or (compile_gates == "auto" and device.type == "cuda")
 
@@ -103,9 +95,8 @@ def compiles(compile_gates: str, device: torch.device) -> bool:
 class ModelGates:
     """The gated layers of ``model`` and the step's :func:`gate_pass` over them.
 
-    ``compile=True`` runs the pass through ``torch.compile`` (the first step
-    compiles it, some seconds; the numbers then agree with the eager pass to
-    float rounding).
+    ``compile=True`` runs the pass through ``torch.compile`` (the first step compiles it, some seconds; the numbers then
+    agree with the eager pass to float rounding).
     """
 
     def __init__(self, model: nn.Module, grouping: str, weight_decay: float, detach_gates: bool = True,
@@ -135,8 +126,8 @@ class ModelGates:
 
     @contextlib.contextmanager
     def installed(self, gate_pass: GatePass):
-        """Within the block, each layer's training forward uses the pass's gated parameters, and the batch
-        norms after gated convolutions update the statistics of open channels only."""
+        """Within the block, each layer's training forward uses the pass's gated parameters, and the batch norms after
+        gated convolutions update the statistics of open channels only."""
         for layer, params in zip(self.layers, gate_pass.forward_params):
             layer.pass_params = params
         try:

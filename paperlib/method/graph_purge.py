@@ -1,8 +1,7 @@
 """Purging any gated model through its traced graph (App. D): :func:`purge`.
 
-The purged model is a copy of the user's model, of the same class, whose
-layers are plain ``nn.Conv2d`` / ``nn.Linear`` / ``nn.BatchNorm2d`` modules
-with fewer channels. It is made in three steps:
+The purged model is a copy of the user's model, of the same class, whose layers are plain ``nn.Conv2d`` / ``nn.Linear``
+/ ``nn.BatchNorm2d`` modules with fewer channels. It is made in three steps:
 
 1. the *test-time model*: every gated layer becomes the plain layer it computes
    with its median gates (eq. 9). A gate's value is absorbed into the weights
@@ -22,11 +21,9 @@ with fewer channels. It is made in three steps:
    (the gates of :class:`~paperlib.method.sparsify.GatedLinear`), through a
    :class:`SelectFeatures` in front of it when the features themselves stay.
 
-A closed channel that stays (its group is pinned, e.g. by a residual sum, or
-another layer still reads it) is reported: the purged model's
-``purge_report`` maps each such gated layer to the closed channels it keeps,
-and a warning says so. A group never loses all its channels: one zero channel
-stays, so that every tensor keeps a channel.
+A closed channel that stays (its group is pinned, e.g. by a residual sum, or another layer still reads it) is reported:
+the purged model's ``purge_report`` maps each such gated layer to the closed channels it keeps, and a warning says so. A
+group never loses all its channels: one zero channel stays, so that every tensor keeps a channel.
 """
 
 import contextlib
@@ -102,8 +99,8 @@ def purge(model: nn.Module, example_input: torch.Tensor,
             kept[index] = torch.zeros(channels, dtype=torch.bool)
             for layer, inp in group.sinks:
                 kept[index] |= _read(graph.modules[layer.target], zero[inp]).view(channels, -1).any(1)
-    # a concatenation's channels are its inputs' (in segments): a channel stays where the concatenation's readers
-    # read it, the last concatenation first; then each concatenation is what its inputs keep
+    # a concatenation's channels are its inputs' (in segments): a channel stays where the concatenation's readers read
+    # it, the last concatenation first; then each concatenation is what its inputs keep
     for node, parts in reversed(graph.concats):
         whole = kept.get(groups[id(graph.group(node))])
         offsets = [0]
@@ -295,8 +292,8 @@ def _slice(plain: nn.Module, graph: ChannelGraph, keep: dict, zero: dict) -> Non
 def _report(closed: dict, graph: ChannelGraph, keep: dict) -> dict:
     """Gated convolution -> its closed channels that the purged model keeps.
 
-    A layer that ``example_input``'s forward pass does not reach (GoogLeNet's auxiliary classifiers in eval mode)
-    is not in the graph and keeps them all."""
+    A layer that ``example_input``'s forward pass does not reach (GoogLeNet's auxiliary classifiers in eval mode) is not
+    in the graph and keeps them all."""
     nodes = {n.target: n for n in graph.module.graph.nodes if n.op == "call_module"}
     report = {}
     for name, channels in closed.items():

@@ -4,23 +4,20 @@ For constraints g_g(phi) - eps_g <= 0 the Lagrangian is (eq. 4)
 
     L(theta, phi, lambda) = f_obj(theta, phi) + sum_g lambda_g (g_g(phi) - eps_g).
 
-Simultaneous gradient descent-ascent (eq. 5) takes a primal step on
-``L`` with the *current* multipliers and, from the same iterate, a dual step
+Simultaneous gradient descent-ascent (eq. 5) takes a primal step on ``L`` with the *current* multipliers and, from the
+same iterate, a dual step
 
     lambda <- max(0, lambda + eta_dual * (g(phi) - eps)).
 
-The gradient of ``L`` with respect to ``lambda`` is exactly the violation,
-so the dual step needs no autograd. With dual restarts (eq. 6) a multiplier
-whose constraint is satisfied (g <= eps) is reset to zero instead: the best
-response of the dual player (App. G.1).
+The gradient of ``L`` with respect to ``lambda`` is exactly the violation, so the dual step needs no autograd. With dual
+restarts (eq. 6) a multiplier whose constraint is satisfied (g <= eps) is reset to zero instead: the best response of
+the dual player (App. G.1).
 
-Beyond the paper, :class:`NuPIMultipliers` replaces gradient ascent by the
-nuPI controller of the authors' follow-up (Sohrabi et al., "On PI controllers
-for updating Lagrange multipliers in constrained optimization", ICML 2024),
-which adds to the integral (gradient-ascent) term a proportional one that
-reacts to the change of the violation, damping the multipliers' overshoot.
-The augmented Lagrangian keeps gradient ascent on the multipliers and changes
-the primal objective (:func:`paperlib.method.objective.augmented_lagrangian_term`).
+Beyond the paper, :class:`NuPIMultipliers` replaces gradient ascent by the nuPI controller of the authors' follow-up
+(Sohrabi et al., "On PI controllers for updating Lagrange multipliers in constrained optimization", ICML 2024), which
+adds to the integral (gradient-ascent) term a proportional one that reacts to the change of the violation, damping the
+multipliers' overshoot. The augmented Lagrangian keeps gradient ascent on the multipliers and changes the primal
+objective (:func:`paperlib.method.objective.augmented_lagrangian_term`).
 """
 
 import torch
@@ -29,8 +26,8 @@ from .vocabulary import DUAL_OPTIMIZERS
 
 
 def check_dual_optimizer(dual_optimizer: str, dual_restarts: bool) -> None:
-    """Raise unless ``dual_optimizer`` is one of :data:`~paperlib.harness.vocabulary.DUAL_OPTIMIZERS` and comes with dual
-    restarts only if it is the paper's gradient ascent."""
+    """Raise unless ``dual_optimizer`` is one of :data:`~paperlib.harness.vocabulary.DUAL_OPTIMIZERS` and comes with
+    dual restarts only if it is the paper's gradient ascent."""
     if dual_optimizer not in DUAL_OPTIMIZERS:
         raise ValueError(f"dual_optimizer must be one of {DUAL_OPTIMIZERS}; got {dual_optimizer!r}")
     if dual_restarts and dual_optimizer != "gradient_ascent":
@@ -41,8 +38,7 @@ def check_dual_optimizer(dual_optimizer: str, dual_restarts: bool) -> None:
 class LagrangeMultipliers:
     """Non-negative multipliers, one per constraint, initialised at zero (App. J.2).
 
-    ``step`` applies eq. 5 (projected gradient ascent) or, with
-    ``dual_restarts``, eq. 6.
+    ``step`` applies eq. 5 (projected gradient ascent) or, with ``dual_restarts``, eq. 6.
     """
 
     def __init__(self, num_constraints: int, lr: float, dual_restarts: bool = True,
@@ -83,15 +79,14 @@ class LagrangeMultipliers:
 class NuPIMultipliers(LagrangeMultipliers):
     """Multipliers updated by the nuPI controller (Sohrabi et al., 2024), projected onto lambda >= 0.
 
-    With the violation e_t = g(phi_t) - eps as the error signal and its
-    exponential average xi_t = nu xi_{t-1} + (1 - nu) e_t (xi_{-1} = 0):
+    With the violation e_t = g(phi_t) - eps as the error signal and its exponential average xi_t = nu xi_{t-1} + (1 -
+    nu) e_t (xi_{-1} = 0):
 
         lambda <- max(0, lambda + eta_dual * (e_t + kp * (xi_t - xi_{t-1})))
 
-    The integral gain is 1 (``lr`` is eta_dual K_I); ``kp = 0`` is gradient
-    ascent without restarts. The first step is eta_dual (1 + kp (1 - nu)) e_0.
-    This is Cooper 1.0's ``nuPI`` with ``init_type=ZEROS`` on a multiplier
-    projected after every step (tests/test_lagrangian.py checks it to 1e-6).
+    The integral gain is 1 (``lr`` is eta_dual K_I); ``kp = 0`` is gradient ascent without restarts. The first step is
+    eta_dual (1 + kp (1 - nu)) e_0. This is Cooper 1.0's ``nuPI`` with ``init_type=ZEROS`` on a multiplier projected
+    after every step (tests/test_lagrangian.py checks it to 1e-6).
     """
 
     def __init__(self, num_constraints: int, lr: float, kp: float, ema_nu: float = 0.0,

@@ -7,12 +7,10 @@ Two sparsity kinds are supported:
   per *output feature map*.
 * ``"unstructured"`` (App. L): one gate per weight entry and one per bias entry.
 
-Each layer knows how many parameters its gates can switch off
-(:attr:`num_sparsifiable_params`) and how many are active in expectation
-(:meth:`expected_active_params`), so that the L0-density of eq. 3 is their
-ratio. Counting follows the authors' code: a convolution's bias belongs to its
-output-channel group (it is switched off with the channel), while a structured
-linear layer's bias is never gated and is left out of both counts.
+Each layer knows how many parameters its gates can switch off (:attr:`num_sparsifiable_params`) and how many are active
+in expectation (:meth:`expected_active_params`), so that the L0-density of eq. 3 is their ratio. Counting follows the
+authors' code: a convolution's bias belongs to its output-channel group (it is switched off with the channel), while a
+structured linear layer's bias is never gated and is left out of both counts.
 
 A gated convolution that feeds a batch-norm layer is wrapped in
 :class:`ConvBN`, which zeroes the batch-norm output of inactive channels so that
@@ -39,12 +37,10 @@ def _check_sparsity(sparsity: str) -> None:
 def init_weights_(weight: torch.Tensor, bias: torch.Tensor | None, mode: str = "fan_in") -> None:
     """He-normal weights (standard deviation sqrt(2 / fan)) and biases drawn from N(0, 0.01^2).
 
-    Every layer uses fan-in, the initialisation both the authors' and Louizos
-    et al.'s code intended. The authors' gated linear layer asks for fan-out, a
-    mode inherited from Louizos et al.'s code, where the weight is stored
-    transposed as (in, out) so that it meant fan-in there. In PyTorch's (out, in)
-    layout it scales each linear layer's weights by sqrt(in / out), e.g. sqrt(10)
-    for the MLP's output layer (book/errata.md). ``mode="fan_out"`` reproduces it.
+    Every layer uses fan-in, the initialisation both the authors' and Louizos et al.'s code intended. The authors' gated
+    linear layer asks for fan-out, a mode inherited from Louizos et al.'s code, where the weight is stored transposed as
+    (in, out) so that it meant fan-in there. In PyTorch's (out, in) layout it scales each linear layer's weights by
+    sqrt(in / out), e.g. sqrt(10) for the MLP's output layer (book/errata.md). ``mode="fan_out"`` reproduces it.
     """
     if mode not in LINEAR_INITS:
         raise ValueError(f"initialisation mode must be one of {LINEAR_INITS}; got {mode!r}")
@@ -65,21 +61,20 @@ class L0Layer(nn.Module):
 
     sparsity: str
 
-    #: Whether a structured gate also switches off its group's bias entry (a convolution's output channel),
-    #: or the bias is never gated (a linear layer's input neuron).
+    #: Whether a structured gate also switches off its group's bias entry (a convolution's output channel), or the bias
+    #: is never gated (a linear layer's input neuron).
     bias_in_group: bool = False
 
-    #: The training forward's gated (weight, bias, channel mask), when :mod:`paperlib.method.gate_pass` computed
-    #: them for every layer at once; None: the layer samples its own gates.
+    #: The training forward's gated (weight, bias, channel mask), when :mod:`paperlib.method.gate_pass` computed them
+    #: for every layer at once; None: the layer samples its own gates.
     pass_params: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None] | None = None
 
     # ----- gate values -------------------------------------------------------
     def gate_tensors(self, median: bool, uniforms: tuple | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One gate per entry of ``weight_log_alpha`` and of ``bias_log_alpha`` (None when the bias has no gates).
 
-        ``median=True`` gives the deterministic test-time gates (eq. 9), else one
-        reparametrised sample per gate (eq. 7), from ``uniforms`` (noise shaped
-        like the two tensors) when given, else from a fresh draw.
+        ``median=True`` gives the deterministic test-time gates (eq. 9), else one reparametrised sample per gate (eq.
+        7), from ``uniforms`` (noise shaped like the two tensors) when given, else from a fresh draw.
         """
         uniforms = uniforms or (None, None)
         return tuple(None if log_alpha is None
@@ -103,9 +98,8 @@ class L0Layer(nn.Module):
     def _apply_gates(self, weight_z: torch.Tensor, bias_z: torch.Tensor | None):
         """The product with gates broadcast to the parameters' shapes, laid out in memory like the weight.
 
-        Where the two layouts describe the same tensor (LeNet5's first convolution
-        has one input channel, so NCHW and channels_last both fit it) the product
-        could come out NCHW, and that one layout would make the convolution and
+        Where the two layouts describe the same tensor (LeNet5's first convolution has one input channel, so NCHW and
+        channels_last both fit it) the product could come out NCHW, and that one layout would make the convolution and
         everything after it up to the next one run in the slower layout.
         """
         bias = self.bias if (self.bias is None or bias_z is None) else self.bias * bias_z
@@ -118,8 +112,7 @@ class L0Layer(nn.Module):
     def forward_params(self, weight_z: torch.Tensor, bias_z: torch.Tensor | None):
         """What the forward computes with, from the gates of :meth:`gate_tensors`: (weight, bias, channel mask).
 
-        The mask (which output channels have a non-zero gate) exists for
-        structured convolutions only, else it is None.
+        The mask (which output channels have a non-zero gate) exists for structured convolutions only, else it is None.
         """
         return *self._apply_gates(*self._broadcast_gates(weight_z, bias_z)), None
 
@@ -151,8 +144,8 @@ class L0Layer(nn.Module):
                      for log_alpha in (self.weight_log_alpha, self.bias_log_alpha))
 
     def expected_active_params(self, probs: tuple | None = None) -> torch.Tensor:
-        """E[||theta_g||_0] = sum_j P(z_j != 0) * (parameters gated by z_j) (eq. 8); its share of the layer's
-        parameters is the L0-density of eq. 3.
+        """E[||theta_g||_0] = sum_j P(z_j != 0) * (parameters gated by z_j) (eq. 8); its share of the layer's parameters
+        is the L0-density of eq. 3.
 
         ``probs`` are the layer's :meth:`gate_probabilities` when the caller has them.
         """
@@ -168,10 +161,9 @@ class L0Layer(nn.Module):
     def expected_l2(self, detach_gates: bool = True, probs: tuple | None = None) -> torch.Tensor:
         """E[||theta_hat||_2^2] = sum_j P(z_j != 0) * theta_tilde_j^2 (§2, eq. 13).
 
-        With ``detach_gates`` (the paper's fix, App. H.2) the probabilities are
-        constants, so weight decay cannot switch gates off. Ungated biases of
-        structured linear layers enter with probability one. ``probs`` are the
-        layer's :meth:`gate_probabilities` when the caller has them.
+        With ``detach_gates`` (the paper's fix, App. H.2) the probabilities are constants, so weight decay cannot switch
+        gates off. Ungated biases of structured linear layers enter with probability one. ``probs`` are the layer's
+        :meth:`gate_probabilities` when the caller has them.
         """
         prob_w, prob_b = probs or self.gate_probabilities()
         if detach_gates:
@@ -210,11 +202,9 @@ class L0Layer(nn.Module):
     def _compensate_init_shrinkage(self, rho_init: float) -> None:
         """Divide the initial weights by (1 - rho_init), as the authors' code does.
 
-        Gates start around 1 - rho_init in their code's reasoning, so this keeps
-        the effective initial weights of gated and dense models alike. The paper
-        is silent on this detail. Their code divides the biases of convolutions
-        only; this also divides the gated biases of unstructured linear layers
-        (book/errata.md).
+        Gates start around 1 - rho_init in their code's reasoning, so this keeps the effective initial weights of gated
+        and dense models alike. The paper is silent on this detail. Their code divides the biases of convolutions only;
+        this also divides the gated biases of unstructured linear layers (book/errata.md).
         """
         with torch.no_grad():
             self.weight.div_(1.0 - rho_init)
@@ -223,9 +213,9 @@ class L0Layer(nn.Module):
 
 
 class LinearGates(L0Layer):
-    """What every gated linear layer shares: ``F.linear`` with its gated weights, and a structured gate per
-    input feature, which scales that column of the weight (the paper's MLP, §5.2). :class:`L0Linear` owns
-    its weights; :class:`~paperlib.method.sparsify.GatedLinear` gates an existing ``nn.Linear``'s."""
+    """What every gated linear layer shares: ``F.linear`` with its gated weights, and a structured gate per input
+    feature, which scales that column of the weight (the paper's MLP, §5.2). :class:`L0Linear` owns its weights;
+    :class:`~paperlib.method.sparsify.GatedLinear` gates an existing ``nn.Linear``'s."""
 
     @property
     def group_size(self) -> int:
@@ -242,9 +232,9 @@ class LinearGates(L0Layer):
 class L0Linear(LinearGates):
     """Fully connected layer with hard-concrete gates.
 
-    Structured: one gate per input neuron, shared by the ``out_features`` weights
-    leaving that neuron; the bias is not gated. Unstructured: one gate per entry.
-    ``init="fan_out"`` initialises the weights as the authors' code does (:func:`init_weights_`).
+    Structured: one gate per input neuron, shared by the ``out_features`` weights leaving that neuron; the bias is not
+    gated. Unstructured: one gate per entry. ``init="fan_out"`` initialises the weights as the authors' code does
+    (:func:`init_weights_`).
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True,
@@ -313,9 +303,8 @@ class L0Conv2d(L0Layer):
     def forward_with_mask(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Convolve and also return which output channels have a non-zero gate.
 
-        The mask (1: non-zero gate, 0: closed) comes from the same gate sample as
-        the output (structured only; None for unstructured layers, whose
-        channels are never removed).
+        The mask (1: non-zero gate, 0: closed) comes from the same gate sample as the output (structured only; None for
+        unstructured layers, whose channels are never removed).
         """
         weight, bias, mask = self._forward_params()
         return self._convolve(x, weight, bias), mask
@@ -339,11 +328,10 @@ class L0Conv2d(L0Layer):
 class ConvBN(nn.Module):
     """A convolution followed by batch normalisation, gated or not.
 
-    When the convolution is a structured :class:`L0Conv2d`, the batch-norm
-    output of channels whose gate is zero is set to zero and their running
-    statistics are left untouched, as the authors' ``L0BatchNorm2d`` does.
-    Without this a switched-off channel would still emit the batch-norm shift
-    ``beta``, and removing it at purge time (App. D) would change the output.
+    When the convolution is a structured :class:`L0Conv2d`, the batch-norm output of channels whose gate is zero is set
+    to zero and their running statistics are left untouched, as the authors' ``L0BatchNorm2d`` does. Without this a
+    switched-off channel would still emit the batch-norm shift ``beta``, and removing it at purge time (App. D) would
+    change the output.
     """
 
     def __init__(self, conv: nn.Module, bn: nn.BatchNorm2d):
@@ -373,14 +361,11 @@ class ConvBN(nn.Module):
 def closed_channel_stats_kept(batch_norms: list[nn.BatchNorm2d], masks: list[torch.Tensor]):
     """Within the block, the batch norms update the running statistics of open channels only.
 
-    ``masks`` hold 1 for an open channel (non-zero gate) and 0 for a closed one,
-    one per batch norm. A closed channel's convolution output is zero; updating
-    its running statistics with those zeros would pull them towards zero,
-    which the authors' ``L0BatchNorm2d`` avoids. For every batch norm at once,
-    the closed channels' statistics are kept before the block and put back
-    after it (exactly: x * 1 + 0 and 0 + x). They are written through
-    ``.data``: ``batch_norm`` saves the running statistics for its backward
-    although in training it uses the batch's, and a write on the tensors
+    ``masks`` hold 1 for an open channel (non-zero gate) and 0 for a closed one, one per batch norm. A closed channel's
+    convolution output is zero; updating its running statistics with those zeros would pull them towards zero, which the
+    authors' ``L0BatchNorm2d`` avoids. For every batch norm at once, the closed channels' statistics are kept before the
+    block and put back after it (exactly: x * 1 + 0 and 0 + x). They are written through ``.data``: ``batch_norm`` saves
+    the running statistics for its backward although in training it uses the batch's, and a write on the tensors
     themselves would fail autograd's version check."""
     stats = [t.data for bn in batch_norms if bn.track_running_stats for t in (bn.running_mean, bn.running_var)]
     open_ = [m for bn, m in zip(batch_norms, masks) if bn.track_running_stats for _ in range(2)]
@@ -400,12 +385,10 @@ def closed_channel_stats_kept(batch_norms: list[nn.BatchNorm2d], masks: list[tor
 class LayerFactory:
     """Makes a model's layers: gated (:class:`L0Linear`, :class:`L0Conv2d`) or plain, with one sparsity and rho_init.
 
-    A model's builder hands one factory to every block, in the manner of
-    torchvision's ``norm_layer``, instead of threading ``gated, sparsity,
-    rho_init`` through every constructor. :attr:`dense` makes the layers that
-    are never gated (stems, shortcuts and classifiers, App. J.4-J.6). Plain
-    layers are initialised by fan-in (:func:`init_weights_`); ``linear_init``
-    applies to gated linear layers only, as in the authors' code, whose plain
+    A model's builder hands one factory to every block, in the manner of torchvision's ``norm_layer``, instead of
+    threading ``gated, sparsity, rho_init`` through every constructor. :attr:`dense` makes the layers that are never
+    gated (stems, shortcuts and classifiers, App. J.4-J.6). Plain layers are initialised by fan-in
+    (:func:`init_weights_`); ``linear_init`` applies to gated linear layers only, as in the authors' code, whose plain
     linear layers use fan-in.
     """
 

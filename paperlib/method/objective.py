@@ -1,23 +1,18 @@
 """Training objectives: constrained (§3, App. B) and penalized (§2, App. B, C).
 
-Both add to f_obj a term in the model's expected L0-densities d_g (eq. 3),
-one for the whole model (``grouping="model"``) or one per gated layer
-(``grouping="layer"``). An objective names the term's function
-(:attr:`term`, one of the functions below) and its tensors
-(:meth:`term_args`); the step's gate pass computes the densities and the term
-(:attr:`paperlib.method.gate_pass.GatePass.density_term`). This ``term(densities,
-*term_args())`` shape is what ``torch.compile`` takes best; a training step
-uses the objectives through :class:`paperlib.method.constrained.ConstrainedStep`.
+Both add to f_obj a term in the model's expected L0-densities d_g (eq. 3), one for the whole model
+(``grouping="model"``) or one per gated layer (``grouping="layer"``). An objective names the term's function
+(:attr:`term`, one of the functions below) and its tensors (:meth:`term_args`); the step's gate pass computes the
+densities and the term (:attr:`paperlib.method.gate_pass.GatePass.density_term`). This ``term(densities, *term_args())``
+shape is what ``torch.compile`` takes best; a training step uses the objectives through
+:class:`paperlib.method.constrained.ConstrainedStep`.
 
-* :class:`ConstrainedObjective`: the Lagrangian's term sum_g lambda_g (d_g - eps_g)
-  of eq. 4 (:func:`linear_term`); after the primal step it updates the
-  multipliers from the same iterate (simultaneous GDA, eq. 5, with optional
-  dual restarts, eq. 6, :class:`~paperlib.method.lagrangian.LagrangeMultipliers`).
-  Beyond the paper, ``dual_optimizer`` may instead be the nuPI controller
-  (:class:`~paperlib.method.lagrangian.NuPIMultipliers`) or the augmented Lagrangian
+* :class:`ConstrainedObjective`: the Lagrangian's term sum_g lambda_g (d_g - eps_g) of eq. 4 (:func:`linear_term`);
+  after the primal step it updates the multipliers from the same iterate (simultaneous GDA, eq. 5, with optional dual
+  restarts, eq. 6, :class:`~paperlib.method.lagrangian.LagrangeMultipliers`). Beyond the paper, ``dual_optimizer`` may
+  instead be the nuPI controller (:class:`~paperlib.method.lagrangian.NuPIMultipliers`) or the augmented Lagrangian
   (:func:`augmented_lagrangian_term`).
-* :class:`PenalizedObjective`: sum_g lambda_pen_g d_g, the linear term with
-  zero offsets.
+* :class:`PenalizedObjective`: sum_g lambda_pen_g d_g, the linear term with zero offsets.
 
 Weight decay on gated layers is the expected L2 norm of eq. 13 (computed by
 :mod:`paperlib.method.gate_pass`), with the gate probabilities detached by default
@@ -49,8 +44,7 @@ def num_groups(model: nn.Module, grouping: str) -> int:
 def _per_group(values: float | Sequence[float], groups: int, name: str) -> torch.Tensor:
     """Broadcast a scalar to every group, or check that a list has one value per group.
 
-    The values' ranges are checked where a run's parameters are resolved
-    (:func:`paperlib.harness.presets.validate`).
+    The values' ranges are checked where a run's parameters are resolved (:func:`paperlib.harness.presets.validate`).
     """
     if isinstance(values, (int, float)):
         values = [float(values)] * groups
@@ -70,12 +64,10 @@ def augmented_lagrangian_term(densities: torch.Tensor, multipliers: torch.Tensor
                               rho: float) -> torch.Tensor:
     """sum_g (max(0, lambda_g + rho v_g)^2 - lambda_g^2) / (2 rho), v_g = d_g - eps_g (Nocedal and Wright, 17.65).
 
-    Its gradient in d_g is max(0, lambda_g + rho v_g): the multiplier after a
-    step of projected gradient ascent with step rho, so a violated constraint
-    pushes harder than the Lagrangian's lambda_g, and a satisfied one with
-    lambda_g = 0 does not pull the density below its target. As rho -> 0 it
-    becomes :func:`linear_term`. Cooper 1.0's ``AugmentedLagrangian``
-    formulation for inequality constraints computes the same.
+    Its gradient in d_g is max(0, lambda_g + rho v_g): the multiplier after a step of projected gradient ascent with
+    step rho, so a violated constraint pushes harder than the Lagrangian's lambda_g, and a satisfied one with lambda_g =
+    0 does not pull the density below its target. As rho -> 0 it becomes :func:`linear_term`. Cooper 1.0's
+    ``AugmentedLagrangian`` formulation for inequality constraints computes the same.
     """
     return torch.sum((torch.relu(multipliers + rho * (densities - targets)) ** 2 - multipliers ** 2) / (2 * rho))
 
@@ -83,12 +75,11 @@ def augmented_lagrangian_term(densities: torch.Tensor, multipliers: torch.Tensor
 class ConstrainedObjective:
     """Lagrangian of min f_obj s.t. density_g <= eps_g (eq. 3, eq. 4).
 
-    ``target`` is the target density eps: a scalar, or for layer-wise grouping
-    a list with one entry per gated layer (e.g. [0.5, 0.3, 0.7, 0.1] for LeNet5).
-    ``dual_optimizer`` is the paper's ``"gradient_ascent"`` (with or without
-    dual restarts), ``"nupi"`` (proportional gain ``nupi_kp``, EMA coefficient
-    ``nupi_ema``) or ``"augmented_lagrangian"`` (penalty coefficient rho =
-    ``dual_lr``, the method of multipliers); the last two without restarts.
+    ``target`` is the target density eps: a scalar, or for layer-wise grouping a list with one entry per gated layer
+    (e.g. [0.5, 0.3, 0.7, 0.1] for LeNet5). ``dual_optimizer`` is the paper's ``"gradient_ascent"`` (with or without
+    dual restarts), ``"nupi"`` (proportional gain ``nupi_kp``, EMA coefficient ``nupi_ema``) or
+    ``"augmented_lagrangian"`` (penalty coefficient rho = ``dual_lr``, the method of multipliers); the last two without
+    restarts.
     """
 
     def __init__(self, model: nn.Module, target: float | Sequence[float], grouping: str = "model",
@@ -153,10 +144,8 @@ class PenalizedObjective:
 def lambda_from_louizos(lmbda: float, train_set_size: int, num_sparsifiable_params: int) -> float:
     """Convert Louizos et al.'s penalty lambda / N into this package's normalisation (App. C).
 
-    They penalise (lambda / N) * E[#active params]; we penalise
-    lambda_pen * E[#active params] / #params, so
-    lambda_pen = lambda * #params / N. For layer-wise grouping pass each layer's
-    own number of sparsifiable parameters.
+    They penalise (lambda / N) * E[#active params]; we penalise lambda_pen * E[#active params] / #params, so lambda_pen
+    = lambda * #params / N. For layer-wise grouping pass each layer's own number of sparsifiable parameters.
     """
     if lmbda < 0:
         raise ValueError(f"lambda must be >= 0; got {lmbda!r}")
@@ -166,10 +155,8 @@ def lambda_from_louizos(lmbda: float, train_set_size: int, num_sparsifiable_para
 def parameter_groups(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter], list[nn.Parameter]]:
     """Split parameters into (gated-layer weights, other weights, gate log_alphas).
 
-    Gates get their own optimiser or learning rate (App. H.1). Weights of gated
-    layers are decayed through the expected L2 term of eq. 13
-    (:mod:`paperlib.method.gate_pass`), the other weights by
-    the optimiser's own weight decay.
+    Gates get their own optimiser or learning rate (App. H.1). Weights of gated layers are decayed through the expected
+    L2 term of eq. 13 (:mod:`paperlib.method.gate_pass`), the other weights by the optimiser's own weight decay.
     """
     gate_ids, gated_weight_ids = set(), set()
     for layer in model.modules():

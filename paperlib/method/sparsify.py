@@ -5,35 +5,26 @@ model built with plain ``torch.nn`` layers (a torchvision ResNet, a
 MobileNetV2, a VGG, a ConvNeXt, the MLPs of a vision transformer), in place,
 keeping its weights:
 
-* ``sparsity="structured"`` (§2, "Parameter grouping"): one gate per *output
-  channel* of a convolution (:class:`GatedConv2d`, any ``nn.Conv2d``: groups,
-  depthwise, dilation, padding modes, bias or not) and one per *input feature*
-  of a linear layer (:class:`GatedLinear`), as the paper's MLP has;
+* ``sparsity="structured"`` (§2, "Parameter grouping"): one gate per *output channel* of a convolution
+  (:class:`GatedConv2d`, any ``nn.Conv2d``: groups, depthwise, dilation, padding modes, bias or not) and one per *input
+  feature* of a linear layer (:class:`GatedLinear`), as the paper's MLP has;
 * ``sparsity="unstructured"`` (App. L): one gate per weight and per bias entry.
 
-Which layers? The model is traced with ``torch.fx`` and its channels grouped
-(:mod:`paperlib.method.channels`). A convolution is gated by default when purging
-can remove its closed channels: its channels do not join a residual sum (the
-paper gates only the first convolution of a ResNet block, App. J.4-J.6), do
-not reach the model's output (a classifier's outputs stay), pass through no
-operation the graph does not show to act per channel (a grouped convolution that
-is not depthwise, as in ResNeXt and RegNet-X, where the default rule gates
-almost nothing), and, concatenated (GoogLeNet's branches), meet no batch norm or
-sum after the concatenation (DenseNet's dense layers). Where a channel runs
-through a depthwise convolution (MobileNet), the last convolution of the run is
-gated, so that a closed channel is silent where the next layer reads it; a run
-that some layer reads before its last convolution (ShuffleNet's two-branch
-blocks) is not gated.
-Every linear layer has its input features gated. ``include`` and ``exclude``
-(module names, or predicates ``f(name, module)``) add layers to that rule or
-take them out.
+Which layers? The model is traced with ``torch.fx`` and its channels grouped (:mod:`paperlib.method.channels`). A
+convolution is gated by default when purging can remove its closed channels: its channels do not join a residual sum
+(the paper gates only the first convolution of a ResNet block, App. J.4-J.6), do not reach the model's output (a
+classifier's outputs stay), pass through no operation the graph does not show to act per channel (a grouped convolution
+that is not depthwise, as in ResNeXt and RegNet-X, where the default rule gates almost nothing), and, concatenated
+(GoogLeNet's branches), meet no batch norm or sum after the concatenation (DenseNet's dense layers). Where a channel
+runs through a depthwise convolution (MobileNet), the last convolution of the run is gated, so that a closed channel is
+silent where the next layer reads it; a run that some layer reads before its last convolution (ShuffleNet's two-branch
+blocks) is not gated. Every linear layer has its input features gated. ``include`` and ``exclude`` (module names, or
+predicates ``f(name, module)``) add layers to that rule or take them out.
 
-A structured convolution followed by its batch norm takes the batch norm in
-(the batch norm's place in the model becomes an ``nn.Identity``) and gates its
-output: ``bn(conv(x)) * z``, so a closed channel outputs exactly zero and the
-batch norm's statistics are those of the ungated convolution. Without a batch
-norm, ``conv(x) * z`` equals a convolution with gated weights and bias, the
-gating of :class:`paperlib.method.layers.L0Conv2d`.
+A structured convolution followed by its batch norm takes the batch norm in (the batch norm's place in the model becomes
+an ``nn.Identity``) and gates its output: ``bn(conv(x)) * z``, so a closed channel outputs exactly zero and the batch
+norm's statistics are those of the ungated convolution. Without a batch norm, ``conv(x) * z`` equals a convolution with
+gated weights and bias, the gating of :class:`paperlib.method.layers.L0Conv2d`.
 
 The gated layers are :class:`paperlib.method.layers.L0Layer`\\ s: densities (eq. 3),
 expected L2 (eq. 13), the gate pass of :mod:`paperlib.method.gate_pass` and
@@ -57,9 +48,8 @@ from .layers import L0Layer, LinearGates, _check_sparsity
 class GatedConv2d(L0Layer):
     """An ``nn.Conv2d`` (and the batch norm after it, if any) with hard-concrete gates.
 
-    Structured: one gate per output channel, applied to the output of ``bn``
-    when there is one, else of ``conv``. Unstructured: one gate per weight and
-    per bias entry; ``bn`` is then None. ``bn_name`` is where the batch norm sat
+    Structured: one gate per output channel, applied to the output of ``bn`` when there is one, else of ``conv``.
+    Unstructured: one gate per weight and per bias entry; ``bn`` is then None. ``bn_name`` is where the batch norm sat
     in the model, so that :func:`paperlib.method.graph_purge.purge` can put it back.
 
     >>> layer = GatedConv2d(nn.Conv2d(3, 8, 3, groups=1, dilation=2), nn.BatchNorm2d(8))
