@@ -6,6 +6,8 @@ constrained (Lagrangian) training used by the notebooks in ``book/``.
 On any model: :func:`sparsify` gates its layers, :class:`ConstrainedStep` trains it under a
 density constraint (its docstring has a complete training loop), :func:`purge` returns the smaller
 dense model, and :func:`count_params` / :func:`count_macs` count the gated, test-time or purged model.
+``ConstrainedStep(measure="params" | "macs")`` bounds the purged model's expected parameters or MACs instead of the
+density, and :func:`report` says per layer what is gated, what is not and why, and what purging leaves.
 
 >>> import torch, torchvision, paperlib
 >>> model = paperlib.sparsify(torchvision.models.resnet18(num_classes=10))
