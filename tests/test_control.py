@@ -342,3 +342,8 @@ def test_the_glued_numbers_are_python_numbers_that_glue_can_format():
     model = with_steps(record("constrained", "model", 0.2), [(0.9,), (0.23,), (0.2,)], epochs=2)
     numbers = control.stability_numbers(control.stability_rows([model]))
     assert all(type(value) in (int, float, str) for value in numbers.values())
+
+
+def test_a_setting_with_one_target_per_layer_names_each():
+    assert control.setting({"method": "constrained", "target": [0.65, 1.0]}) == "targets 65/100%"
+    assert control.setting({"method": "constrained", "target": 0.2}) == "target 20%"

@@ -69,7 +69,10 @@ def run_link(run: dict) -> str:
 def setting(metrics: dict) -> str:
     """What a run was asked for, as the paper's tables print it: ``target 20%``, ``λ_pen 0.01``, ``dense``."""
     if metrics["method"] == "constrained":
-        return f"target {100 * metrics['target']:g}%"
+        target = metrics["target"]
+        if isinstance(target, list):  # one target per layer
+            return "targets " + "/".join(f"{100 * t:g}" for t in target) + "%"
+        return f"target {100 * target:g}%"
     if metrics["method"] == "penalized":
         return f"λ_pen {metrics['lmbda']:g}"
     return metrics["method"]
