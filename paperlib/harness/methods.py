@@ -233,6 +233,7 @@ class _Gated(Method):
         self.trainer = ConstrainedStep(self.model, self.optimizer, gates_optimizer=self.gates_optimizer,
                                        grouping=c.grouping, weight_decay=c.weight_decay, detach_gates=c.detach_gates,
                                        clamp_log_alpha=c.clamp_log_alpha, compile_gates=c.compile_gates,
+                                       stall_steps=None,  # the runner's logs show a stalled constraint; no host sync
                                        **self._constraint())
 
     @property
