@@ -1,3 +1,4 @@
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
@@ -27,6 +28,7 @@ def test_the_constrained_panel_plots_the_rules_gap_and_the_penalized_one_the_den
     assert np.allclose(sorted(map(tuple, plotted[left].tolist())), [(20, 0.5), (20, 3.0), (80, -27.0), (80, 0.1)])
     assert sorted(plotted[right][:, 1].tolist()) == [90.0, 92.0]
     assert right.get_xscale() == "log"
+    plt.close(fig)  # a figure left open is checked by the next page test of this process
 
 
 def test_settings_are_read_from_the_tables_labels():
