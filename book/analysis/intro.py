@@ -148,7 +148,8 @@ def central_claim_numbers(points: pd.DataFrame) -> dict[str, str]:
             numbers[f"{name}_{grouping}_binding"] = str(len(mine))
         over = rows[rows["outcome"] == rules.Outcome.VIOLATED.value]
         numbers[f"{name}_violated"] = str(len(over))
-        numbers[f"{name}_violated_paper_over"] = str(int((over["paper"] - over["setting"] > rules.FEASIBLE_POINTS).sum()))
+        paper_over = over["paper"] - over["setting"] > rules.FEASIBLE_POINTS
+        numbers[f"{name}_violated_paper_over"] = str(int(paper_over.sum()))
         numbers[f"{name}_lowest"] = f"{rows['gap'].min():+.1f}"
         numbers[f"{name}_highest"] = f"{rows['gap'].max():+.1f}"
     penalized = points[(points["kind"] == "lmbda") & points["ours"].notna()]

@@ -363,7 +363,8 @@ def claims(frame: pd.DataFrame | None = None) -> list[Assessment]:
 
 #: How the verdict table names the book's pages.
 PAGE_NAMES = {"results_mnist": "MNIST", "results_mnist_why": "MNIST, differences",
-              "results_dynamics": "dynamics", "results_cifar10": "CIFAR-10", "results_cifar10_misses": "CIFAR-10, protocols under test",
+              "results_dynamics": "dynamics", "results_cifar10": "CIFAR-10",
+              "results_cifar10_misses": "CIFAR-10, protocols under test",
               "results_unstructured": "unstructured", "results_beyond": "beyond"}
 
 
