@@ -7,7 +7,7 @@ protocol's gradient-ascent run of the same target (its *baseline*). A test's out
 Every run is one seed.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import pandas as pd
@@ -59,7 +59,7 @@ class CauseTest:
     query: dict
     runs: int
     judge: Callable[[dict, dict], str]
-    blocks: tuple = field(default=(0, 1, 2, 3, 4, 5))  # the blocks the rule reads (one-block test: stage1.0)
+    blocks: tuple = (0, 1, 2, 3, 4, 5)  # the blocks the rule reads (one-block test: stage1.0)
 
 
 def _one_block(tests: dict, baselines: dict) -> str:

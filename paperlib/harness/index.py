@@ -34,12 +34,7 @@ def variant(params: dict) -> str:
     """What a record changes from its protocol's configuration (:func:`~paperlib.harness.protocols.record_preset`),
     in the words of its run name (``dual_lr 0.0007``; empty for the protocol's own runs): the hyper-parameters of
     :data:`~paperlib.harness.presets.NAMED_IF_CHANGED`, the dual optimiser and the method's switches."""
-    try:
-        preset = presets.ExperimentConfig(**presets.preset_values(
-            protocols.record_preset(params), params["dataset"], params["model"], params.get("sparsity", "structured"),
-            params.get("grouping", "model"), params.get("target"))).to_dict()
-    except (ValueError, KeyError):
-        preset = {}
+    preset = protocols.preset_config(protocols.record_preset(params), params) or {}
     defaults = presets.ExperimentConfig().to_dict()
     unused = set(presets.UNUSED_BY_METHOD[params["method"]])
     changed = [f"{name} {presets.short_number(value) if isinstance(value, float) else value}"

@@ -44,14 +44,22 @@ def long_name(preset: str, dataset: str | None = None) -> str:
     return f"{name} ({DEFINITIONS[name]})"
 
 
-def _gives(preset: str, params: dict) -> bool:
-    """Whether ``preset`` gives the hyper-parameters a record was made with
-    (:data:`~paperlib.harness.presets.NAMED_IF_CHANGED`, those its method uses)."""
+def preset_config(preset: str, params: dict) -> dict | None:
+    """The configuration ``preset`` gives a record's dataset, model, sparsity, grouping and target, or None if
+    the preset has none for them."""
     try:
-        values = presets.ExperimentConfig(**presets.preset_values(
+        return presets.ExperimentConfig(**presets.preset_values(
             preset, params["dataset"], params["model"], params.get("sparsity", "structured"),
             params.get("grouping", "model"), params.get("target"))).to_dict()
     except (ValueError, KeyError):
+        return None
+
+
+def _gives(preset: str, params: dict) -> bool:
+    """Whether ``preset`` gives the hyper-parameters a record was made with
+    (:data:`~paperlib.harness.presets.NAMED_IF_CHANGED`, those its method uses)."""
+    values = preset_config(preset, params)
+    if values is None:
         return False
     defaults = presets.ExperimentConfig().to_dict()
     unused = set(presets.UNUSED_BY_METHOD[params["method"]])
