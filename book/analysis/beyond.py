@@ -307,9 +307,9 @@ def lenet5_first_convolution(variants: dict) -> dict[str, float]:
 
 
 def constrained_runs(grid_file: str, target: float, key: str = "model") -> dict[str, dict]:
-    """The complete constrained records of a grid at ``target``, by their ``key`` metric (model, grouping)."""
-    return {run["metrics"][key]: run for run in report.complete_records(grid_file)
-            if run["metrics"]["method"] == "constrained" and run["metrics"]["target"] == target}
+    """The complete constrained records of a grid at ``target``, by their ``key`` parameter (model, grouping)."""
+    return {run["params"][key]: run for run in report.complete_records(grid_file)
+            if run["params"]["method"] == "constrained" and run["params"]["target"] == target}
 
 
 def mlp_at_one_percent(record: dict) -> dict[str, float]:
@@ -335,7 +335,7 @@ def lenet5_at_one_percent(record: dict) -> dict[str, float]:
 
 def magnitude_pruning_runs(model: str) -> list[dict]:
     """The complete magnitude-pruning records of ``model`` at the paper's protocol, in grid order."""
-    return [run for run in report.complete_records(PRUNING_GRID) if run["metrics"]["model"] == model]
+    return [run for run in report.complete_records(PRUNING_GRID) if run["params"]["model"] == model]
 
 
 def mlp_pruning_against_paper(table: pd.DataFrame) -> dict[str, float]:
@@ -365,7 +365,7 @@ def mlp_one_percent_by_seed(runs: list[dict]) -> dict[str, float]:
     """The MLP magnitude-pruned to 1% (Table 20): how far apart its seeds end after 200 epochs of fine-tuning
     (``mlp1_seed_spread``, points) and how much the paper's own cell falls from 100 to 200 epochs
     (``mlp1_paper_drop``). ``runs``: the MLP's magnitude-pruning records."""
-    at_one = [run for run in runs if run["metrics"]["target"] == 0.01]
+    at_one = [run for run in runs if run["params"]["target"] == 0.01]
     if not at_one:
         raise ValueError(f"no magnitude-pruning record at 1% among the {len(runs)} given: "
                          f"python -m paperlib.harness.sweeps {PRUNING_GRID}")
@@ -380,7 +380,7 @@ def lenet5_finetuning(runs: list[dict]) -> dict[str, float]:
     1%, its best error after 200 epochs (``lenet5_1_ft_200``) and the paper's, the same before and after
     fine-tuning (``lenet5_1_paper``). Ours is :data:`NO_RECORD` where ``runs`` (LeNet5's magnitude-pruning
     records) has none at that density."""
-    by_target = {run["metrics"]["target"]: run for run in runs}
+    by_target = {run["params"]["target"]: run for run in runs}
     at_20, at_1 = by_target.get(0.2), by_target.get(0.01)
     return {"lenet5_ft_1": NO_RECORD if at_20 is None else best_finetuned_error(at_20, 1),
             "lenet5_ft_200": NO_RECORD if at_20 is None else best_finetuned_error(at_20, 200),
@@ -410,7 +410,7 @@ def dense_phases(runs: list[dict], baseline: dict | None) -> pd.DataFrame:
     it, the dense model's error at the end of that phase and the pruned model's before fine-tuning; and whether
     its own dense phase is the ``baseline`` record's training, epoch by epoch (None where it pruned another
     run's, or without a baseline)."""
-    targets = {run["metrics"].get("run_name"): run["metrics"]["target"] for run in runs}
+    targets = {run["params"].get("run_name"): run["params"]["target"] for run in runs}
     rows = []
     for run in runs:
         metrics, history = run["metrics"], run["history"]
@@ -421,7 +421,7 @@ def dense_phases(runs: list[dict], baseline: dict | None) -> pd.DataFrame:
             dense_epochs(history) == dense_epochs(baseline["history"])
         phase = "its own" if shared is None else \
             f"the {100 * targets[shared]:g}% run's" if shared in targets else shared
-        rows.append({"target": f"{100 * metrics['target']:g}%", "dense phase": phase,
+        rows.append({"target": f"{100 * run['params']['target']:g}%", "dense phase": phase,
                      "trained on": metrics["device_name"], "dense error (%)": float(end_of_dense["val_error"]),
                      "just pruned (%)": float(pruned["val_error"]), "dense phase = dense baseline record": same})
     return pd.DataFrame(rows, columns=["target", "dense phase", "trained on", "dense error (%)", "just pruned (%)",

@@ -127,7 +127,7 @@ TESTS = (
 
 
 def _target(run: dict) -> float:
-    target = run["metrics"]["target"]
+    target = run["params"]["target"]
     return target[0] if isinstance(target, list) else target
 
 

@@ -48,7 +48,7 @@ def gates_per_block(model: str) -> str:
 def free_density(model: str, gates_lr: float, free: list[dict]) -> float | None:
     """The model-wise free-gates density (%) of ``model`` at ``gates_lr``, mean over seeds; None without a run."""
     found = [run["metrics"]["l0_density"] for run in free
-             if run["metrics"]["model"] == model and run["metrics"]["grouping"] == "model"
+             if run["params"]["model"] == model and run["params"]["grouping"] == "model"
              and run["params"]["gates_lr"] == gates_lr]
     return 100 * sum(found) / len(found) if found else None
 
@@ -134,7 +134,7 @@ def gates_lr_candidates() -> pd.DataFrame:
     of its free-gates run, whether the density reaches :data:`FREE_DENSITY_NEEDED`, or that it is not in yet."""
     rows = {}
     for grid in CPU_FREE_GATES_GRIDS:
-        done = {run["metrics"]["run_name"]: run for run in report.complete_records(grid)}
+        done = {run["params"]["run_name"]: run for run in report.complete_records(grid)}
         for config, _ in report.grid_runs(grid):
             if config.grouping != "model":  # the layer-wise free run at the chosen rate is not a candidate
                 continue
@@ -173,8 +173,8 @@ def beside_pilot(protocol: Protocol, free: list[dict] | None = None) -> pd.DataF
 
 def constrained_runs(grids, seed: int | None = None) -> list[dict]:
     """The complete constrained records of ``grids`` (of ``seed`` only, if given), in the control table's order."""
-    runs = [run for grid in grids for run in report.complete_records(grid) if run["metrics"]["method"] == "constrained"
-            and (seed is None or run["metrics"]["seed"] == seed)]
+    runs = [run for grid in grids for run in report.complete_records(grid) if run["params"]["method"] == "constrained"
+            and (seed is None or run["params"]["seed"] == seed)]
     return sorted(runs, key=control.table_order)
 
 

@@ -185,7 +185,7 @@ def crossing_epoch(run: dict, layer: str = "fc2") -> int:
     density = by_epoch(run)[f"density[{layer}]"]
     below = density.index[density < 0.5]
     if below.empty:
-        raise ValueError(f"{layer}'s expected density never went below 50% in {run['metrics']['run_name']}")
+        raise ValueError(f"{layer}'s expected density never went below 50% in {run['params']['run_name']}")
     return below[0]
 
 
@@ -217,7 +217,7 @@ def first_epoch_above(run: dict, error: float = 10.0) -> int:
     errors = by_epoch(run).loc[2:, "val_error"]
     above = errors.index[errors > error]
     if above.empty:
-        raise ValueError(f"{run['metrics']['run_name']} never had an error above {error:g}% after epoch 1")
+        raise ValueError(f"{run['params']['run_name']} never had an error above {error:g}% after epoch 1")
     return above[0]
 
 
@@ -227,7 +227,7 @@ def first_restart(run: dict, index: int = FC2) -> int:
     lambdas = by_epoch(run)[f"lambda_{index}"]
     fell = lambdas.index[lambdas.diff() < 0]
     if fell.empty:
-        raise ValueError(f"the multiplier of constraint {index} never fell in {run['metrics']['run_name']}")
+        raise ValueError(f"the multiplier of constraint {index} never fell in {run['params']['run_name']}")
     return fell[0]
 
 
@@ -235,9 +235,9 @@ def first_epoch_at_target(run: dict, index: int = FC2) -> float:
     """The (fractional) epoch of the first logged step with constraint ``index``'s density at or below its
     target, from the per-step log."""
     steps = plots.steps_frame(run)
-    at_target = steps.loc[steps[f"constrained_density_{index}"] <= run["metrics"]["target"][index], "epoch"]
+    at_target = steps.loc[steps[f"constrained_density_{index}"] <= run["params"]["target"][index], "epoch"]
     if at_target.empty:
-        raise ValueError(f"constraint {index} never reached its target in {run['metrics']['run_name']}")
+        raise ValueError(f"constraint {index} never reached its target in {run['params']['run_name']}")
     return at_target.iloc[0]
 
 

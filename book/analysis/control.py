@@ -49,9 +49,9 @@ def protocol_of(run: dict) -> str:
     params = run.get("params") or {}
     if {"preset", "run_name"} <= set(params):
         return record_protocol(params)
-    preset = params.get("preset") or run["metrics"].get("preset")
+    preset = params.get("preset")
     try:
-        return protocol_name(preset, params.get("dataset") or run["metrics"].get("dataset") or "cifar10")
+        return protocol_name(preset, params.get("dataset") or "cifar10")
     except KeyError:
         return str(preset)
 
@@ -60,25 +60,26 @@ def run_link(run: dict) -> str:
     """A run's name, linked to its executed notebook where it has one, and where a run of one of the CPU
     protocols trained on a GPU, said beside it (its name, which ends ``-cpu`` or ``-cpu2``, names the protocol,
     not the device)."""
-    link = notebook_link(run["path"], run["metrics"]["run_name"]) or run["metrics"]["run_name"]
-    if run["metrics"].get("preset") in ("cpu", "cpu2") and ran_on(run["metrics"]) == "GPU":
+    link = notebook_link(run["path"], run["params"]["run_name"]) or run["params"]["run_name"]
+    if run["params"].get("preset") in ("cpu", "cpu2") and ran_on(run["metrics"]) == "GPU":
         link += f" ({protocol_of(run)}, ran on GPU)"
     return link
 
 
-def setting(metrics: dict) -> str:
-    """What a run was asked for, as the paper's tables print it: ``target 20%``, ``λ_pen 0.01``, ``dense``."""
-    if metrics["method"] == "constrained":
-        target = metrics["target"]
+def setting(params: dict) -> str:
+    """What a run was asked for (its ``params``), as the paper's tables print it: ``target 20%``, ``λ_pen 0.01``,
+    ``dense``."""
+    if params["method"] == "constrained":
+        target = params["target"]
         if isinstance(target, list):  # one target per layer
             return "targets " + "/".join(f"{100 * t:g}" for t in target) + "%"
         return f"target {100 * target:g}%"
-    if metrics["method"] == "penalized":
-        return f"λ_pen {metrics['lmbda']:g}"
-    return metrics["method"]
+    if params["method"] == "penalized":
+        return f"λ_pen {params['lmbda']:g}"
+    return params["method"]
 
 
-def condition(metrics: dict, seed: bool = False) -> str:
+def condition(params: dict, seed: bool = False) -> str:
     """A run named by its condition, as the page's rows name it (with its seed if ``seed``).
 
     >>> condition({"method": "constrained", "grouping": "layer", "target": 0.35, "seed": 1}, seed=True)
@@ -86,18 +87,18 @@ def condition(metrics: dict, seed: bool = False) -> str:
     >>> condition({"method": "penalized", "grouping": "model", "lmbda": 0.1, "seed": 0})
     'model-wise λ_pen 0.1'
     """
-    if metrics["method"] == "dense":
+    if params["method"] == "dense":
         text = "dense"
-    elif metrics["method"] == "constrained":
-        text = f"{metrics['grouping']}-wise {target_label(metrics['target'])}"
+    elif params["method"] == "constrained":
+        text = f"{params['grouping']}-wise {target_label(params['target'])}"
     else:
-        text = f"{metrics['grouping']}-wise λ_pen {metrics['lmbda']:g}"
-    return text + (f", seed {metrics['seed']}" if seed else "")
+        text = f"{params['grouping']}-wise λ_pen {params['lmbda']:g}"
+    return text + (f", seed {params['seed']}" if seed else "")
 
 
 def condition_link(run: dict, seed: bool = False) -> str:
     """:func:`condition`, linked to the run's executed notebook where it has one."""
-    text = condition(run["metrics"], seed)
+    text = condition(run["params"], seed)
     return notebook_link(run["path"], text) or text
 
 
@@ -121,16 +122,16 @@ def run_rows(runs: list[dict], dense: dict | None, free: list[dict] | None = Non
     final error minus the ``dense`` run's (None without one); ``ran on`` is :func:`ran_on`.
     """
     dense_error = dense["metrics"]["val_error_final"] if dense else None
-    if free is None and any(run["metrics"]["method"] == "constrained" for run in runs):
+    if free is None and any(run["params"]["method"] == "constrained" for run in runs):
         free = rules.free_gates_records()
     rows = []
     for run in runs:
-        m = run["metrics"]
-        gap = largest_gap(run) if m["method"] == "constrained" else None
+        p, m = run["params"], run["metrics"]
+        gap = largest_gap(run) if p["method"] == "constrained" else None
         rows.append({
-            "run": run_link(run), "condition": condition_link(run, seed=m["seed"] != 0),
-            "method": m["method"], "grouping": m["grouping"] if m["method"] != "dense" else None,
-            "setting": setting(m), "target": m["target"], "lmbda": m["lmbda"], "seed": m["seed"],
+            "run": run_link(run), "condition": condition_link(run, seed=p["seed"] != 0),
+            "method": p["method"], "grouping": p["grouping"] if p["method"] != "dense" else None,
+            "setting": setting(p), "target": p["target"], "lmbda": p["lmbda"], "seed": p["seed"],
             "L0-density (%)": 100 * m["l0_density"] if m["l0_density"] is not None else 100.0,
             "largest gap (points)": gap,
             "outcome": None if gap is None else rules.judge_record(run, free).outcome.value,
@@ -147,13 +148,13 @@ def layer_rows(runs: list[dict]) -> pd.DataFrame:
     """The final expected density of every gated layer of each layer-wise run (%), beside its setting."""
     rows = []
     for run in runs:
-        m = run["metrics"]
-        if m["grouping"] != "layer" or m["method"] == "dense":
+        p = run["params"]
+        if p["grouping"] != "layer" or p["method"] == "dense":
             continue
-        row = {"run": condition_link(run, seed=m["seed"] != 0), "setting": setting(m),
-               "seed": m["seed"]}
-        row.update({short_layer_name(layer): 100 * density for layer, density in m["l0_density_per_layer"].items()})
-        if m["method"] == "constrained":
+        row = {"run": condition_link(run, seed=p["seed"] != 0), "setting": setting(p), "seed": p["seed"]}
+        row.update({short_layer_name(layer): 100 * density
+                    for layer, density in run["metrics"]["l0_density_per_layer"].items()})
+        if p["method"] == "constrained":
             row["largest gap (points)"] = largest_gap(run)
         rows.append(row)
     return pd.DataFrame(rows)
@@ -294,15 +295,14 @@ def stability_rows(runs: list[dict]) -> pd.DataFrame:
     and that epoch (the oscillation before the run settles); and the largest over the second half."""
     rows = []
     for run in runs:
-        m = run["metrics"]
-        if (m["method"], m["seed"]) != ("constrained", 0):
+        if (run["params"]["method"], run["params"]["seed"]) != ("constrained", 0):
             continue
         late, settled = violations(run), settling_epoch(run)
         held = late.index[late <= rules.FEASIBLE_POINTS]
         between = late[(late.index > held[0]) & (late.index < (settled if settled is not None else math.inf))] \
             if len(held) else late.iloc[:0]
-        epochs = m["epochs_completed"]
-        rows.append({"run": condition_link(run), "setting": condition(m),
+        epochs = run["metrics"]["epochs_completed"]
+        rows.append({"run": condition_link(run), "setting": condition(run["params"]),
                      "first held (epoch)": float(held[0]) if len(held) else None, "settled from epoch": settled,
                      "share of training (%)": None if settled is None else 100 * settled / epochs,
                      "largest violation between (points)": between.max() if len(between) else None,
@@ -316,13 +316,13 @@ def plot_stability(runs: list[dict]) -> plt.Figure:
     """Figure 3 at our protocol: the model's density in seed 0's model-wise constrained runs (left) and the
     last gated block's in the layer-wise ones (right), against epochs, one colour per target in both panels;
     targets dashed."""
-    constrained = [run for run in runs if (run["metrics"]["method"], run["metrics"]["seed"]) == ("constrained", 0)]
-    colours = {target: f"C{i}" for i, target in enumerate(sorted({run["metrics"]["target"] for run in constrained}))}
+    constrained = [run for run in runs if (run["params"]["method"], run["params"]["seed"]) == ("constrained", 0)]
+    colours = {target: f"C{i}" for i, target in enumerate(sorted({run["params"]["target"] for run in constrained}))}
     fig, axes = plt.subplots(1, 2, figsize=(7, 2.9), sharey=True)
     for ax, grouping in zip(axes, ("model", "layer")):
-        chosen = [run for run in constrained if run["metrics"]["grouping"] == grouping]
+        chosen = [run for run in constrained if run["params"]["grouping"] == grouping]
         for run in chosen:
-            steps, last, target = step_log(run), len(constraint_names(run)) - 1, run["metrics"]["target"]
+            steps, last, target = step_log(run), len(constraint_names(run)) - 1, run["params"]["target"]
             ax.plot(steps["epoch"], 100 * steps[f"constrained_density_{last}"], color=colours[target], lw=1)
             ax.axhline(100 * target, color=colours[target], ls="--", lw=0.8)
         name = f"block {constraint_names(chosen[0])[-1]} (last gated)" if grouping == "layer" and chosen else (
@@ -451,7 +451,7 @@ def table_order(run: dict) -> tuple:
     """A run's place in the control table, as the paper orders Table 13: the dense run first (the reference
     of the costs), then layer-wise before model-wise, constrained by rising target before penalized by
     falling λ_pen, and seeds in order."""
-    m = run["metrics"]
+    m = run["params"]
     if m["method"] == "dense":
         return (0, 0, 0, 0, m["seed"])
     setting = m["target"] if m["method"] == "constrained" else -m["lmbda"]
@@ -469,13 +469,13 @@ def cpu_control_runs() -> list[dict]:
     """The complete records of :data:`CPU_CONTROL_GRIDS` (the CPU protocol), with the dense baseline of
     :data:`CONTROL_GRIDS` first (a dense model has no gates, so the two protocols' dense runs would be one), in the
     table's order (:func:`table_order`)."""
-    dense = [run for grid in CONTROL_GRIDS for run in complete_records(grid) if run["metrics"]["method"] == "dense"]
+    dense = [run for grid in CONTROL_GRIDS for run in complete_records(grid) if run["params"]["method"] == "dense"]
     return sorted([*dense, *(run for grid in CPU_CONTROL_GRIDS for run in complete_records(grid))], key=table_order)
 
 
 def dense_run(runs: list[dict]) -> dict | None:
     """The dense baseline among ``runs``, or None before its record exists."""
-    return next((run for run in runs if run["metrics"]["method"] == "dense"), None)
+    return next((run for run in runs if run["params"]["method"] == "dense"), None)
 
 
 def densest_run(runs: list[dict]) -> dict | None:
@@ -490,7 +490,7 @@ def plot_dense_curve(dense: dict) -> plt.Figure:
     history = pd.DataFrame(dense["history"]).apply(pd.to_numeric, errors="coerce")
     ax.plot(history["epoch"], history["val_error"], marker=".")
     ax.set(xlabel="epoch", ylabel="test error (%)", ylim=(0, None),
-           title=f"dense {dense['metrics']['model']}, {protocol_of(dense)}")
+           title=f"dense {dense['params']['model']}, {protocol_of(dense)}")
     ax.grid(alpha=0.3)
     return fig
 
@@ -499,14 +499,14 @@ def layer_runs_at(runs: list[dict], target: float = 0.2) -> list[dict]:
     """Seed 0's layer-wise constrained runs at ``target`` among ``runs`` and in :data:`DUAL_LR_GRID`, by
     dual learning rate: the dual-lr test of the hardest cell."""
     found = [run for run in [*runs, *complete_records(DUAL_LR_GRID)]
-             if (run["metrics"]["method"], run["metrics"]["grouping"], run["metrics"]["target"],
-                 run["metrics"]["seed"]) == ("constrained", "layer", target, 0)]
+             if (run["params"]["method"], run["params"]["grouping"], run["params"]["target"],
+                 run["params"]["seed"]) == ("constrained", "layer", target, 0)]
     return sorted(found, key=lambda run: run["params"]["dual_lr"])
 
 
 def preset_run(runs: list[dict]) -> dict | None:
     """The run among ``runs`` trained at its preset's dual learning rate (the control table's own)."""
-    return next((run for run in runs if run["metrics"]["experiment"] == "cifar10_control"), None)
+    return next((run for run in runs if run["params"]["experiment"] == "cifar10_control"), None)
 
 
 def plot_gates_lr_histograms(ablation: list[dict], lmbda: float = 0.001) -> list[plt.Figure]:
@@ -525,9 +525,9 @@ def detach_pairs(ablation: list[dict], runs: list[dict]) -> list[dict]:
     """Figure 8 at our protocol: the ablation runs without the stop-gradient of Eq. 13 and seed 0's
     model-wise constrained runs at their targets, with it."""
     undetached = [run for run in ablation if not run["params"]["detach_gates"]]
-    targets = {run["metrics"]["target"] for run in undetached}
-    detached = [run for run in runs if (run["metrics"]["method"], run["metrics"]["grouping"], run["metrics"]["seed"])
-                == ("constrained", "model", 0) and run["metrics"]["target"] in targets]
+    targets = {run["params"]["target"] for run in undetached}
+    detached = [run for run in runs if (run["params"]["method"], run["params"]["grouping"], run["params"]["seed"])
+                == ("constrained", "model", 0) and run["params"]["target"] in targets]
     return undetached + detached
 
 
@@ -557,8 +557,8 @@ def ablation_checks(ablation: list[dict], runs: list[dict]) -> list[tuple[str, b
                            kept[6.0] < kept[0.1] - rules.EFFECT_POINTS))
     pairs = detach_pairs(ablation, runs)
     for undetached in (run for run in pairs if not run["params"]["detach_gates"]):
-        target = undetached["metrics"]["target"]
-        twin = next((run for run in pairs if run["params"]["detach_gates"] and run["metrics"]["target"] == target),
+        target = undetached["params"]["target"]
+        twin = next((run for run in pairs if run["params"]["detach_gates"] and run["params"]["target"] == target),
                     None)
         if twin is not None:
             without, with_ = (100 * (r["metrics"]["l0_density"] - target) for r in (undetached, twin))
@@ -579,7 +579,7 @@ def step_log(record: dict) -> pd.DataFrame:
 def constraint_names(record: dict) -> list[str]:
     """The names of a constrained run's constraints, in the order of its multipliers: ``model``, or each
     gated block's short name (:func:`short_layer_name`)."""
-    if record["metrics"]["grouping"] == "model":
+    if record["params"]["grouping"] == "model":
         return ["model"]
     return [short_layer_name(layer) for layer in record["metrics"]["l0_density_per_layer"]]
 
@@ -590,7 +590,7 @@ def final_gaps(record: dict) -> list[float]:
 
 
 def run_label(run: dict) -> str:
-    return f"{run['metrics']['grouping']}-wise {setting(run['metrics'])}"
+    return f"{run['params']['grouping']}-wise {setting(run['params'])}"
 
 
 # --------------------------------------------------------------------------- #
@@ -684,13 +684,13 @@ def device_seeds(runs: list[dict]) -> pd.DataFrame:
     differs from a CPU run of the same protocol more than a seed does."""
     cells: dict[str, dict[str, str]] = {}
     devices: dict[str, set] = {}
-    for run in sorted(runs, key=lambda run: run["metrics"]["seed"]):
-        m = run["metrics"]
-        if m["method"] != "constrained":
+    for run in sorted(runs, key=lambda run: run["params"]["seed"]):
+        p, m = run["params"], run["metrics"]
+        if p["method"] != "constrained":
             continue
-        name = condition(m)
+        name = condition(p)
         devices.setdefault(name, set()).add(ran_on(m))
-        cells.setdefault(name, {})[f"seed {m['seed']}, {ran_on(m)}"] = (
+        cells.setdefault(name, {})[f"seed {p['seed']}, {ran_on(m)}"] = (
             f"{100 * m['l0_density']:.2f} / {m['val_error_final']:.2f}")
     both = {name: row for name, row in cells.items() if len(devices[name]) > 1}
     return pd.DataFrame.from_dict(both, orient="index").rename_axis("setting").reset_index()
@@ -700,7 +700,7 @@ def epoch_times(runs: list[dict]) -> pd.DataFrame:
     """Measured training time by protocol (:func:`paperlib.harness.protocols.record_protocol`, and model) and device
     (:func:`ran_on`): how many runs, the median and range of their minutes per epoch (:func:`epoch_minutes`,
     evaluation included) and the median minutes per run."""
-    frame = pd.DataFrame([{"protocol": f"{protocol_of(r)}, {r['metrics']['model']}",
+    frame = pd.DataFrame([{"protocol": f"{protocol_of(r)}, {r['params']['model']}",
                            "ran on": ran_on(r["metrics"]), "epochs": r["metrics"]["epochs_completed"]} for r in runs])
     if frame.empty:
         return pd.DataFrame(columns=["protocol", "ran on", "runs", "min/epoch", "range", "min/run"])

@@ -10,7 +10,7 @@ test-time model keeps, end at 0 or 1 for most gates (Figure 9).
 Each figure is drawn from one grid, the most faithful protocol that has records
 (:func:`~analysis.report.grid_to_show`).
 
->>> restarts_label({"metrics": {"target": 0.3}, "params": {"dual_restarts": False}})
+>>> restarts_label({"params": {"target": 0.3, "dual_restarts": False}})
 'target 30%, no restarts'
 """
 
@@ -29,7 +29,7 @@ HISTOGRAM_GRIDS = list(studies.grids("fig:mnist_gate_histograms"))
 
 def restarts_label(run: dict) -> str:
     """How the dual-restarts figure names a run: its target, with or without restarts."""
-    return f"target {run['metrics']['target']:.0%}, " + ("restarts" if run["params"]["dual_restarts"] else "no restarts")
+    return f"target {run['params']['target']:.0%}, " + ("restarts" if run["params"]["dual_restarts"] else "no restarts")
 
 
 def _densities(run: dict) -> pd.Series:
@@ -42,14 +42,14 @@ def restarts_rows(runs: list[dict]) -> pd.DataFrame:
     highest and lowest density after it first reaches its target (the last density if it never does; %), and
     its final error (%).
 
-    >>> run = {"metrics": {"target": 0.3, "val_error_final": 1.0}, "params": {"dual_restarts": True},
+    >>> run = {"metrics": {"val_error_final": 1.0}, "params": {"target": 0.3, "dual_restarts": True},
     ...        "steps": [{"l0_density": d} for d in (0.9, 0.25, 0.5, 0.75)]}
     >>> restarts_rows([run]).iloc[0, 2:5].tolist()
     [75.0, 75.0, 25.0]
     """
     rows = []
-    for run in sorted(runs, key=lambda run: (run["metrics"]["target"], not run["params"]["dual_restarts"])):
-        density, target = _densities(run), 100 * run["metrics"]["target"]
+    for run in sorted(runs, key=lambda run: (run["params"]["target"], not run["params"]["dual_restarts"])):
+        density, target = _densities(run), 100 * run["params"]["target"]
         feasible = density[density <= target]
         after = density.loc[feasible.index[0]:] if len(feasible) else density.iloc[-1:]
         rows.append({"target (%)": target, "restarts": "✓" if run["params"]["dual_restarts"] else "✗",
@@ -61,11 +61,11 @@ def restarts_rows(runs: list[dict]) -> pd.DataFrame:
 def plot_restarts(runs: list[dict]) -> plt.Figure:
     """Figure 2 and Figure 6: the model's L0-density (left) and multiplier (right) against epochs, one colour
     per target (dotted), solid with restarts and dashed without."""
-    targets = sorted({run["metrics"]["target"] for run in runs})
+    targets = sorted({run["params"]["target"] for run in runs})
     fig, axes = plt.subplots(1, 2, figsize=(7, 3.2))
     for run in runs:
         steps = pd.DataFrame(run["steps"]).apply(pd.to_numeric, errors="coerce")
-        colour = f"C{targets.index(run['metrics']['target'])}"
+        colour = f"C{targets.index(run['params']['target'])}"
         style = "-" if run["params"]["dual_restarts"] else "--"
         axes[0].plot(steps["epoch"], 100 * steps["l0_density"], color=colour, ls=style, lw=1.2)
         axes[1].plot(steps["epoch"], steps["lambda_0"], color=colour, ls=style, lw=1)
@@ -89,5 +89,5 @@ def fractional_rows(runs: list[dict]) -> pd.DataFrame:
     rows = []
     for run in runs:
         layer, fractional = report.fractional_medians(run)
-        rows.append({"model": run["metrics"]["model"], "layer": layer, "fractional medians (%)": 100 * fractional})
+        rows.append({"model": run["params"]["model"], "layer": layer, "fractional medians (%)": 100 * fractional})
     return pd.DataFrame(rows, columns=["model", "layer", "fractional medians (%)"])

@@ -65,7 +65,7 @@ def gate_rows(run: dict) -> pd.DataFrame:
     not 0 (:data:`records` keep them for the saved epochs). A gap under one gate is as close
     as such a layer can come to its target.
     """
-    counts = gate_counts(run["metrics"]["model"])
+    counts = gate_counts(run["params"]["model"])
     medians = run["gate_medians"][max(run["gate_medians"], key=int)]
     layers = list(run["metrics"]["l0_density_per_layer"])
     rows = []
@@ -82,7 +82,7 @@ def gate_changes(run: dict, after_epoch: int = 1) -> pd.DataFrame:
     """Every epoch after ``after_epoch`` at whose end a layer of a layer-wise constrained run has a different
     whole number of expected open gates than at the end of the epoch before, with the layer's multiplier
     at both ends: which gates the multiplier closed, and which opened with it at zero (a dual restart)."""
-    counts = gate_counts(run["metrics"]["model"])
+    counts = gate_counts(run["params"]["model"])
     layers = list(run["metrics"]["l0_density_per_layer"])
     history = [row for row in run["history"] if row["phase"] == "train" and int(row["epoch"]) >= after_epoch]
     rows = []
@@ -99,7 +99,7 @@ def gate_changes(run: dict, after_epoch: int = 1) -> pd.DataFrame:
 def plot_gate_steps(run: dict) -> plt.Figure:
     """Each gated layer's expected number of open gates (density times gates) against epochs, its target
     dashed, and its multiplier on the right axis: the layer's density moves a whole gate at a time."""
-    counts = gate_counts(run["metrics"]["model"])
+    counts = gate_counts(run["params"]["model"])
     layers = list(run["metrics"]["l0_density_per_layer"])
     frame = pd.DataFrame(run["history"]).apply(pd.to_numeric, errors="coerce")
     targets = [target for _, target in constrained_densities(run, run["history"][-1])]
@@ -192,7 +192,7 @@ def inactive_misses(runs: list[dict]) -> list[dict]:
     :data:`~paperlib.harness.rules.ON_TARGET_POINTS` under its target is :func:`unpushed_under`."""
     misses = []
     for run in runs:
-        if run["metrics"]["method"] != "constrained":
+        if run["params"]["method"] != "constrained":
             continue
         gaps = final_gaps(run)
         under = [i for i, gap in enumerate(gaps) if gap < -rules.ON_TARGET_POINTS]
@@ -213,10 +213,10 @@ def last_push(record: dict, index: int = 0) -> tuple[pd.Series, pd.Series]:
 def _one_gate_points(record: dict, index: int) -> float | None:
     """How many points of its constraint one gate is: 100 / the layer's gates for a layer-wise constraint;
     None for a model-wise one, whose density weighs each gate by the parameters it holds."""
-    if record["metrics"]["grouping"] == "model":
+    if record["params"]["grouping"] == "model":
         return None
     layer = list(record["metrics"]["l0_density_per_layer"])[index]
-    return 100 / gate_counts(record["metrics"]["model"])[layer]
+    return 100 / gate_counts(record["params"]["model"])[layer]
 
 
 def gates_lr(run: dict) -> float:
@@ -228,7 +228,7 @@ def gates_lr(run: dict) -> float:
 def free_twin(run: dict, free_records: list[dict]) -> dict | None:
     """The seed-0 run among ``free_records`` of ``run``'s model, grouping and protocol whose constraints never bind
     (:func:`paperlib.harness.rules.same_protocol`), or None."""
-    return next((free for free in rules.free_twins(run, free_records) if free["metrics"]["seed"] == 0), None)
+    return next((free for free in rules.free_twins(run, free_records) if free["params"]["seed"] == 0), None)
 
 
 def drift_rows(runs: list[dict], free_records: list[dict] = ()) -> pd.DataFrame:
@@ -300,9 +300,9 @@ def under_cause_rows(runs: list[dict], tests: list[dict], target: float = 0.8) -
     constraints at 0.1 (``tests``, :data:`UNDER_CAUSE_GRID`): :func:`run_rows` with the gates' learning rate,
     how far the lowest constraint ends under its target (0 if none is under), and the largest final multiplier;
     costs against the dense run among ``runs``."""
-    at_target = [run for run in runs if (run["metrics"]["method"], run["metrics"]["target"], run["metrics"]["seed"])
+    at_target = [run for run in runs if (run["params"]["method"], run["params"]["target"], run["params"]["seed"])
                  == ("constrained", target, 0)]
-    compared = sorted(at_target, key=lambda run: run["metrics"]["grouping"]) + tests
+    compared = sorted(at_target, key=lambda run: run["params"]["grouping"]) + tests
     rows = run_rows(compared, dense_run(runs))
     rows.insert(4, "gates' lr", [gates_lr(run) for run in compared])
     rows.insert(rows.columns.get_loc("over target (points)"), "under target (points)",
@@ -382,9 +382,9 @@ def free_runs() -> pd.DataFrame:
     parameters the test-time model keeps and the final error; a rate without a record has no row."""
     fast = next(iter(complete_records(FREE_GATES_GRID)), None)
     slow = next((run for run in complete_records(ABLATION_GRID) if run["params"]["method"] == "constrained"
-                 and run["metrics"]["target"] == 1 and run["params"]["gates_lr"] == 0.1), None)
-    rows = [{"gates' lr": lr, "run": notebook_link(run["path"], f"{run['metrics']['grouping']}-wise 100%")
-             or f"{run['metrics']['grouping']}-wise 100%", "start (%)": 100 * _start_density(run),
+                 and run["params"]["target"] == 1 and run["params"]["gates_lr"] == 0.1), None)
+    rows = [{"gates' lr": lr, "run": notebook_link(run["path"], f"{run['params']['grouping']}-wise 100%")
+             or f"{run['params']['grouping']}-wise 100%", "start (%)": 100 * _start_density(run),
              "final (%)": 100 * run["metrics"]["l0_density"], "params kept (%)": run["metrics"]["params_pct"],
              "error (%)": run["metrics"]["val_error_final"]}
             for lr, run in ((6.0, fast), (0.1, slow)) if run is not None]

@@ -107,7 +107,7 @@ def records_of(grids: str | list[str], **params) -> list[dict]:
     """Our complete records of a grid file or of several (in grid order, each record once: grids may share a run)
     whose parameters have these values."""
     grids = [grids] if isinstance(grids, str) else grids
-    runs = {(str(run["path"]), run["metrics"]["run_name"]): run
+    runs = {(str(run["path"]), run["params"]["run_name"]): run
             for grid in grids for run in report.complete_records(grid)}
     return select(list(runs.values()), **params)
 
@@ -167,7 +167,7 @@ def authors_best_errors(runs: list[dict]) -> pd.DataFrame:
     :func:`paper_rows.authors_best_error`), one row per constrained row with records, beside the paper's."""
     by_row = {}
     for run in runs:
-        by_row.setdefault((run["metrics"]["model"], run["metrics"]["grouping"]), []).append(run)
+        by_row.setdefault((run["params"]["model"], run["params"]["grouping"]), []).append(run)
     rows = []
     for (model, grouping), cell_runs in by_row.items():
         paper = paper_cell("tab:mnist", model=PAPER_MODEL_NAMES[model], method="constrained", grouping=grouping,
@@ -414,7 +414,7 @@ def lowest_worst_layers(runs: list[dict]) -> pd.DataFrame:
 
     Example: a row ``seed 0, 31.23, 151`` for a run whose worst layer came down to 31.23% at epoch 151.
     """
-    rows = [{"seed": run["metrics"]["seed"], "lowest densest layer (%)": lowest, "epoch": epoch}
+    rows = [{"seed": run["params"]["seed"], "lowest densest layer (%)": lowest, "epoch": epoch}
             for run in runs for lowest, epoch in [lowest_worst_layer(run)]]
     return pd.DataFrame(rows, columns=["seed", "lowest densest layer (%)", "epoch"])
 
@@ -440,7 +440,7 @@ def dual_lr_table(runs: list[dict]) -> pd.DataFrame:
     for run in runs:
         m, gaps = run["metrics"], gap_history(run)
         settled = settled_epoch(gaps)
-        rows.append({"grouping": m["grouping"], "dual lr": f"{run['params']['dual_lr']:g}",
+        rows.append({"grouping": run["params"]["grouping"], "dual lr": f"{run['params']['dual_lr']:g}",
                      "final largest gap (points)": gaps[-1],
                      "within 1 point from epoch": None if settled is None else str(settled),
                      "val. error best (%)": paper_rows.best_feasible_error(run), "val. error final (%)": m["val_error_final"],
@@ -456,8 +456,8 @@ def plot_gap_histories(runs: list[dict]) -> plt.Figure:
     for run in runs:
         gaps, lr = gap_history(run), run["params"]["dual_lr"]
         ax.plot(range(1, len(gaps) + 1), gaps, lw=1.2, ls=styles.get(lr, ":"),
-                color="C0" if run["metrics"]["grouping"] == "model" else "C3",
-                label=f"{run['metrics']['grouping']}-wise, dual lr {lr:g}")
+                color="C0" if run["params"]["grouping"] == "model" else "C3",
+                label=f"{run['params']['grouping']}-wise, dual lr {lr:g}")
     ax.axhspan(-rules.ON_TARGET_POINTS, rules.ON_TARGET_POINTS, color="0.88", zorder=0)
     ax.set(xlabel="epoch", ylabel="largest gap to a target (points)", ylim=(-5, 15),
            title="MLP, Table 1's rows, seed 0")
@@ -1062,7 +1062,7 @@ def clamped_error_table(clamped: dict, unclamped: list[dict]) -> pd.DataFrame:
     chance = intervals.difference_interval(float(paper.ci), paper_runs("tab:mnist"), [0.0])
     rows = [{"run": "paper", "val. error final (%)": f"{paper.value} ± {paper.ci}",
              "params (%)": paper_row("", "lenet5", "model", 0.1, "tab:mnist")["params (%)"]}]
-    for label, run in [*((f"ours, seed {r['metrics']['seed']}", r) for r in unclamped), ("ours, clamped, seed 0", clamped)]:
+    for label, run in [*((f"ours, seed {r['params']['seed']}", r) for r in unclamped), ("ours, clamped, seed 0", clamped)]:
         error = run["metrics"]["val_error_final"]
         rows.append({"run": label, "val. error final (%)": f"{error:.2f}", "params (%)": run["metrics"]["params_pct"],
                      "Δ (points)": error - paper.value_num, "95% chance interval (±)": chance})

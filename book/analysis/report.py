@@ -254,7 +254,7 @@ def layer_densities(record: dict) -> pd.DataFrame:
     """
     metrics, medians = record["metrics"], record["gate_medians"]
     last = medians[max(medians, key=int)]
-    targets = metrics["target"]
+    targets = record["params"]["target"]
     rows = []
     for i, (layer, expected) in enumerate(metrics["l0_density_per_layer"].items()):
         values = last[layer]
@@ -275,7 +275,7 @@ def layer_densities_by_run(runs: list[dict]) -> pd.DataFrame:
     rows = []
     for run in runs:
         table = layer_densities(run)
-        name = run_condition(run["params"]) if run.get("params") else run["metrics"]["run_name"]
+        name = run_condition(run["params"])
         row = {"run": notebook_link(run["path"], name) or name}
         for _, layer in table.iterrows():
             header = f"{layer['layer']} ({layer['target (%)']:g}%)"
@@ -291,9 +291,9 @@ def plot_density_traces(runs: list[dict], label_key: str = "run_name") -> plt.Fi
         steps = pd.DataFrame(run["steps"] or []).apply(pd.to_numeric, errors="coerce")
         if steps.empty:
             continue
-        label = str(run["metrics"].get(label_key, run["metrics"]["run_name"]))
+        label = str(run["metrics"].get(label_key, run["params"]["run_name"]))
         axes[0].plot(steps["epoch"], 100 * steps["l0_density"], color=f"C{i}", label=label)
-        target = run["metrics"]["target"]
+        target = run["params"]["target"]
         if isinstance(target, (int, float)):
             axes[0].axhline(100 * target, color=f"C{i}", ls="--", lw=0.8)
         if "lambda_0" in steps:
