@@ -24,7 +24,7 @@ import pandas as pd
 from paperlib.harness import records, studies
 from paperlib.harness.paper_rows import best_feasible_error, best_finetuned_error
 from paperlib.method import counting
-from paperlib.paper.models import build_model
+from paperlib.paper.models import build_model, display_name
 from paperlib.paper.paper_numbers import ref
 from paperlib.paper.paper_results import paper_cell, paper_results
 
@@ -435,20 +435,19 @@ def dense_phases(runs: list[dict], baseline: dict | None) -> pd.DataFrame:
 #: Table 4's models as we build and count them: (our name, classes of its head, input shape). Each has the head
 #: of the dataset it trains on here: WideResNet-28-10 has CIFAR-10's 10 classes, where the paper's 36.5M
 #: include CIFAR-100's 100 (book/errata.md).
-MODEL_STATS = {"MLP": ("mlp", 10, (1, 28, 28)), "LeNet5": ("lenet5", 10, (1, 28, 28)),
-               "WideResNet-28-10": ("wrn-28-10", 10, (3, 32, 32)), "ResNet18": ("resnet18", 200, (3, 64, 64)),
-               "ResNet50": ("resnet50", 1000, (3, 224, 224))}
+MODEL_STATS = (("mlp", 10, (1, 28, 28)), ("lenet5", 10, (1, 28, 28)), ("wrn-28-10", 10, (3, 32, 32)),
+               ("resnet18", 200, (3, 64, 64)), ("resnet50", 1000, (3, 224, 224)))
 
 
-def model_statistics(models: dict[str, tuple[str, int, tuple[int, ...]]] = MODEL_STATS) -> pd.DataFrame:
-    """Table 4 beside our counts: each dense model's parameters and MACs as the paper prints them and as
-    :mod:`paperlib.method.counting` counts them (the paper's convention), with its input and the classes of its
-    head (``classes``)."""
+def model_statistics(models: tuple[tuple[str, int, tuple[int, ...]], ...] = MODEL_STATS) -> pd.DataFrame:
+    """Table 4 beside our counts: each dense model (by :func:`~paperlib.paper.models.display_name`) with its
+    parameters and MACs as the paper prints them and as :mod:`paperlib.method.counting` counts them (the paper's
+    convention), its input and the classes of its head (``classes``)."""
     printed = paper_results()
     printed = printed[printed["table"] == "tab:model_stats"].set_index(["model", "metric"])["value"]
     rows = []
-    for name, (model, classes, shape) in models.items():
-        dense = build_model(model, classes, gated=False)
+    for model, classes, shape in models:
+        dense, name = build_model(model, classes, gated=False), display_name(model)
         rows.append({"model": name, "params paper": printed.get((name, "params_count")),
                      "params ours": f"{counting.count_params(dense):,}",
                      "MACs paper": printed.get((name, "macs_count")),

@@ -177,6 +177,3 @@ def constrained_runs(grids, seed: int | None = None) -> list[dict]:
             and (seed is None or run["params"]["seed"] == seed)]
     return sorted(runs, key=control.table_order)
 
-
-#: The name this table had when the pilot protocol was the book's CPU protocol.
-beside_stand_in = beside_pilot

@@ -34,7 +34,6 @@ A magnitude-pruning row of App. L is the best error of the fine-tuning so far
 import statistics
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from paperlib.harness import protocols, records, rules
@@ -421,20 +420,6 @@ def compact(table: pd.DataFrame) -> pd.DataFrame:
                *(c for c in ("protocol", "device", "runs") if c in table)]
     result = compacted[ordered]
     result.attrs = dict(table.attrs)
-    return result
-
-
-def marks(table: pd.DataFrame) -> pd.DataFrame:
-    """``table`` with its yes/no cells as ✓ and ✗ (cells that are Python or NumPy booleans; None stays empty).
-
-    >>> marks(pd.DataFrame({"on target": [True, False], "cells": [1, 0]}))["on target"].tolist()
-    ['✓', '✗']
-    """
-    result = table.copy()
-    for column in result:
-        if result[column].map(lambda value: isinstance(value, (bool, np.bool_))).any():
-            result[column] = result[column].map(
-                lambda value: ("✓" if value else "✗") if isinstance(value, (bool, np.bool_)) else value)
     return result
 
 

@@ -47,7 +47,7 @@ def protocol_of(run: dict) -> str:
     """The protocol a record's own parameters define (:func:`paperlib.harness.protocols.record_protocol`); for a
     record without them, its preset's protocol on its dataset (CIFAR-10 unless it says)."""
     params = run.get("params") or {}
-    if {"preset", "run_name"} <= set(params):
+    if {"preset", "run_name", "dataset"} <= set(params):
         return record_protocol(params)
     preset = params.get("preset")
     try:
@@ -438,9 +438,8 @@ TABLE_COLUMNS = {"condition": "run", "L0-density (%)": "density (%)", "largest g
                  "val. error final (%)": "error (%)", "cost (points)": "cost (pts)", "ran on": "ran on"}
 
 #: The grids of the CIFAR-10 control table at the pilot protocol (the ``cpu`` preset at the paper's gates' learning
-#: rate of 6), and how many runs of each kind seed 0 has.
+#: rate of 6).
 CONTROL_GRIDS = studies.grids("tab:cifar10_control", preset="cpu")
-CONTROL_RUNS = {"constrained": 10, "penalized": 10, "dense": 1}
 #: The grids of the control table at the CPU protocol (``cpu2``): its flagship and constrained rows, its penalized rows.
 CPU_CONTROL_GRIDS = ("grids/cifar10_cpu2_control.yaml", "grids/cifar10_cpu2_penalized.yaml")
 DUAL_LR_GRID, = studies.grids("cifar10_dual_lr")

@@ -224,10 +224,6 @@ def by_cell(table: pd.DataFrame, cells: tuple[Cell, ...] = CELLS) -> pd.DataFram
     return wide.rename_axis(index=None).reset_index(names=[("cell", "")])
 
 
-#: The caption of a :func:`layer_gaps` table.
-LAYER_GAPS_CAPTION = "Final expected density minus target on each layer of the layer-wise cells (points)"
-
-
 def layer_gaps(cells: dict[Cell, dict[str, dict | None]]) -> pd.DataFrame:
     """One row per layer-wise cell and dual optimiser with a record: the final expected density's distance from
     its target on every constrained layer, in points (positive: above), in the layers' order."""
@@ -574,14 +570,6 @@ def balance_gain(run: dict) -> tuple[float, float, float]:
     one significant digit, the gain at which ``kp (e_t − e_{t−1})`` is as large as ``e_t``."""
     violation, change = abs(largest_gap(run)) / 100, violation_change(run)
     return change, violation, float(f"{violation / change:.0e}")
-
-
-def collapse_table(cells: dict[Cell, dict[str, dict | None]]) -> pd.DataFrame:
-    """One row per cell: each dual optimiser's :func:`collapsed_epochs` (empty where it has no record)."""
-    rows = [{"cell": cell.label, **{label: collapsed_epochs(found[name]) if found.get(name) else None
-                                    for name, label in OPTIMIZERS.items()}} for cell, found in cells.items()]
-    table = pd.DataFrame(rows, columns=["cell", *OPTIMIZERS.values()])
-    return table.astype({label: "Int64" for label in OPTIMIZERS.values()})
 
 
 def load(kp: float | None) -> dict[Cell, dict[str, dict | None]]:

@@ -367,21 +367,6 @@ def plot_target_gaps(gaps: pd.DataFrame) -> plt.Figure:
     return fig
 
 
-def marks(table: pd.DataFrame) -> pd.DataFrame:
-    """``table`` with its True/False columns written ✓/✗, as the book's tables show them.
-
-    >>> marks(pd.DataFrame({"on target": [True, False]}))["on target"].tolist()
-    ['✓', '✗']
-    """
-    marked = table.copy()
-    for column in marked:
-        values = marked[column].dropna()
-        if len(values) and values.map(lambda v: isinstance(v, (bool, np.bool_))).all():
-            marked[column] = marked[column].map({True: "✓", False: "✗"})
-    marked.attrs = dict(table.attrs)
-    return marked
-
-
 def not_run(grids) -> pd.DataFrame:
     """One row per grid of ``grids`` with runs that have no complete record: how many of its runs are
     missing, and the command that makes them (an empty table when every run is in).
