@@ -151,14 +151,6 @@ def test_the_target_gaps_figure_puts_each_run_beside_the_papers_cell():
     assert not any(len(c.get_offsets()) for c in lenet.collections)  # cpu runs are not drawn
 
 
-def test_marks_write_booleans_as_ticks_and_leave_other_columns():
-    table = pd.DataFrame({"on target": [True, False], "gap": [0.5, 1.5], "seed 0 beyond chance": ["yes", None]})
-    table.attrs["command"] = "python -m paperlib.harness.sweeps g.yaml"
-    marked = findings.marks(table)
-    assert marked["on target"].tolist() == ["✓", "✗"] and marked["gap"].tolist() == [0.5, 1.5]
-    assert marked["seed 0 beyond chance"].tolist()[0] == "yes" and marked.attrs["command"].endswith("g.yaml")
-
-
 def test_not_run_counts_each_grids_missing_runs(monkeypatch, tmp_path):
     done, missing = tmp_path / "done", tmp_path / "missing"
     done.mkdir()
