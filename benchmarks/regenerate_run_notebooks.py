@@ -53,12 +53,13 @@ def plan(run_dir: Path, force: bool = False) -> tuple[str, dict | None]:
     params = dict(papermill.get("parameters", {}))
     params.pop("threads", None)
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    dataset = metrics.get("dataset", "mnist")  # a bisection search trains on MNIST
+    search = metrics.get("kind") == "bisection search"
+    dataset = "mnist" if search else records.load_record(run_dir)["params"]["dataset"]  # a search trains on MNIST
     rel = str(template.relative_to(records.project_root()))
     defaults = sweeps.notebook_defaults(str(template))
     if sweeps.record_folder(rel, params, dataset, defaults).resolve() != run_dir.resolve():
         return STALE, None
-    if metrics.get("kind") != "bisection search":
+    if not search:
         try:
             training.check_record_matches(records.load_record(run_dir)["params"],
                                           sweeps.run_config(params, dataset, defaults))

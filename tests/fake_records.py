@@ -9,10 +9,9 @@ def record(method, grouping="model", target=None, lmbda=None, densities=(0.5, 0.
     model_density = sum(densities) / len(densities)
     history = [{"epoch": "1", "phase": "train", "l0_density": str(model_density),
                 **{f"density[{layer}]": str(d) for layer, d in zip(LAYERS, densities)}}]
-    metrics = {"run_name": f"{method}-{grouping}-{target}-{lmbda}-s{seed}", "model": "wrn-16-1", "method": method,
-               "grouping": grouping,
-               "target": target, "lmbda": lmbda, "seed": seed,
-               "l0_density": None if method == "dense" else model_density,
+    params = {"run_name": f"{method}-{grouping}-{target}-{lmbda}-s{seed}", "model": "wrn-16-1", "method": method,
+              "grouping": grouping, "target": target, "lmbda": lmbda, "seed": seed}
+    metrics = {"l0_density": None if method == "dense" else model_density,
                "l0_density_per_layer": dict(zip(LAYERS, densities)), "params_pct": 100 * model_density,
                "macs_pct": 90 * model_density, "val_error_final": error, "epochs_completed": 1}
-    return {"path": "/nowhere", "metrics": metrics, "history": history}
+    return {"path": "/nowhere", "params": params, "metrics": metrics, "history": history}

@@ -12,7 +12,7 @@ def test_gates_per_block_are_the_blocks_gate_counts():
 
 
 def _free(model, grouping, gates_lr, density):
-    return {"metrics": {"model": model, "grouping": grouping, "l0_density": density}, "params": {"gates_lr": gates_lr}}
+    return {"metrics": {"l0_density": density}, "params": {"model": model, "grouping": grouping, "gates_lr": gates_lr}}
 
 
 def test_the_free_density_is_the_model_wise_free_run_at_the_protocols_gates_lr():
@@ -51,7 +51,7 @@ def test_the_gates_lr_candidates_are_every_rate_tried_largest_first_with_the_rul
 
 def test_each_candidate_reads_its_model_wise_free_run_never_the_layer_wise_one():
     model_wise = {run["params"]["gates_lr"]: run for grid in cifar10.CPU_FREE_GATES_GRIDS
-                  for run in cifar10.report.complete_records(grid) if run["metrics"]["grouping"] == "model"}
+                  for run in cifar10.report.complete_records(grid) if run["params"]["grouping"] == "model"}
     table = cifar10.gates_lr_candidates().set_index("gates lr")
     for rate, run in model_wise.items():
         assert table.loc[f"{rate:g}", "free density (%)"] == f"{100 * run['metrics']['l0_density']:.2f}"
@@ -62,13 +62,13 @@ def test_each_run_of_the_cpu_protocol_sits_beside_the_pilot_protocols_run_of_its
     table = cifar10.beside_pilot(protocol)
     runs = cifar10.constrained_runs(protocol.grids)
     assert len(table) == len(runs)
-    pilot = {(run["metrics"]["grouping"], str(run["metrics"]["target"])): run
+    pilot = {(run["params"]["grouping"], str(run["params"]["target"])): run
              for run in cifar10.constrained_runs((*cifar10.PILOT.grids, cifar10.PILOT_FLAGSHIP_GRID), seed=0)}
     free = rules.free_gates_records()
     for (_, row), run in zip(table.iterrows(), runs):
         assert row["density, CPU (%)"] == pytest.approx(100 * run["metrics"]["l0_density"])
         assert row["outcome, CPU"] == rules.judge_record(run, free).outcome.value
-        twin = pilot.get((run["metrics"]["grouping"], str(run["metrics"]["target"])))
+        twin = pilot.get((run["params"]["grouping"], str(run["params"]["target"])))
         if twin is not None:
             assert row["density, pilot (%)"] == pytest.approx(100 * twin["metrics"]["l0_density"])
             assert twin["params"]["gates_lr"] == cifar10.PILOT.gates_lr == 6.0
@@ -77,8 +77,8 @@ def test_each_run_of_the_cpu_protocol_sits_beside_the_pilot_protocols_run_of_its
 def _run(target, density, gates_lr):
     """A model-wise WideResNet-16-1 record at the CPU protocol's settings, ending at ``density``."""
     params = {"model": "wrn-16-1", "grouping": "model", "method": "constrained", "target": target,
-              "gates_lr": gates_lr, "epochs": 20}
-    metrics = {**params, "run_name": f"t{target}-lr{gates_lr}", "seed": 0, "l0_density": density}
+              "gates_lr": gates_lr, "epochs": 20, "run_name": f"t{target}-lr{gates_lr}", "seed": 0}
+    metrics = {"l0_density": density}
     return {"params": params, "metrics": metrics, "history": [{"l0_density": str(density)}]}
 
 

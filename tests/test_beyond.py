@@ -26,9 +26,10 @@ def pruning_record(model, target, errors, seed=0, dense_errors=("50.0", "2.0"), 
                for e, v in enumerate(dense_errors, start=1)]
     history += [{"epoch": str(len(dense_errors) + i), "phase": "pruned" if i == 0 else "finetune", "val_error": str(v),
                  "train_loss": ""} for i, v in enumerate(errors)]
-    return {"params": {"seed": seed}, "history": history,
-            "metrics": {"method": "magnitude_pruning", "model": model, "target": target, "device_name": "cpu A",
-                        **metrics}}
+    params = {"seed": seed, "method": "magnitude_pruning", "model": model, "target": target,
+              "run_name": metrics.pop("run_name", f"{model}-t{target}-s{seed}")}
+    return {"params": params,
+            "history": history, "metrics": {"device_name": "cpu A", **metrics}}
 
 
 def constrained_record(model, densities, final_error=2.0, history=()):
@@ -37,9 +38,9 @@ def constrained_record(model, densities, final_error=2.0, history=()):
     rows = [{"epoch": str(e), "phase": "train", "val_error": str(error),
              **{f"density[{layer}]": str(d) for layer, d in zip(LAYERS, epoch_densities)}}
             for e, (error, epoch_densities) in enumerate(history, start=1)]
-    return {"history": rows, "metrics": {"model": model, "method": "constrained", "grouping": "layer", "target": 0.01,
-                                         "l0_density": sum(densities) / len(densities), "l0_density_per_layer": layers,
-                                         "val_error_final": final_error}}
+    return {"history": rows, "params": {"model": model, "method": "constrained", "grouping": "layer", "target": 0.01},
+            "metrics": {"l0_density": sum(densities) / len(densities), "l0_density_per_layer": layers,
+                        "val_error_final": final_error}}
 
 
 def test_the_papers_pruned_and_dense_errors_are_those_tables_20_and_21_print():
@@ -104,7 +105,7 @@ def test_other_initialisations_and_lenet5s_first_convolution():
 
 
 def test_constrained_runs_keep_the_constrained_records_at_the_target_by_the_key(monkeypatch):
-    runs = [{"metrics": {"method": m, "target": t, "model": model, "grouping": g}}
+    runs = [{"params": {"method": m, "target": t, "model": model, "grouping": g}}
             for m, t, model, g in (("constrained", 0.01, "mlp", "layer"), ("constrained", 0.05, "mlp", "layer"),
                                    ("dense", None, "lenet5", None), ("constrained", 0.01, "lenet5", "model"))]
     monkeypatch.setattr(report, "complete_records", lambda grid: runs)

@@ -31,12 +31,13 @@ def record(errors, densities=None, fc2_lambdas=None, train_errors=None, medians=
                 "lambda_0": "0", "lambda_1": "0", "lambda_2": "0", "lambda_3": str(fc2_lambdas[epoch])}
                for epoch in epochs]
     last = len(errors) - 1
-    metrics = {"run_name": "a-test-run", "val_error_final": errors[-1], "val_error_best": min(errors),
-               "epochs_completed": last, "multipliers_final": [0.0] * 4, "target": collapse.TABLE1_TARGETS,
+    params = {"run_name": "a-test-run", "dual_lr": 3e-3, "target": metrics.pop("target", collapse.TABLE1_TARGETS)}
+    metrics = {"val_error_final": errors[-1], "val_error_best": min(errors),
+               "epochs_completed": last, "multipliers_final": [0.0] * 4,
                "l0_density_per_layer": {layer: densities[layer][-1] for layer in LAYERS},
                "pruned_architecture": [9, 12, 192, 7], **metrics}
     medians = medians or {str(last): {layer: [1.0, 1.0, 0.0, 0.0] for layer in LAYERS}}
-    return {"path": "/nowhere", "params": {"dual_lr": 3e-3}, "metrics": metrics, "history": history,
+    return {"path": "/nowhere", "params": params, "metrics": metrics, "history": history,
             "steps": steps or [], "gate_medians": medians}
 
 

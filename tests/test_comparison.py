@@ -28,8 +28,7 @@ def _history(errors, densities):
 def _write(grid, index: int, final_error: float, epochs: int, history=None) -> None:
     """A complete record of the grid's run ``index``, made with exactly the parameters the preset gives today."""
     config, folder = grid_runs(grid)[index]
-    metrics = {"status": "complete", "run_name": config.run_name, "method": config.method,
-               "grouping": config.grouping, "target": config.target, "l0_density": 0.33,
+    metrics = {"status": "complete", "l0_density": 0.33,
                "l0_density_per_layer": {"fc1": 0.3, "fc2": 0.4, "fc3": 0.9}, "params_pct": 30.0, "macs_pct": 30.0,
                "pruned_architecture": [200, 230, 100], "val_error_best": final_error - 0.5,
                "val_error_final": final_error, "epochs_completed": epochs}
@@ -39,15 +38,15 @@ def _write(grid, index: int, final_error: float, epochs: int, history=None) -> N
 
 def test_best_error_is_taken_only_where_every_constraint_holds():
     # The lowest error (0.5) is at epoch 1, while the model is still far too dense.
-    record = {"metrics": {"method": "constrained", "grouping": "model", "target": 0.3,
-                          "val_error_best": 0.5, "l0_density_per_layer": {"fc1": 0, "fc2": 0, "fc3": 0}},
+    record = {"params": {"method": "constrained", "grouping": "model", "target": 0.3},
+              "metrics": {"val_error_best": 0.5, "l0_density_per_layer": {"fc1": 0, "fc2": 0, "fc3": 0}},
               "history": _history([90.0, 0.5, 1.2, 0.9, 1.0], [0.9, 0.8, 0.305, 0.311, 0.309])}
     # 0.311 is more than 1 point above 0.3, so epoch 3 does not count; epochs 2 and 4 do.
     assert paper_rows.best_feasible_error(record) == 1.0
-    record["metrics"]["grouping"] = "layer"
-    record["metrics"]["target"] = [0.3, 0.3, 0.2]  # fc3 never gets within a point of 20%
+    record["params"]["grouping"] = "layer"
+    record["params"]["target"] = [0.3, 0.3, 0.2]  # fc3 never gets within a point of 20%
     assert paper_rows.best_feasible_error(record) is None
-    record["metrics"].update(method="penalized")  # no constraint: the best error over training
+    record["params"].update(method="penalized")  # no constraint: the best error over training
     assert paper_rows.best_feasible_error(record) == 0.5
 
 
@@ -158,7 +157,7 @@ def test_magnitude_pruning_is_read_at_the_papers_fine_tuning_checkpoints():
     history = ([{"phase": "init", "val_error": 90.0}] + [{"phase": "train", "val_error": 2.0}] * 3
                + [{"phase": "pruned", "val_error": 30.0}]
                + [{"phase": "finetune", "val_error": e} for e in finetuned])
-    record = {"metrics": {"method": "magnitude_pruning", "target": 0.1}, "history": history}
+    record = {"params": {"method": "magnitude_pruning", "target": 0.1}, "metrics": {}, "history": history}
     assert paper_rows.our_value(record, "val_error_best", 0) == 30.0  # the pruned model, dense epochs excluded
     assert paper_rows.our_value(record, "val_error_best", 1) == 29.0
     assert paper_rows.our_value(record, "val_error_best", 4) == 26.0  # best so far, not the checkpoint's 28
@@ -279,7 +278,7 @@ def test_a_run_sits_above_the_papers_rows_for_its_setting_and_nowhere_else():
                             preset="paper")
     history = [{"epoch": "1", "phase": "train", "l0_density": "0.62", "val_error": "1.20"},   # infeasible
                {"epoch": "2", "phase": "train", "l0_density": "0.505", "val_error": "1.40"}]  # within 1 point
-    metrics = {"model": "mlp", "method": "constrained", "grouping": "model", "target": 0.5, "l0_density": 0.505,
+    metrics = {"l0_density": 0.505,
                "params_pct": 60.0, "macs_pct": 59.0, "val_error_best": 1.20, "val_error_final": 1.40}
     rows = paper_rows.paper_rows_for({"params": config.to_dict(), "metrics": metrics, "history": history})
     assert rows[""].tolist() == ["ours, mlp", "Table 10, MLP"]

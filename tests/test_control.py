@@ -34,7 +34,7 @@ def test_run_rows_say_which_runs_trained_on_a_gpu_where_the_reader_sees_the_run(
     rows = control.run_rows([cpu, gpu], None, free=[])
     assert rows["ran on"].tolist() == ["CPU", "GPU"]
     assert not rows["run"].str.contains("GPU").any()  # no preset named: nothing to set apart
-    cpu["metrics"]["preset"] = gpu["metrics"]["preset"] = "cpu"  # the pilot protocol, whose names end -cpu
+    cpu["params"]["preset"] = gpu["params"]["preset"] = "cpu"  # the pilot protocol, whose names end -cpu
     names = control.run_rows([cpu, gpu], None, free=[])["run"].tolist()
     assert "GPU" not in names[0] and names[1].endswith("(pilot protocol, ran on GPU)")
 
@@ -76,9 +76,9 @@ def test_the_answers_numbers_count_each_outcome_and_find_the_furthest_misses_and
     assert (numbers["penalized cost lowest"], numbers["penalized cost highest"]) == pytest.approx((1.0, 4.0))
     free = record("constrained", "model", 1.0, densities=(0.75, 0.75))
     for run in [*runs, free]:
-        run["params"] = {"model": "wrn-16-1", "method": run["metrics"]["method"], "preset": "cpu",
-                         "grouping": run["metrics"]["grouping"], "target": run["metrics"]["target"]}
-        run["metrics"]["preset"] = "cpu"
+        run["params"] |= {"model": "wrn-16-1", "method": run["params"]["method"], "preset": "cpu",
+                         "grouping": run["params"]["grouping"], "target": run["params"]["target"]}
+        run["params"]["preset"] = "cpu"
     rows = control.run_rows(runs, dense, free=[free])
     assert rows["outcome"].tolist()[:3] == ["on target", "violated", "does not bind"]  # 80% is above 75%
     numbers = control.outcome_numbers(rows)
@@ -114,7 +114,7 @@ def _trajectory(densities_by_epoch, dual_lr, target=0.2):
     run["history"] = [{"epoch": str(epoch), "phase": "train", "l0_density": str(sum(d) / 2),
                        **{f"density[{layer}]": str(x) for layer, x in zip(LAYERS, d)}}
                       for epoch, d in enumerate(densities_by_epoch, start=1)]
-    run["params"] = {"dual_lr": dual_lr}
+    run["params"] |= {"dual_lr": dual_lr}
     return run
 
 
@@ -153,10 +153,9 @@ def test_the_pages_selections_of_the_control_records(monkeypatch):
     def run(method="constrained", grouping="layer", target=0.2, seed=0, dual_lr=7e-3, experiment="cifar10_control",
             **params):
         made = record(method, grouping, target, seed=seed)
-        made["metrics"].update(experiment=experiment, model="wrn-16-1", preset="cpu", wall_time_s=1200.0,
-                               epochs_completed=20)
-        made["params"] = {"dual_lr": dual_lr, "method": method, "schedule_gates": False, "detach_gates": True,
-                          **params}
+        made["metrics"].update(wall_time_s=1200.0, epochs_completed=20)
+        made["params"] |= {"experiment": experiment, "model": "wrn-16-1", "preset": "cpu", "dual_lr": dual_lr,
+                           "method": method, "schedule_gates": False, "detach_gates": True, **params}
         return made
 
     fast = run(dual_lr=2.8e-2, experiment="cifar10_dual_lr")
@@ -178,7 +177,7 @@ def test_ablation_checks_compare_gates_lrs_on_test_time_parameters_and_the_stop_
                  detach_gates=True):
         run = record(method, grouping, target=target, lmbda=lmbda, densities=(density, density))
         run["metrics"]["params_pct"] = params_pct
-        run["params"] = {"method": method, "grouping": grouping, "target": target, "lmbda": lmbda,
+        run["params"] |= {"method": method, "grouping": grouping, "target": target, "lmbda": lmbda,
                          "gates_lr": gates_lr, "detach_gates": detach_gates}
         return run
 
@@ -216,7 +215,7 @@ def test_the_control_runs_come_in_the_papers_order_of_table_13_after_the_dense_r
             record("penalized", "model", lmbda=1.0)]
     monkeypatch.setattr(control, "CONTROL_GRIDS", ["one.yaml", "two.yaml"])
     monkeypatch.setattr(control, "complete_records", lambda grid: runs[:4] if grid == "one.yaml" else runs[4:])
-    names = [run["metrics"]["run_name"] for run in control.control_runs()]
+    names = [run["params"]["run_name"] for run in control.control_runs()]
     assert names == ["dense-model-None-None-s0", "constrained-layer-0.2-None-s0", "constrained-layer-0.2-None-s1",
                      "constrained-layer-0.8-None-s0", "penalized-layer-None-0.1-s0", "penalized-layer-None-0.001-s0",
                      "constrained-model-0.5-None-s0", "penalized-model-None-1.0-s0"]

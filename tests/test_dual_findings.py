@@ -16,7 +16,7 @@ def record(grouping="model", target=0.33, densities=(0.34, 0.34, 0.34), error=1.
     """A record as records.load_record returns it: final densities per layer (the model's is their mean)."""
     model_density = sum(densities) / len(densities)
     params = {"model": "mlp", "method": "constrained", "grouping": grouping, "target": target, "seed": seed,
-              "batch_size": 10}
+              "batch_size": 10, "run_name": f"{grouping}-{target}-{optimizer}-{kp}-s{seed}"}
     if optimizer is not None:
         params |= {"dual_optimizer": optimizer, "dual_restarts": restarts if restarts is not None else False}
     if kp is not None:
@@ -26,8 +26,7 @@ def record(grouping="model", target=0.33, densities=(0.34, 0.34, 0.34), error=1.
     constrained = [model_density] if grouping == "model" else list(densities)
     steps = [{"epoch": epoch, **{f"constrained_density_{k}": value + (2 - epoch) * 0.1 for k, value in enumerate(constrained)},
               **{f"lambda_{k}": m * epoch / 2 for k, m in enumerate(multipliers)}} for epoch in (0, 1, 2)]
-    metrics = {"run_name": f"{grouping}-{target}-{optimizer}-{kp}-s{seed}", "method": "constrained",
-               "grouping": grouping, "target": target, "seed": seed, "l0_density": model_density,
+    metrics = {"l0_density": model_density,
                "l0_density_per_layer": dict(zip(LAYERS, densities)), "val_error_final": error,
                "multipliers_final": list(multipliers), "data": {"num_train": 100}}
     return {"path": "/nowhere", "params": params, "metrics": metrics, "history": [last], "steps": steps}

@@ -7,7 +7,7 @@ from analysis import dynamics
 
 def run(target, restarts, densities, error=1.5):
     """A record whose logged model density takes these values, one per step."""
-    return {"metrics": {"target": target, "val_error_final": error}, "params": {"dual_restarts": restarts},
+    return {"metrics": {"val_error_final": error}, "params": {"target": target, "dual_restarts": restarts},
             "steps": [{"epoch": str(i), "l0_density": str(d), "lambda_0": "0"} for i, d in enumerate(densities)]}
 
 
@@ -34,5 +34,5 @@ def test_the_runs_come_by_target_with_restarts_first_and_are_drawn_alike():
 
 
 def test_the_fractional_share_counts_medians_strictly_between_0_and_1():
-    record = {"metrics": {"model": "mlp"}, "gate_medians": {"0": {"fc1": [0.5] * 4}, "40": {"fc1": [0, 1, 0.3, 1]}}}
+    record = {"params": {"model": "mlp"}, "gate_medians": {"0": {"fc1": [0.5] * 4}, "40": {"fc1": [0, 1, 0.3, 1]}}}
     assert dynamics.fractional_rows([record]).values.tolist() == [["mlp", "fc1", 25.0]]

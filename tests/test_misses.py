@@ -10,7 +10,7 @@ from analysis import control, misses
 
 def test_gate_rows_count_a_saturated_layer_in_whole_gates():
     run = record("constrained", "layer", 0.2, densities=(0.1875, 0.21875))  # 3 of 16 gates, 7 of 32
-    run["metrics"]["model"] = "wrn-16-1"
+    run["params"]["model"] = "wrn-16-1"
     run["history"][0].update({"lambda_0": "0.0", "lambda_1": "0.5"})
     run["gate_medians"] = {"0": {layer: [0.5] * n for layer, n in zip(LAYERS, (16, 32))},
                            "1": {LAYERS[0]: [1.0] * 3 + [0.0] * 13, LAYERS[1]: [1.0] * 6 + [0.3] + [0.0] * 25}}
@@ -28,7 +28,7 @@ def test_gate_rows_count_a_saturated_layer_in_whole_gates():
 
 def test_gate_changes_list_each_whole_gate_a_layer_gained_or_lost_with_its_multiplier():
     run = record("constrained", "layer", 0.2, densities=(0.1875, 0.21875))
-    run["metrics"]["model"] = "wrn-16-1"
+    run["params"]["model"] = "wrn-16-1"
     densities = [(0.9, 0.9), (0.1875, 0.21875), (0.1875, 0.1875), (0.1878, 0.21875)]  # 16 and 32 gates
     multipliers = [(0.0, 0.0), (0.0, 0.2), (0.0, 0.0), (0.0, 0.05)]
     run["history"] = [{"epoch": str(epoch), "phase": "train",
@@ -44,8 +44,8 @@ def test_gate_changes_list_each_whole_gate_a_layer_gained_or_lost_with_its_multi
 def test_the_cause_numbers_count_late_whole_gate_changes_and_compares_gaps_and_errors():
     def run(densities, multipliers, error):
         made = record("constrained", "layer", 0.2, densities=densities[-1], error=error)
-        made["metrics"]["model"] = "wrn-16-1"
-        made["params"] = {"lr_milestones": [2, 3]}
+        made["params"]["model"] = "wrn-16-1"
+        made["params"] |= {"lr_milestones": [2, 3]}
         made["history"] = [{"epoch": str(epoch), "phase": "train", "val_error": str(error if epoch > 2 else 30.0),
                             "l0_density": str(sum(density) / 2),
                             **{f"density[{layer}]": str(d) for layer, d in zip(LAYERS, density)},
@@ -89,7 +89,7 @@ def test_inactive_misses_are_runs_under_a_target_only_where_that_multiplier_is_z
 
 def with_params(run, gates_lr):
     """``run`` with the run parameters that tell its protocol (and whether its constraint can bind)."""
-    run["params"] = {"method": "constrained", "grouping": "model", "target": run["metrics"]["target"],
+    run["params"] |= {"method": "constrained", "grouping": "model", "target": run["params"]["target"],
                      "gates_lr": gates_lr, "epochs": 20}
     return run
 
@@ -152,8 +152,8 @@ def test_a_layers_drift_is_counted_in_its_gates():
 def test_the_free_runs_at_both_gates_lrs_give_where_the_loss_alone_takes_the_model(monkeypatch):
     fast = record("constrained", "model", 1.0, densities=(0.75, 0.75), error=17.6)
     slow = record("constrained", "layer", 1.0, densities=(0.96, 0.97), error=21.4)
-    fast["params"], slow["params"] = {"method": "constrained", "gates_lr": 6.0}, {"method": "constrained",
-                                                                               "gates_lr": 0.1}
+    fast["params"] |= {"method": "constrained", "gates_lr": 6.0}
+    slow["params"] |= {"method": "constrained", "gates_lr": 0.1}
     grids = {misses.FREE_GATES_GRID: [fast], control.ABLATION_GRID: [slow]}
     monkeypatch.setattr(misses, "complete_records", lambda grid: grids[grid])
     monkeypatch.setattr(misses, "step_log", lambda run: pd.DataFrame({"l0_density": [0.92]}))
@@ -171,10 +171,10 @@ def test_the_80_percent_tests_count_the_runs_on_target_and_one_that_ends_over():
     tests = [record("constrained", "model", 0.8, densities=(0.815, 0.815), error=21.5),
              record("constrained", "layer", 0.8, densities=(0.805, 0.808), error=24.4)]
     for run in (dense, layer):
-        run["params"] = {"method": run["metrics"]["method"]}
+        run["params"] |= {"method": run["params"]["method"]}
         run["metrics"]["multipliers_final"] = [0.0, 0.0]
     for run, multipliers in zip(tests, ([0.27, 0.27], [0.01, 0.02])):
-        run["params"] = {"method": "constrained", "gates_lr": 0.1}
+        run["params"] |= {"method": "constrained", "gates_lr": 0.1}
         run["metrics"]["multipliers_final"] = multipliers
     rows = misses.under_cause_rows([dense, layer], tests)
     assert misses.under_cause_numbers(rows) == {"runs": 2, "still under": 0, "on target": 1, "over": 1}
@@ -191,9 +191,9 @@ def test_the_80_percent_constraints_at_gates_lr_01_say_whether_the_rate_is_the_c
     dense = record("dense", error=16.0)
     slow = record("constrained", "layer", 0.8, densities=slow_densities, error=16.5)
     for run in (under, model, other, dense):
-        run["params"] = {"method": run["metrics"]["method"]}
+        run["params"] |= {"method": run["params"]["method"]}
         run["metrics"]["multipliers_final"] = [0.0, 0.0]
-    slow["params"] = {"method": "constrained", "gates_lr": 0.1}
+    slow["params"] |= {"method": "constrained", "gates_lr": 0.1}
     slow["metrics"]["multipliers_final"] = [0.27, 0.31] if outcome == "over" else [0.0, 0.0]
     rows = misses.under_cause_rows([dense, under, model, other], [slow])
     assert rows["grouping"].tolist() == ["layer", "model", "layer"]  # the 50% run is not compared
@@ -212,7 +212,7 @@ def _pushed_layers(dual_lr, block2, final2):
     run = record("constrained", "layer", 0.5, densities=(0.5, final2))
     run["metrics"].update(model="wrn-16-1", multipliers_final=[0.01, 0.0],
                           l0_density_per_layer={"stage1.0.conv1.conv": 0.5, "stage2.0.conv1.conv": final2})
-    run["params"] = {"method": "constrained", "grouping": "layer", "target": 0.5, "dual_lr": dual_lr, "epochs": 20}
+    run["params"] |= {"method": "constrained", "grouping": "layer", "target": 0.5, "dual_lr": dual_lr, "epochs": 20}
     run["history"][-1] = {"epoch": "2", "phase": "train", "density[stage1.0.conv1.conv]": "0.5",
                           "density[stage2.0.conv1.conv]": str(final2)}
     epochs = [0.0, 0.5, 1.0, 1.5, 2.0][:len(block2)]

@@ -24,12 +24,12 @@ def record(model="mlp", method="constrained", grouping="model", target=0.2, lmbd
              **{f"density[{layer}]": str(x) for layer, x in zip(layers, layer_densities)}}
             for epoch, (d, layer_densities, e) in enumerate(history, start=1)]
     hyper = {"target": target, "lmbda": lmbda}
-    metrics = {"run_name": f"{model}-{method}-{grouping}-{target}-{lmbda}-s{seed}", "model": model, "method": method,
-               "grouping": grouping, **hyper, "seed": seed, "l0_density": density,
+    metrics = {"l0_density": density,
                "l0_density_per_layer": dict(zip(layers, per_layer)), "pruned_architecture": list(pruned),
                "params_pct": params_pct, "macs_pct": macs_pct, "val_error_final": error, "val_error_best": error,
                "epochs_completed": len(rows)}
-    return {"path": "/nowhere", "params": {"model": model, "method": method, "grouping": grouping, **hyper,
+    return {"path": "/nowhere", "params": {"run_name": f"{model}-{method}-{grouping}-{target}-{lmbda}-s{seed}",
+                                           "model": model, "method": method, "grouping": grouping, **hyper,
                                            "seed": seed, "dual_lr": 1e-4, **params},
             "metrics": metrics, "history": rows}
 

@@ -44,13 +44,44 @@ def test_a_complete_record_is_never_replaced_by_an_unfinished_one(tmp_path):
         _write(tmp_path / "other", "running")
 
 
-def test_a_legacy_metric_name_loads_under_the_current_one(tmp_path):
-    """metrics.json called the target 'target_density' before it took the parameter's name."""
-    _write(tmp_path, "complete", target_density=[0.5, 0.3])
-    assert "target_density" in json.loads((tmp_path / "metrics.json").read_text())
-    record = records.load_record(tmp_path)
-    assert record["metrics"]["target"] == [0.5, 0.3] and "target_density" not in record["metrics"]
-    assert record["history"] == [{"epoch": "0", "val_error": "9.5"}] and record["steps"] is None
+def _migration():
+    """benchmarks/migrate_records.py, loaded as a module (benchmarks/ is not a package)."""
+    import importlib.util
+
+    path = records.project_root() / "benchmarks" / "migrate_records.py"
+    spec = importlib.util.spec_from_file_location("migrate_records", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_migration_moves_repeated_parameters_out_of_metrics_and_keeps_disagreements(tmp_path):
+    """metrics.json repeated the parameters (the oldest under 'target_density'); the migration removes each
+    repeat that equals params.json's, keeps the results and the actual device, and is idempotent. A repeat that
+    differs is reported and the record left as it is."""
+    migration = _migration()
+    params = {"run_name": "r", "model": "mlp", "target": [0.5, 0.3], "seed": 0, "device": "auto"}
+    records.write_record(tmp_path / "old", params, {"status": "complete", "run_name": "r", "model": "mlp",
+                                                    "target_density": [0.5, 0.3], "seed": 0, "device": "cpu",
+                                                    "l0_density": 0.4}, [{"epoch": 0}], [], {})
+    assert migration.migrate(tmp_path / "old") == (["metrics.json: -run_name, -model, -target_density, -seed"], [])
+    record = records.load_record(tmp_path / "old")
+    assert record["metrics"] == {"status": "complete", "device": "cpu", "l0_density": 0.4}
+    assert record["params"] == params
+    assert migration.migrate(tmp_path / "old") == ([], [])
+    records.write_record(tmp_path / "odd", params, {"status": "complete", "model": "lenet5", "seed": 0},
+                         [{"epoch": 0}], [], {})
+    before = (tmp_path / "odd" / "metrics.json").read_text()
+    changed, disagree = migration.migrate(tmp_path / "odd")
+    assert changed == [] and disagree == ["model: metrics 'lenet5', params 'mlp'"]
+    assert (tmp_path / "odd" / "metrics.json").read_text() == before
+
+
+def test_the_migration_leaves_a_record_in_progress_alone(tmp_path):
+    migration = _migration()
+    records.write_record(tmp_path, {"model": "mlp"}, {"status": "partial", "model": "mlp"}, [{"epoch": 0}], [], {})
+    assert migration.migrate(tmp_path) == ([], [])
+    assert "model" in records.load_record(tmp_path)["metrics"]
 
 
 def test_find_records_lists_run_folders(tmp_path):

@@ -27,34 +27,33 @@ def test_grid_table_shows_complete_runs_and_names_missing_ones(workspace):
     assert table.loc[0, "val. error best (%)"] == done["metrics"]["val_error_best"]
     assert table.loc[1:, "L0-density (%)"].isna().all()
     assert table.attrs["command"] == f"python -m paperlib.harness.sweeps {grid}"
-    assert [r["metrics"]["run_name"] for r in report.complete_records(grid)] == [done["metrics"]["run_name"]]
+    assert [r["params"]["run_name"] for r in report.complete_records(grid)] == [done["params"]["run_name"]]
     assert "python -m paperlib.harness.sweeps" in report.show(table).to_html()
 
 
 def test_layer_densities_compare_expected_and_test_time_density():
-    record = {"metrics": {"target": [0.5, 0.1], "l0_density_per_layer": {"a": 0.52, "b": 0.12}},
+    record = {"params": {"target": [0.5, 0.1]}, "metrics": {"l0_density_per_layer": {"a": 0.52, "b": 0.12}},
               "gate_medians": {"0": {"a": [0.5] * 4, "b": [0.5] * 10},
                                "7": {"a": [0.0, 0.3, 1.0, 1.0], "b": [0.0] * 9 + [1.0]}}}
     table = report.layer_densities(record)
     assert list(table["groups kept"]) == ["3 of 4", "1 of 10"]
     assert list(table["groups kept at test time (%)"]) == [75.0, 10.0]
     assert list(table["target (%)"]) == [50.0, 10.0]
-    unstructured = {"metrics": {"target": 0.2, "l0_density_per_layer": {"w": 0.21}},
+    unstructured = {"params": {"target": 0.2}, "metrics": {"l0_density_per_layer": {"w": 0.21}},
                     "gate_medians": {"3": {"w": {"zero": 80, "one": 15, "histogram_20_bins": [80] + [0] * 18 + [20]}}}}
     assert report.layer_densities(unstructured)["groups kept"][0] == "20 of 100"
 
 
 def test_layer_densities_by_run_puts_each_run_on_a_row_headed_by_the_layers_targets(tmp_path):
-    def run(name, b_expected):
-        return {"path": tmp_path / name,
-                "metrics": {"run_name": name, "target": [0.5, 0.1], "l0_density_per_layer": {"a": 0.52, "b": b_expected}},
+    def run(seed, b_expected):
+        return {"path": tmp_path / f"s{seed}",
+                "params": {"model": "lenet5", "method": "constrained", "grouping": "layer", "target": [0.5, 0.1],
+                           "seed": seed, "preset": "paper", "dataset": "mnist"},
+                "metrics": {"l0_density_per_layer": {"a": 0.52, "b": b_expected}},
                 "gate_medians": {"7": {"a": [0.0, 0.3, 1.0, 1.0], "b": [0.0] * 9 + [1.0]}}}
-    table = report.layer_densities_by_run([run("s0", 0.12), run("s1", 0.0875)])
+    table = report.layer_densities_by_run([run(0, 0.12), run(1, 0.0875)])
     assert list(table.columns) == ["run", "a (50%)", "b (10%)"]
-    assert list(table["run"]) == ["s0", "s1"]  # no notebook in the folder, no parameters: the bare name
-    named = run("s2", 0.1) | {"params": {"model": "lenet5", "method": "constrained", "grouping": "layer",
-                                        "target": [0.5, 0.1], "seed": 2, "preset": "paper", "dataset": "mnist"}}
-    assert report.layer_densities_by_run([named])["run"][0] == "LeNet5, constrained, layer-wise 50/10%, seed 2"
+    assert list(table["run"]) == [f"LeNet5, constrained, layer-wise 50/10%, seed {seed}" for seed in (0, 1)]
     assert list(table["a (50%)"]) == ["52.0 / 75.0"] * 2
     assert list(table["b (10%)"]) == ["12.0 / 10.0", "8.8 / 10.0"]
 
@@ -125,7 +124,7 @@ def test_final_errors_lists_each_record_of_the_preset_once_largest_first(workspa
     for config, folder in report.grid_runs(grids[0]):
         error = final[(config.target, config.preset)] if (config.target, config.preset) in final else None
         if error is not None:
-            metrics = {"status": "complete", "run_name": config.run_name, "val_error_final": error,
+            metrics = {"status": "complete", "val_error_final": error,
                        "val_error_best": error / 2}
             records.write_record(folder, config.to_dict(), metrics, [], [], {})
 
@@ -193,7 +192,7 @@ def test_show_keeps_constant_columns_and_the_command_in_a_given_caption():
 def test_a_run_page_says_when_its_run_resumed_or_is_of_an_earlier_preset(workspace):
     common = {"experiment": "remarks", "model": "mlp", "preset": "cpu", "epochs": 1, "batch_size": 16}
     done = training.run_experiment(progress=False, dataset="mnist", target=0.4, **common)
-    folder = records.runs_dir() / "remarks" / done["metrics"]["run_name"]
+    folder = records.runs_dir() / "remarks" / done["params"]["run_name"]
     assert run_pages.run_page_remarks(folder) == "" and run_pages.run_page_remarks(workspace / "nothing") == ""
     search = workspace / "search"  # a bisection search's record: metrics.json only
     records.write_json(search / "metrics.json", {"status": "complete", "kind": "bisection search"})
@@ -216,7 +215,7 @@ def test_show_keeps_a_mean_and_its_ci_on_one_line():
 
 def test_density_traces_name_every_run_with_steps_under_the_panels():
     def run(name, steps):
-        return {"metrics": {"run_name": name, "target": 0.3}, "steps": steps}
+        return {"params": {"run_name": name, "target": 0.3}, "metrics": {}, "steps": steps}
 
     steps = [{"epoch": "0.5", "l0_density": "0.9", "lambda_0": "0.1"}, {"epoch": "1", "l0_density": "0.4",
                                                                          "lambda_0": "0.0"}]
@@ -228,7 +227,7 @@ def test_density_traces_name_every_run_with_steps_under_the_panels():
 
 def _synthetic_record(folder, params: dict, error: float) -> None:
     """A complete record with these parameters (nothing trained): what the report reads of one."""
-    metrics = {"status": "complete", "run_name": folder.name, "l0_density": 0.5, "params_pct": 50.0, "macs_pct": 40.0,
+    metrics = {"status": "complete", "l0_density": 0.5, "params_pct": 50.0, "macs_pct": 40.0,
                "val_error_best": error, "val_error_final": error, "epochs_completed": 1, "git_commit": "0" * 40}
     records.write_record(folder, params, metrics, [], [], {})
 

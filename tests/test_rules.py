@@ -102,11 +102,11 @@ def record(grouping, target, densities, gates_lr=6.0, model="wrn-16-1", seed=0, 
     layers = ["stage1.0.conv1.conv", "stage3.0.conv1.conv"]
     model_density = sum(densities) / len(densities)
     params = {"model": model, "method": "constrained", "grouping": grouping, "target": target, "seed": seed,
-              "preset": preset, "gates_lr": gates_lr, "dual_lr": 0.007 if target != 1.0 else 0.001, "epochs": epochs}
+              "preset": preset, "gates_lr": gates_lr, "dual_lr": 0.007 if target != 1.0 else 0.001, "epochs": epochs,
+              "run_name": f"{grouping}-{target}-{gates_lr}"}
     history = [{"epoch": "20", "phase": "train", "l0_density": str(model_density),
                 **{f"density[{layer}]": str(d) for layer, d in zip(layers, densities)}}]
-    metrics = {"run_name": f"{grouping}-{target}-{gates_lr}", "method": "constrained", "grouping": grouping,
-               "target": target, "seed": seed, "model": model, "preset": preset, "l0_density": model_density,
+    metrics = {"l0_density": model_density,
                "l0_density_per_layer": dict(zip(layers, densities))}
     return {"path": "/nowhere", "params": params, "metrics": metrics, "history": history}
 
@@ -130,7 +130,7 @@ def test_a_record_is_judged_against_the_free_gates_run_of_its_own_model_and_prot
     judged = rules.judge_record(record("model", 0.8, (0.7, 0.7)), [])
     assert judged.bindings == (U,) and not judged.binding_known and judged.outcome == Outcome.UNDER
     with pytest.raises(ValueError, match="only a constrained run"):
-        rules.judge_record({**free[0], "metrics": {**free[0]["metrics"], "method": "penalized"}}, free)
+        rules.judge_record({**free[0], "params": {**free[0]["params"], "method": "penalized"}}, free)
 
 
 def test_free_densities_average_the_seeds_of_the_matching_free_runs():

@@ -68,7 +68,7 @@ def test_line_names_the_device_the_record_ran_on():
         line = run_pages.run_line(params, metrics)
         device = {"cpu": "**ran on** CPU", "cuda": "**ran on** GPU"}[metrics["device"]]
         assert device in line and protocols.record_protocol(params) in line
-        assert metrics["run_name"] in line and f"{params['preset']} preset" not in line
+        assert params["run_name"] in line and f"{params['preset']} preset" not in line
         seen.add((params["preset"], metrics["device"]))
     assert ("cpu", "cuda") in seen and ("paper", "cpu") in seen
 
@@ -88,8 +88,8 @@ def test_cited_by_links_the_pages_of_the_studies_whose_grids_ask_for_the_record(
 
 def test_run_table_is_short_and_in_percent(tmp_path):
     config = resolve_config(dataset="mnist", model="mlp", method="constrained", target=0.2, preset="paper")
-    metrics = {"method": "constrained", "l0_density": 0.2012, "params_pct": 13.7, "macs_pct": 13.8,
-               "val_error_best": 1.87, "val_error_final": 2.09, "target": 0.2, "model": "mlp", "grouping": "model"}
+    metrics = {"l0_density": 0.2012, "params_pct": 13.7, "macs_pct": 13.8,
+               "val_error_best": 1.87, "val_error_final": 2.09}
     history = [{"epoch": "1", "phase": "train", "l0_density": "0.2012", "val_error": "1.87"}]
     table = run_pages.run_table({"params": config.to_dict(), "metrics": metrics, "history": history})
     assert list(table.index) == ["ours"]

@@ -60,8 +60,10 @@ def test_record_contents(workspace):
     assert len(metrics["pruned_architecture"]) == 3
     assert record["gate_medians"] and set(record["gate_medians"]["0"]) == {"fc1", "fc2", "fc3"}
     assert len(record["gate_medians"]["0"]["fc1"]) == 784
-    params = json.loads((workspace / "runs" / "unit" / metrics["run_name"] / "params.json").read_text())
-    assert params == resolve_config(**RUN).to_dict()
+    params = json.loads((workspace / "runs" / "unit" / record["params"]["run_name"] / "params.json").read_text())
+    assert params == resolve_config(**RUN).to_dict() == record["params"]
+    # metrics.json holds results only: of the parameters' names, only what the run had (device, torch's threads)
+    assert set(metrics) & set(params) == {"device", "threads"}
     # Where it ran, down to the vector instructions that decide float rounding on a CPU.
     cpu_model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
                       if line.startswith("model name")), None)
@@ -72,7 +74,7 @@ def test_record_contents(workspace):
 
 def test_complete_record_is_reused_and_never_overwritten_by_a_failure(workspace, monkeypatch):
     first = training.run_experiment(progress=False, **RUN)
-    run_dir = workspace / "runs" / "unit" / first["metrics"]["run_name"]
+    run_dir = workspace / "runs" / "unit" / first["params"]["run_name"]
     before = (run_dir / "metrics.json").read_text()
 
     again = training.run_experiment(progress=False, **RUN)  # no training: the record is complete
@@ -105,7 +107,7 @@ def test_smoke_mode_from_the_environment_keeps_runs_clean(workspace, monkeypatch
     monkeypatch.delenv("PAPERLIB_RUNS")
     monkeypatch.chdir(workspace)
     record = training.run_experiment(progress=False, **{**RUN, "epochs": 50})
-    assert record["metrics"]["run_name"].endswith("-smoke")
+    assert record["params"]["run_name"].endswith("-smoke")
     assert record["metrics"]["epochs_completed"] == training.SMOKE_EPOCHS
     assert "checkpoints" in record["path"] and "smoke-runs" in record["path"]
 
@@ -146,7 +148,7 @@ def test_pretrained_resnet50_is_pruned_without_dense_training(tmp_path, monkeypa
     record = training.run_experiment(progress=False, experiment="mp", dataset="imagenet", model="resnet50",
                                      method="magnitude_pruning", target=0.5, pretrained=True, preset="paper")
     assert [row["phase"] for row in record["history"]] == ["init", "pruned", "finetune"]
-    assert record["metrics"]["run_name"].startswith("resnet50-magnitude_pruning-t0.5-pretrained")
+    assert record["params"]["run_name"].startswith("resnet50-magnitude_pruning-t0.5-pretrained")
     assert 30 < record["metrics"]["params_pct"] < 70
 
 
@@ -250,7 +252,7 @@ def test_a_pruning_run_of_another_target_takes_over_the_trained_dense_model(work
     assert shared == records.first_phase_path(resolve_config(**params, target=0.3)) and shared.exists()
 
     taken_over = training.run_experiment(progress=False, **params, target=0.5)
-    assert taken_over["metrics"]["first_phase_of"] == first["metrics"]["run_name"]
+    assert taken_over["metrics"]["first_phase_of"] == first["params"]["run_name"]
     dense_rows = [row for row in _numbers(first) if row["phase"] in ("init", "train")]
     assert [row for row in _numbers(taken_over) if row["phase"] in ("init", "train")] == dense_rows
 

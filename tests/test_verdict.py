@@ -12,11 +12,10 @@ from analysis import verdict
 def _record(gap, target=0.5, model="mlp", seed=0, device="cpu", preset="paper", method="constrained", epochs=200):
     """A model-wise record ending ``gap`` points from its target."""
     density = target + gap / 100
-    metrics = {"run_name": f"{model}-{target}-{gap}-s{seed}", "method": method, "grouping": "model",
-               "target": target, "lmbda": None, "seed": seed, "model": model, "preset": preset, "device": device,
-               "l0_density": density, "l0_density_per_layer": {}, "epochs_completed": epochs,
+    metrics = {"device": device, "l0_density": density, "l0_density_per_layer": {}, "epochs_completed": epochs,
                "multipliers_final": [0.0], "val_error_final": 2.0}
-    params = {"model": model, "method": method, "grouping": "model", "target": target, "seed": seed, "preset": preset}
+    params = {"model": model, "method": method, "grouping": "model", "target": target, "seed": seed, "preset": preset,
+              "lmbda": None, "run_name": f"{model}-{target}-{gap}-s{seed}"}
     history = [{"epoch": str(epochs), "phase": "train", "l0_density": str(density)}]
     return {"path": f"/nowhere/{model}-{target}-{gap}-{seed}", "params": params, "metrics": metrics,
             "history": history, "steps": []}

@@ -44,9 +44,8 @@ def best_feasible_error(record: dict) -> float | None:
     None when no training epoch satisfies them. For runs that are not
     constrained, the record's best error over training.
     """
-    metrics = record["metrics"]
-    if metrics["method"] != "constrained":
-        return metrics["val_error_best"]
+    if record["params"]["method"] != "constrained":
+        return record["metrics"]["val_error_best"]
     errors = [float(row["val_error"]) for row in record["history"]
               if row["phase"] == "train"
               and rules.feasible([100 * (density - target) for density, target in constrained_densities(record, row)])]
@@ -94,12 +93,12 @@ def our_value(record: dict, metric: str, finetune_epochs: int | None = None):
     ``finetune_epochs``, App. L's columns: the best error so far (:func:`best_finetuned_error`), and the
     error of that checkpoint as the last."""
     m = record["metrics"]
-    if finetune_epochs is not None and m["method"] == "magnitude_pruning":
+    if finetune_epochs is not None and record["params"]["method"] == "magnitude_pruning":
         row = finetuning_row(record, finetune_epochs)
         if row is None or metric not in ("val_error_best", "val_error_final", "l0_density"):
             return None
         if metric == "l0_density":
-            return 100.0 * m["target"]
+            return 100.0 * record["params"]["target"]
         return best_finetuned_error(record, finetune_epochs) if metric == "val_error_best" else float(row["val_error"])
     if metric == "l0_density":
         return None if m["l0_density"] is None else 100.0 * m["l0_density"]
@@ -207,7 +206,7 @@ def paper_rows_for(record: dict, digits: int = 2) -> pd.DataFrame:
     if not rows:
         return pd.DataFrame()
     columns = ["", *(METRIC_LABELS[m] for m in metrics if any(METRIC_LABELS[m] in row for row in rows))]
-    ours = {"": f"ours, {record['metrics']['model']}"}
+    ours = {"": f"ours, {record['params']['model']}"}
     for metric in metrics:
         value = our_value(record, metric)
         ours[METRIC_LABELS[metric]] = None if value is None else f"{value:.{digits}f}"

@@ -136,10 +136,10 @@ def result_columns(record: dict) -> dict:
 
 def summary_row(record: dict, digits: int = 2) -> dict:
     """One table row: the run, its method and hyper-parameter, :func:`result_columns` rounded, status, commit."""
-    m = record["metrics"]
-    hyper = m["target"] if m["method"] in ("constrained", "magnitude_pruning") else m.get("lmbda")
+    p, m = record["params"], record["metrics"]
+    hyper = p["target"] if p["method"] in ("constrained", "magnitude_pruning") else p.get("lmbda")
     numbers = {name: None if value is None else round(value, digits) for name, value in result_columns(record).items()}
-    return {"run": m["run_name"], "method": m["method"], "grouping": m["grouping"], "hyper-parameter": hyper,
+    return {"run": p["run_name"], "method": p["method"], "grouping": p["grouping"], "hyper-parameter": hyper,
             **numbers, "status": m["status"], "commit": m["git_commit"][:8]}
 
 
@@ -157,11 +157,11 @@ def plot_gate_histograms(record: dict, layer: str | None = None, epochs: list[st
     """
     medians = record["gate_medians"]
     if not medians:
-        raise ValueError(f"record {record['metrics']['run_name']} has no gate medians (not a gated run)")
+        raise ValueError(f"record {record['params']['run_name']} has no gate medians (not a gated run)")
     epochs = epochs or sorted(medians, key=int)
     layer = layer or next(iter(medians[epochs[0]]))
     with plt.rc_context({"font.size": 9} if width else {}):
-        return _gate_histograms(medians, record["metrics"]["model"], layer, epochs, width)
+        return _gate_histograms(medians, record["params"]["model"], layer, epochs, width)
 
 
 def _gate_histograms(medians: dict, model: str, layer: str, epochs: list[str], width: float | None) -> plt.Figure:

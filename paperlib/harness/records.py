@@ -1,9 +1,9 @@
 """Run records: what a run leaves in ``runs/<experiment>/<run name>/``.
 
 =====================  =======================================================
-``params.json``         every resolved parameter of the run
-``metrics.json``        final numbers and provenance (status, densities, counts,
-                        errors, device, data source, git commit, versions)
+``params.json``         every resolved parameter of the run (its one home)
+``metrics.json``        results only: final numbers and provenance (status, densities,
+                        counts, errors, device, data source, git commit, versions)
 ``history.csv.xz``      one row per epoch (training dynamics)
 ``steps.csv.xz``        density and multipliers every few steps (dual dynamics)
 ``gate_medians.json.xz`` test-time gate medians per layer at chosen epochs
@@ -388,21 +388,12 @@ def record_status(run_dir: Path) -> str | None:
     return json.loads(metrics.read_text()).get("status")
 
 
-#: Keys of ``metrics.json`` renamed since records were first written: legacy name -> name.
-RENAMED_METRICS = {"target_density": "target"}
-
-
 def load_record(run_dir: Path) -> dict:
-    """A record as a dict: ``params``, ``metrics``, ``history`` (list of rows), ``gate_medians``.
-
-    Metrics under a legacy name (:data:`RENAMED_METRICS`) are returned under
-    the current one, so that every reader sees one name.
-    """
+    """A record as a dict: ``params`` (its parameters), ``metrics`` (its results), ``history`` (list of rows),
+    ``steps``, ``gate_medians``."""
     run_dir = Path(run_dir)
-    metrics = json.loads((run_dir / "metrics.json").read_text())
-    record = {"path": str(run_dir),
-              "params": json.loads((run_dir / "params.json").read_text()),
-              "metrics": {RENAMED_METRICS.get(key, key): value for key, value in metrics.items()}}
+    record = {"path": str(run_dir), "params": json.loads((run_dir / "params.json").read_text()),
+              "metrics": json.loads((run_dir / "metrics.json").read_text())}
     for name, files in DATA_FILES.items():
         path = next((run_dir / file for file in files if (run_dir / file).exists()), None)
         if path is None:

@@ -249,7 +249,7 @@ NOT_PROTOCOL = frozenset({"experiment", "run_name", "preset", "method", "target"
 
 def is_free_gates(record: dict) -> bool:
     """Whether a record is a free-gates run: constrained at a target of 100% on every constraint."""
-    params = record.get("params") or record["metrics"]
+    params = record["params"]
     targets = params["target"] if isinstance(params["target"], list) else [params["target"]]
     return params["method"] == "constrained" and all(t == 1.0 for t in targets)
 
@@ -260,9 +260,8 @@ def same_protocol(record: dict, other: dict) -> bool:
     a model-wise run is matched with a model-wise free run, and a run at a gates' learning rate with the free run
     at that rate. The preset's name is not compared, its values are: a ``cpu`` run at gates lr 1 is the
     ``cpu2`` protocol's run."""
-    same_model = all(record["metrics"].get(key) is not None and record["metrics"].get(key) == other["metrics"].get(key)
-                     for key in ("model", "grouping"))
     a, b = record.get("params") or {}, other.get("params") or {}
+    same_model = all(a.get(key) is not None and a.get(key) == b.get(key) for key in ("model", "grouping"))
     shared = [key for key in a.keys() & b.keys() - NOT_PROTOCOL if a[key] is not None and b[key] is not None]
     return same_model and bool(a) and bool(b) and all(a[key] == b[key] for key in shared)
 
@@ -274,11 +273,10 @@ def constrained_densities(record: dict, row: dict) -> list[tuple[float, float]]:
     gated layer's expected density against its own target (one target for all
     layers when a single value is given).
     """
-    metrics = record["metrics"]
-    target = metrics["target"]
-    if metrics["grouping"] == "model":
+    target = record["params"]["target"]
+    if record["params"]["grouping"] == "model":
         return [(float(row["l0_density"]), target)]
-    layers = list(metrics["l0_density_per_layer"])
+    layers = list(record["metrics"]["l0_density_per_layer"])
     targets = target if isinstance(target, list) else [target] * len(layers)
     return [(float(row[f"density[{layer}]"]), t) for layer, t in zip(layers, targets)]
 
@@ -290,7 +288,7 @@ def final_gaps(record: dict) -> list[float]:
 
 def _constraint_densities(record: dict) -> dict[str, float]:
     """A record's final expected density of each constraint, by name (``model``, or the gated layer's)."""
-    names = ["model"] if record["metrics"]["grouping"] == "model" else list(record["metrics"]["l0_density_per_layer"])
+    names = ["model"] if record["params"]["grouping"] == "model" else list(record["metrics"]["l0_density_per_layer"])
     return {name: density for name, (density, _) in zip(names, constrained_densities(record, record["history"][-1]))}
 
 
@@ -333,14 +331,14 @@ def gate_points(model: str, sparsity: str = "structured") -> tuple[float, dict[s
 
 def constraint_gate_points(record: dict) -> list[float]:
     """:func:`gate_points` for each constraint of a constrained record, in its constraints' order."""
-    metrics = record["metrics"]
-    name = metrics.get("model") or record["params"]["model"]
-    model, by_layer = gate_points(name, metrics.get("sparsity", "structured"))
-    if metrics["grouping"] == "model":
+    metrics, params = record["metrics"], record["params"]
+    name = params["model"]
+    model, by_layer = gate_points(name, params.get("sparsity", "structured"))
+    if params["grouping"] == "model":
         return [model]
     unknown = [name for name in metrics["l0_density_per_layer"] if name not in by_layer]
     if unknown:
-        raise ValueError(f"{metrics['run_name']}: {name} has no gated layer {unknown[0]!r}; "
+        raise ValueError(f"{params['run_name']}: {name} has no gated layer {unknown[0]!r}; "
                          f"its gated layers: {', '.join(by_layer)}")
     return [by_layer[name] for name in metrics["l0_density_per_layer"]]
 
@@ -362,7 +360,7 @@ class RunJudgement:
 def judge_record(record: dict, free_records: list[dict]) -> RunJudgement:
     """:func:`judge_run` on a constrained record, with the free-gates runs of its model and protocol among
     ``free_records`` (:func:`free_densities`) and its model's gate sizes (:func:`gate_points`)."""
-    m = record["metrics"]
+    m = record["params"]
     if m["method"] != "constrained":
         raise ValueError(f"only a constrained run has targets to judge; {m['run_name']} is {m['method']}")
     gaps = final_gaps(record)

@@ -173,7 +173,7 @@ def run_line(params: dict, metrics: dict) -> str:
         device = DEVICE_LABELS.get(metrics.get("device"), metrics.get("device"))
         pairs["ran on"] = (f"{device} ({metrics['device_name']})" if metrics.get("device_name") else device) + (
             f", {metrics['threads']} thread{'s' if metrics['threads'] != 1 else ''}" if metrics.get("threads") else "")
-    pairs["record"] = f"`runs/{metrics['experiment']}/{metrics['run_name']}/`"
+    pairs["record"] = f"`runs/{params['experiment']}/{params['run_name']}/`"
     return " · ".join(f"**{name}** {value}" for name, value in pairs.items())
 
 

@@ -377,16 +377,13 @@ class Runner:
 
     # ----- the record ----------------------------------------------------------
     def metrics(self, status: str) -> dict:
-        c, history = self.config, self.state.history
+        history = self.state.history
         last = history[-1] if history else {}
         # Best error of the sparse model (after pruning, for magnitude pruning).
         errors = [row["val_error"] for row in history if row["phase"] in self.method.sparse_phases]
         errors = errors or [row["val_error"] for row in history]  # e.g. a pretrained model, evaluated only
-        metrics = {
-            "status": status, "experiment": c.experiment, "run_name": c.run_name, "preset": c.preset,
-            "method": c.method, "model": c.model, "dataset": c.dataset, "sparsity": c.sparsity,
-            "grouping": c.grouping, "target": c.target, "lmbda": c.lmbda,
-            "l0_density": last.get("l0_density"),
+        metrics = {  # results only: the parameters are params.json's
+            "status": status, "l0_density": last.get("l0_density"),
             "l0_density_per_layer": {n: last.get(f"density[{n}]") for n in self.layer_names} or None,
             "params": last.get("params"), "params_pct": last.get("params_pct"),
             "macs": last.get("macs"), "macs_pct": last.get("macs_pct"),
@@ -399,7 +396,7 @@ class Runner:
             "wall_time_s": round(self.state.wall_time, 1), "device": str(self.device),
             "device_name": device_name(self.device),
             "threads": torch.get_num_threads(), "data_source": self.data.source, "data": self.data.describe(),
-            "seed": c.seed, "git_commit": self.state.git_commits[0], "paperlib_version": __version__,
+            "git_commit": self.state.git_commits[0], "paperlib_version": __version__,
             "torch_version": torch.__version__,
             **self.method.record_fields(),
         }
