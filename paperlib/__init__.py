@@ -27,6 +27,7 @@ __version__ = "0.1.0"
 # while ``from paperlib.paper.purge import keep_first`` still reads the module.
 from .method.constrained import ConstrainedStep, StepRecord, weight_parameters  # noqa: E402  (after __version__)
 from .method.counting import count_macs, count_params  # noqa: E402
+from .method.lagrangian import AugmentedLagrangian, GradientAscent, NuPI  # noqa: E402
 from .paper.purge import purge  # noqa: E402
 from .method.sparsify import sparsify  # noqa: E402
 from .method import budget as _budget  # noqa: E402
@@ -44,5 +45,5 @@ def report(model, input_shape=None, leaves=None):
     return pandas.DataFrame(rows).set_index("layer")
 
 
-__all__ = ["ConstrainedStep", "StepRecord", "count_macs", "count_params", "purge", "report", "sparsify",
+__all__ = ["AugmentedLagrangian", "ConstrainedStep", "GradientAscent", "NuPI", "StepRecord", "count_macs", "count_params", "purge", "report", "sparsify",
            "weight_parameters", "__version__"]

@@ -15,6 +15,7 @@ from paperlib.harness import methods, records, training
 from paperlib.harness.data import load_dataset
 from paperlib.method.constrained import ConstrainedStep, weight_parameters
 from paperlib.method.gate_pass import ModelGates
+from paperlib.method.lagrangian import AugmentedLagrangian, GradientAscent, LagrangeMultipliers, NuPI, dual_optimizer
 from paperlib.method.layers import ConvBN, L0Conv2d, L0Layer, L0Linear
 from paperlib.paper.models import layer_densities, memory_format, model_density
 from paperlib.method.objective import ConstrainedObjective, PenalizedObjective, augmented_lagrangian_term, parameter_groups
@@ -99,8 +100,8 @@ def test_the_runners_step_is_the_step_written_out_before_it_bit_for_bit(case):
     methods.Method._build_optimizers(twin, "train")
     gates = ModelGates(reference, config.grouping, config.weight_decay, config.detach_gates)
     if config.method == "constrained":
-        objective = ConstrainedObjective(reference, config.target, config.grouping, config.dual_lr,
-                                         config.dual_restarts, config.dual_optimizer, config.nupi_kp, config.nupi_ema)
+        objective = ConstrainedObjective(reference, config.target, config.grouping, dual_optimizer(
+            config.dual_optimizer, config.dual_lr, config.dual_restarts, config.nupi_kp, config.nupi_ema))
     else:
         objective = PenalizedObjective(reference, config.lmbda, config.grouping)
     shape = (1, 28, 28) if config.dataset == "mnist" else (3, 32, 32)
@@ -190,7 +191,7 @@ def test_the_dual_step_uses_the_densities_measured_before_the_primal_step():
     x, y = _data(8)
     step = ConstrainedStep(model, None, target=0.5, gates_optimizer=torch.optim.SGD(
         [p for m in model.modules() if isinstance(m, L0Layer) for p in m.gate_parameters()], lr=100.0),
-        dual_lr=0.5, dual_restarts=False, clamp_log_alpha=False)
+        dual_optimizer=GradientAscent(0.5, restarts=False), clamp_log_alpha=False)
     step.objective.multipliers.value = torch.tensor([2.0])
     before = copy.deepcopy(model)
     density = model_density(before)
@@ -211,7 +212,7 @@ def test_the_dual_step_uses_the_densities_measured_before_the_primal_step():
 def test_ascent_raises_the_multiplier_of_a_violated_constraint_and_lowers_it_when_it_holds():
     model = _toy()
     x, y = _data(8)
-    step = ConstrainedStep(model, _sgd(model), target=0.5, gates_lr=1e-3, dual_lr=0.5, dual_restarts=False)
+    step = ConstrainedStep(model, _sgd(model), target=0.5, gates_lr=1e-3, dual_optimizer=GradientAscent(0.5, restarts=False))
     first = step.roll(lambda: F.cross_entropy(model(x), y))
     assert first.violations.item() > 0 and first.multipliers.item() == pytest.approx(0.5 * first.violations.item())
     step.objective.target = torch.tensor([0.99])  # now the constraint holds
@@ -226,7 +227,7 @@ def test_a_dual_restart_resets_the_multiplier_once_its_constraint_holds(restarts
     """Eq. 6: with restarts lambda goes to zero as soon as g <= eps; without, it only decreases."""
     model = _toy()
     x, y = _data(8)
-    step = ConstrainedStep(model, _sgd(model), target=0.99, gates_lr=0.1, dual_lr=0.01, dual_restarts=restarts)
+    step = ConstrainedStep(model, _sgd(model), target=0.99, gates_lr=0.1, dual_optimizer=GradientAscent(0.01, restarts=restarts))
     step.objective.multipliers.value = torch.tensor([3.0])
     record = step.roll(lambda: F.cross_entropy(model(x), y))
     assert record.violations.item() < 0
@@ -236,8 +237,7 @@ def test_a_dual_restart_resets_the_multiplier_once_its_constraint_holds(restarts
 def test_nupi_runs_through_the_same_step():
     model = _toy()
     x, y = _data(8)
-    step = ConstrainedStep(model, _sgd(model), target=0.3, gates_lr=0.01, dual_lr=0.2, dual_optimizer="nupi",
-                           nupi_kp=3.0, nupi_ema=0.5)
+    step = ConstrainedStep(model, _sgd(model), target=0.3, gates_lr=0.01, dual_optimizer=NuPI(0.2, kp=3.0, ema=0.5))
     lam, xi = torch.zeros(1), torch.zeros(1)
     for _ in range(3):  # lambda <- max(0, lambda + lr (e_t + kp (xi_t - xi_{t-1}))), xi_t = nu xi_{t-1} + (1 - nu) e_t
         record = step.roll(lambda: F.cross_entropy(model(x), y))
@@ -251,8 +251,7 @@ def test_nupi_runs_through_the_same_step():
 def test_the_augmented_lagrangian_runs_through_the_same_step():
     model = _toy()
     x, y = _data(8)
-    step = ConstrainedStep(model, _sgd(model), target=0.3, gates_lr=0.01, dual_lr=2.0,
-                           dual_optimizer="augmented_lagrangian")
+    step = ConstrainedStep(model, _sgd(model), target=0.3, gates_lr=0.01, dual_optimizer=AugmentedLagrangian(rho=2.0))
     step.objective.multipliers.value = torch.tensor([0.5])
     before = copy.deepcopy(model)
     record = step.roll(lambda: F.cross_entropy(model(x), y))
@@ -338,13 +337,11 @@ def _gate_params(model):
      "target has 3 values but the model has 2 gated layers (features.0.conv, head.fc)"),
     (lambda m: ConstrainedStep(m, target=[0.5, 0.5], grouping="model", gates_lr=0.1, dual_lr=0.1),
      "a model-wise target is one float"),
-    (lambda m: ConstrainedStep(m, target=0.5, gates_lr=0.1, dual_lr=0.1, dual_optimizer="nupi"),
-     "needs its proportional gain nupi_kp"),
-    (lambda m: ConstrainedStep(m, target=0.5, gates_lr=0.1, dual_lr=0.1, nupi_kp=1.0),
-     "gains of dual_optimizer='nupi'"),
-    (lambda m: ConstrainedStep(m, target=0.5, gates_lr=0.1, dual_lr=0.1, dual_optimizer="nupi", nupi_kp=1.0,
-                               dual_restarts=True), "dual_restarts=False"),
-    (lambda m: ConstrainedStep(m, target=0.5, gates_lr=0.1), "needs dual_lr"),
+    (lambda m: ConstrainedStep(m, target=0.5, gates_lr=0.1, dual_lr=0.1, dual_optimizer=NuPI(0.1, kp=1.0)),
+     "pass dual_lr (the paper's gradient ascent with dual restarts at that step size) or dual_optimizer, not both"),
+    (lambda m: ConstrainedStep(m, target=0.5, gates_lr=0.1), "pass dual_lr"),
+    (lambda m: ConstrainedStep(m, penalty=0.1, gates_lr=0.1, dual_optimizer=GradientAscent(0.1)),
+     "a penalty has no multipliers to update; drop dual_optimizer"),
     (lambda m: ConstrainedStep(m, target=0.5, penalty=0.1, gates_lr=0.1, dual_lr=0.1), "not both"),
     (lambda m: ConstrainedStep(m, gates_lr=0.1), "not neither"),
     (lambda m: ConstrainedStep(m, penalty=0.1, gates_lr=0.1, dual_lr=0.1), "a penalty has no multipliers to update; drop dual_lr"),
@@ -356,12 +353,16 @@ def _gate_params(model):
      "gates_optimizer lacks the log_alpha of the gated layers head.fc"),
     (lambda m: ConstrainedStep(m, target=0.5, dual_lr=0.1, gates_optimizer=torch.optim.SGD(m.parameters(), lr=0.1)),
      "parameters that are not gates' log_alpha"),
-    (lambda m: ConstrainedStep(m, target=0.5, gates_lr=0.1, dual_lr=0.1, dual_optimizer="adam"),
-     "dual_optimizer must be one of"),
 ])
 def test_errors_say_what_is_wrong(build, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         build(_toy())
+
+
+@pytest.mark.parametrize("dual", ["nupi", 0.1, LagrangeMultipliers(1, 0.1)])
+def test_a_dual_optimizer_that_is_not_one_of_the_three_is_refused(dual):
+    with pytest.raises(TypeError, match=re.escape("dual_optimizer must be paperlib.GradientAscent(lr, restarts)")):
+        ConstrainedStep(_toy(), target=0.5, gates_lr=0.1, dual_optimizer=dual)
 
 
 def test_a_loss_fn_that_returns_no_scalar_loss_is_named():
@@ -404,10 +405,7 @@ def test_numpy_and_torch_numbers_are_numbers_and_1d_arrays_per_layer_lists():
 @pytest.mark.parametrize("arguments, named", [
     (dict(gates_lr=0), "gates_lr"), (dict(gates_lr=-0.1), "gates_lr"), (dict(gates_lr=float("nan")), "gates_lr"),
     (dict(dual_lr=0), "dual_lr"), (dict(dual_lr=-1.0), "dual_lr"), (dict(dual_lr=float("inf")), "dual_lr"),
-    (dict(dual_lr=0, dual_optimizer="augmented_lagrangian"), "dual_lr"),
     (dict(weight_decay=-1e-4), "weight_decay"), (dict(weight_decay=float("nan")), "weight_decay"),
-    (dict(dual_optimizer="nupi", nupi_kp=-1.0), "nupi_kp"),
-    (dict(dual_optimizer="nupi", nupi_kp=1.0, nupi_ema=1.0), "nupi_ema"),
     (dict(target=None, penalty=-0.1, dual_lr=None), "penalty"),
     (dict(target=None, penalty=[0.1, -0.1], dual_lr=None), "penalty[1]"),
 ])

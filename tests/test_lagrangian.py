@@ -7,10 +7,12 @@ problem with a known KKT point.
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
-from paperlib.method.lagrangian import LagrangeMultipliers, NuPIMultipliers
+from paperlib.method.lagrangian import (AugmentedLagrangian, GradientAscent, LagrangeMultipliers, NuPI,
+                                       NuPIMultipliers, dual_optimizer)
 from paperlib.method.objective import augmented_lagrangian_term, linear_term
 
 
@@ -99,10 +101,24 @@ def test_state_dict_round_trip():
         assert torch.equal(other.step(v), ref.step(v))
 
 
-@pytest.mark.parametrize("lr", [-1e-3, -1.0, float("nan")])
-def test_negative_lr_raises(lr):
-    with pytest.raises(ValueError, match="lr"):
-        LagrangeMultipliers(2, lr=lr)
+@pytest.mark.parametrize("make, named", [
+    (lambda v: GradientAscent(v), "lr"), (lambda v: NuPI(v, kp=1.0), "lr"), (lambda v: AugmentedLagrangian(v), "rho"),
+    (lambda v: dual_optimizer("augmented_lagrangian", v, restarts=False), "rho")])
+@pytest.mark.parametrize("value", [0, -1e-3, float("nan"), float("inf")])
+def test_a_dual_optimizer_refuses_a_step_that_is_not_positive_and_finite(make, named, value):
+    with pytest.raises(ValueError, match=named + " must be a step size > 0"):
+        make(value)
+
+
+def test_the_configurations_words_make_the_dual_optimizers_that_build_the_multipliers():
+    made = dual_optimizer("gradient_ascent", np.float32(0.5), restarts=False)
+    assert made == GradientAscent(0.5, restarts=False) and isinstance(made.lr, float)
+    m = made.multipliers(3)
+    assert isinstance(m, LagrangeMultipliers) and (m.lr, m.dual_restarts) == (0.5, False)
+    n = dual_optimizer("nupi", 0.1, restarts=False, kp=2.0, ema=0.5).multipliers(2)
+    assert isinstance(n, NuPIMultipliers) and (n.lr, n.kp, n.ema_nu) == (0.1, 2.0, 0.5)
+    a = dual_optimizer("augmented_lagrangian", 2.0, restarts=False).multipliers(1)
+    assert not a.dual_restarts and a.lr == 2.0
 
 
 def test_zero_constraints_raises():
@@ -258,9 +274,9 @@ def test_nupi_without_proportional_term_is_gradient_ascent_and_its_first_step_ki
     restored.load_state_dict(pi.state_dict())
     torch.testing.assert_close(restored.step(e[1]), pi.step(e[1]))
     with pytest.raises(ValueError, match="kp"):
-        NuPIMultipliers(2, lr=0.1, kp=-1.0)
-    with pytest.raises(ValueError, match="nu"):
-        NuPIMultipliers(2, lr=0.1, kp=1.0, ema_nu=1.0)
+        NuPI(0.1, kp=-1.0)
+    with pytest.raises(ValueError, match="ema"):
+        NuPI(0.1, kp=1.0, ema=1.0)
 
 
 def test_matches_cooper_simultaneous_gda_and_converges_to_kkt():

@@ -7,7 +7,7 @@ import torch.nn as nn
 from paperlib.method.gate_pass import ModelGates
 from paperlib.method.layers import ConvBN, L0Conv2d, L0Layer, L0Linear
 from paperlib.paper.models import MLP, gated_layers, layer_densities, model_density
-from paperlib.method.lagrangian import NuPIMultipliers
+from paperlib.method.lagrangian import AugmentedLagrangian, GradientAscent, NuPIMultipliers, dual_optimizer
 from paperlib.method.objective import (
     ConstrainedObjective,
     PenalizedObjective,
@@ -68,8 +68,7 @@ def test_terms_in_the_densities(mlp):
     torch.testing.assert_close(obj.term(d, *obj.term_args()), torch.tensor(0.7 * -0.1 + 0.2 * 0.1 + 1.3 * -0.1))
     pen = PenalizedObjective(mlp, [0.1, 2.0, 0.0], grouping="layer")
     torch.testing.assert_close(pen.term(d, *pen.term_args()), torch.tensor(0.1 * 0.8 + 2.0 * 0.6))
-    al = ConstrainedObjective(mlp, [0.9, 0.5, 0.2], grouping="layer", dual_lr=2.0, dual_restarts=False,
-                              dual_optimizer="augmented_lagrangian")
+    al = ConstrainedObjective(mlp, [0.9, 0.5, 0.2], grouping="layer", dual_optimizer=AugmentedLagrangian(rho=2.0))
     al.multipliers.value = torch.tensor([0.7, 0.2, 0.1])
     value = al.term(d, *al.term_args())
     lam_next = torch.clamp(al.multipliers.value + 2.0 * (d.detach() - al.target), min=0)  # (0.5, 0.4, 0)
@@ -81,12 +80,14 @@ def test_terms_in_the_densities(mlp):
 
 
 def test_dual_optimizer_choices(mlp):
-    nupi = ConstrainedObjective(mlp, 0.5, dual_lr=0.1, dual_restarts=False, dual_optimizer="nupi", nupi_kp=3.0)
+    nupi = ConstrainedObjective(mlp, 0.5, dual_optimizer=dual_optimizer("nupi", 0.1, restarts=False, kp=3.0))
     assert isinstance(nupi.multipliers, NuPIMultipliers) and nupi.multipliers.kp == 3.0
     with pytest.raises(ValueError, match="dual_restarts=False"):
-        ConstrainedObjective(mlp, 0.5, dual_optimizer="nupi")
+        dual_optimizer("nupi", 0.1)
     with pytest.raises(ValueError, match="dual_optimizer must be one of"):
-        ConstrainedObjective(mlp, 0.5, dual_restarts=False, dual_optimizer="adam")
+        dual_optimizer("adam", 0.1, restarts=False)
+    with pytest.raises(TypeError, match="dual_optimizer must be a GradientAscent, NuPI or AugmentedLagrangian"):
+        ConstrainedObjective(mlp, 0.5, dual_optimizer="nupi")
 
 
 @pytest.mark.parametrize("restarts", [True, False])
@@ -94,7 +95,7 @@ def test_dual_step(mlp, restarts):
     # densities at init are heterogeneous; the first group is feasible for target 0.99
     dens0 = layer_densities(mlp).detach()
     targets = [0.99, float(dens0[1]) - 0.2, float(dens0[2]) - 0.1]
-    obj = ConstrainedObjective(mlp, targets, grouping="layer", dual_lr=0.5, dual_restarts=restarts)
+    obj = ConstrainedObjective(mlp, targets, grouping="layer", dual_optimizer=GradientAscent(0.5, restarts=restarts))
     dens = layer_densities(mlp)
     viol = dens.detach() - obj.target
     assert viol[0] < 0 and (viol[1:] > 0).all()
@@ -117,7 +118,7 @@ def test_dual_step(mlp, restarts):
 
 
 def test_dual_step_accepts_graph_tensor(mlp):
-    obj = ConstrainedObjective(mlp, 0.1, dual_lr=1.0)
+    obj = ConstrainedObjective(mlp, 0.1, dual_optimizer=GradientAscent(1.0))
     dens = model_density(mlp).reshape(1)
     assert dens.requires_grad
     obj.dual_step(dens)
@@ -125,9 +126,9 @@ def test_dual_step_accepts_graph_tensor(mlp):
 
 
 def test_constrained_state_dict_round_trip(mlp):
-    obj = ConstrainedObjective(mlp, [0.1, 0.2, 0.3], grouping="layer", dual_lr=0.3, dual_restarts=False)
+    obj = ConstrainedObjective(mlp, [0.1, 0.2, 0.3], grouping="layer", dual_optimizer=GradientAscent(0.3, restarts=False))
     obj.dual_step(layer_densities(mlp))
-    other = ConstrainedObjective(mlp, [0.1, 0.2, 0.3], grouping="layer", dual_lr=0.01, dual_restarts=True)
+    other = ConstrainedObjective(mlp, [0.1, 0.2, 0.3], grouping="layer", dual_optimizer=GradientAscent(0.01, restarts=True))
     other.load_state_dict(obj.state_dict())
     assert torch.equal(other.multipliers.value, obj.multipliers.value)
     assert other.multipliers.lr == 0.3 and other.multipliers.dual_restarts is False
@@ -135,7 +136,7 @@ def test_constrained_state_dict_round_trip(mlp):
 
 def test_constrained_training_reaches_target(mlp):
     """A few hundred GDA steps on the gates alone drive the model density to the target."""
-    obj = ConstrainedObjective(mlp, 0.5, grouping="model", dual_lr=0.05, dual_restarts=True)
+    obj = ConstrainedObjective(mlp, 0.5, grouping="model", dual_optimizer=GradientAscent(0.05, restarts=True))
     gates = ModelGates(mlp, "model", weight_decay=0.0)
     gate_params = [p for layer in gated_layers(mlp) for p in layer.gate_parameters()]
     opt = torch.optim.SGD(gate_params, lr=0.5)

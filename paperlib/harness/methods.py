@@ -34,6 +34,7 @@ from ..paper import pruning
 from ..method.gates import median_gates
 from ..method.layers import L0Layer
 from ..method.constrained import ConstrainedStep
+from ..method.lagrangian import dual_optimizer
 from ..paper.models import build_model, from_torchvision_resnet, layer_densities, memory_format, model_density
 from ..method.objective import parameter_groups
 from .presets import ExperimentConfig
@@ -297,9 +298,8 @@ class Constrained(_Gated):
 
     def _constraint(self) -> dict:
         c = self.config
-        nupi = dict(nupi_kp=c.nupi_kp, nupi_ema=c.nupi_ema) if c.dual_optimizer == "nupi" else {}
-        return dict(target=c.target, dual_lr=c.dual_lr, dual_optimizer=c.dual_optimizer,
-                    dual_restarts=c.dual_restarts, **nupi)
+        return dict(target=c.target, dual_optimizer=dual_optimizer(c.dual_optimizer, c.dual_lr, c.dual_restarts,
+                                                                   c.nupi_kp, c.nupi_ema))
 
     def _multipliers(self) -> dict:
         return {f"lambda_{i}": lam for i, lam in enumerate(self.objective.multipliers.value.tolist())}

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..method.lagrangian import check_dual_optimizer
+from ..method.lagrangian import dual_optimizer
 from ..paper.models import gated_layer_names
 from .vocabulary import (COMPILE_GATES, DATASETS, GROUPINGS, LINEAR_INITS, METHODS, MODEL_NAMES, OPTIMIZERS, PRESETS, SPARSITY_KINDS,
                          is_model_name, short_number)
@@ -355,8 +355,6 @@ def validate(config: ExperimentConfig) -> None:
     _check_choice("gates_optimizer", config.gates_optimizer, OPTIMIZERS)
     _check_choice("linear_init", config.linear_init, LINEAR_INITS)
     _check_choice("compile_gates", config.compile_gates, COMPILE_GATES)
-    if config.method == "constrained":
-        check_dual_optimizer(config.dual_optimizer, config.dual_restarts)
     if config.linear_init != "fan_in" and config.method in ("dense", "magnitude_pruning"):
         raise ValueError(f"parameter 'linear_init' initialises gated linear layers only; method {config.method!r} "
                          f"trains a model without gates, whose layers use fan-in: got linear_init={config.linear_init!r}")
@@ -376,6 +374,8 @@ def validate(config: ExperimentConfig) -> None:
     for name in ("dual_lr", "lr", "gates_lr", "weight_decay", "momentum", "finetune_lr", "lr_gamma", "nupi_kp"):
         _check_range(name, getattr(config, name), 0.0)
     _check_range("nupi_ema", config.nupi_ema, 0.0, 1.0)
+    if config.method == "constrained":  # the dual optimiser's own checks, after the ranges' named ones
+        dual_optimizer(config.dual_optimizer, config.dual_lr, config.dual_restarts, config.nupi_kp, config.nupi_ema)
     if config.pretrained and (config.model != "resnet50" or config.method not in ("dense", "magnitude_pruning")):
         raise ValueError(f"parameter 'pretrained' needs model='resnet50' and method 'dense' or 'magnitude_pruning'; "
                          f"got model={config.model!r}, method={config.method!r}")

@@ -33,10 +33,10 @@ import torch.nn as nn
 
 from .budget import ExpectedCost
 from .gate_pass import ModelGates, compiles
-from .lagrangian import check_dual_optimizer
+from .lagrangian import AugmentedLagrangian, DualOptimizer, GradientAscent, NuPI
 from .layers import L0Layer
 from .objective import ConstrainedObjective, PenalizedObjective
-from .vocabulary import COMPILE_GATES, DUAL_OPTIMIZERS, GROUPINGS, MEASURES
+from .vocabulary import COMPILE_GATES, GROUPINGS, MEASURES
 
 
 @dataclass
@@ -116,11 +116,12 @@ class ConstrainedStep:
       :func:`~paperlib.method.sparsify.sparsify`). :attr:`StepRecord.densities` is then that share.
     * ``gates_optimizer``: the gates' optimiser over every ``log_alpha``, or
       ``gates_lr``: the learning rate of Adam on them (their own, App. H.1).
-    * ``dual_lr``: the multipliers' step size (for the augmented Lagrangian, its
-      penalty coefficient rho); ``dual_optimizer``: ``"gradient_ascent"`` (the
-      paper's; with ``dual_restarts``, by default), ``"nupi"`` (needs
-      ``nupi_kp``, the proportional gain, and takes ``nupi_ema``) or
-      ``"augmented_lagrangian"``.
+    * ``dual_lr``: the multipliers' step size for the paper's projected gradient
+      ascent with dual restarts, or, instead, ``dual_optimizer``:
+      :class:`~paperlib.method.lagrangian.GradientAscent` ``(lr, restarts=False)``,
+      :class:`~paperlib.method.lagrangian.NuPI` ``(lr, kp, ema)`` or
+      :class:`~paperlib.method.lagrangian.AugmentedLagrangian` ``(rho)`` (also
+      ``paperlib.GradientAscent``, ...).
     * ``weight_decay``: adds 0.5 * weight_decay * the expected L2 norm of the
       gated layers' weights (eq. 13) to the objective, with the gate probabilities
       detached when ``detach_gates`` (App. H.2); give the weights' optimiser no
@@ -134,7 +135,7 @@ class ConstrainedStep:
       bind: a warning says so, once per constraint, and what to change. None: never.
 
     Numbers may be Python, numpy or 0-d torch numbers, and a list one per layer a 1-d tensor or array. A target must lie
-    in (0, 1], a penalty, ``weight_decay`` and ``nupi_kp`` be >= 0, ``nupi_ema`` in [0, 1), and the learning rates > 0,
+    in (0, 1], a penalty and ``weight_decay`` be >= 0, and the learning rates > 0,
     all finite; anything else is a ``ValueError`` that names the argument.
     """
 
@@ -142,8 +143,7 @@ class ConstrainedStep:
                  target: float | Sequence[float] | None = None, penalty: float | Sequence[float] | None = None,
                  grouping: str | None = None, gates_optimizer: torch.optim.Optimizer | None = None,
                  gates_lr: float | None = None, dual_lr: float | None = None,
-                 dual_optimizer: str = "gradient_ascent", dual_restarts: bool | None = None,
-                 nupi_kp: float | None = None, nupi_ema: float | None = None, weight_decay: float = 0.0,
+                 dual_optimizer: DualOptimizer | None = None, weight_decay: float = 0.0,
                  detach_gates: bool = True, clamp_log_alpha: bool = True, compile_gates: bool | str = "auto",
                  measure: str = "density", input_shape: Sequence[int] | None = None, leaves=None,
                  stall_steps: int | None = 200, stall_margin: float = 0.03):
@@ -190,14 +190,12 @@ class ConstrainedStep:
         self.gates_optimizer = _gates_optimizer(layers, optimizer, gates_optimizer, gates_lr)
         self.clamp_log_alpha = bool(clamp_log_alpha)
         if target is not None:
-            nupi = _dual_settings(dual_optimizer, dual_lr, dual_restarts, nupi_kp, nupi_ema)
-            self.objective = ConstrainedObjective(model, target, grouping, **nupi)
+            self.objective = ConstrainedObjective(model, target, grouping, _dual(dual_lr, dual_optimizer))
         else:
-            extra = {k: v for k, v in dict(dual_lr=dual_lr, dual_restarts=dual_restarts, nupi_kp=nupi_kp,
-                                           nupi_ema=nupi_ema).items() if v is not None}
-            if extra or dual_optimizer != "gradient_ascent":
-                raise ValueError(f"a penalty has no multipliers to update; drop "
-                                 f"{', '.join(extra) or 'dual_optimizer'} or pass a target instead")
+            extra = [k for k, v in dict(dual_lr=dual_lr, dual_optimizer=dual_optimizer).items() if v is not None]
+            if extra:
+                raise ValueError(f"a penalty has no multipliers to update; drop {' and '.join(extra)} or pass a "
+                                 f"target instead")
             self.objective = PenalizedObjective(model, penalty, grouping)
         if isinstance(compile_gates, str):
             if compile_gates not in COMPILE_GATES:
@@ -368,26 +366,15 @@ def _gates_optimizer(layers, optimizer, gates_optimizer, gates_lr) -> torch.opti
     return gates_optimizer
 
 
-def _dual_settings(dual_optimizer, dual_lr, dual_restarts, nupi_kp, nupi_ema) -> dict:
-    """ConstrainedObjective's dual arguments, checked: restarts only for gradient ascent (by default there), nuPI's
-    gains only for nuPI, and its proportional gain given."""
-    if dual_optimizer not in DUAL_OPTIMIZERS:
-        raise ValueError(f"dual_optimizer must be one of {DUAL_OPTIMIZERS}; got {dual_optimizer!r}")
-    if dual_lr is None:
-        raise ValueError(f"a target needs dual_lr, the multipliers' step size ({dual_optimizer})")
-    dual_lr = _number(dual_lr, "dual_lr", "a step size > 0", lambda v: v > 0)
-    if dual_restarts is None:
-        dual_restarts = dual_optimizer == "gradient_ascent"
-    check_dual_optimizer(dual_optimizer, dual_restarts)
-    if dual_optimizer == "nupi":
-        if nupi_kp is None:
-            raise ValueError("dual_optimizer='nupi' needs its proportional gain nupi_kp (0 is gradient ascent "
-                             "without restarts); nupi_ema, the violation's EMA coefficient, defaults to 0")
-        return dict(dual_lr=dual_lr, dual_restarts=False, dual_optimizer="nupi",
-                    nupi_kp=_number(nupi_kp, "nupi_kp", "a gain >= 0", lambda v: v >= 0),
-                    nupi_ema=_number(0.0 if nupi_ema is None else nupi_ema, "nupi_ema", "in [0, 1)",
-                                     lambda v: 0 <= v < 1))
-    if nupi_kp is not None or nupi_ema is not None:
-        raise ValueError(f"nupi_kp and nupi_ema are gains of dual_optimizer='nupi'; got "
-                         f"dual_optimizer={dual_optimizer!r}")
-    return dict(dual_lr=dual_lr, dual_restarts=dual_restarts, dual_optimizer=dual_optimizer)
+def _dual(dual_lr, dual_optimizer) -> DualOptimizer:
+    """The dual optimiser: gradient ascent with restarts at ``dual_lr``, or ``dual_optimizer``, not both."""
+    if (dual_lr is None) == (dual_optimizer is None):
+        raise ValueError("a target needs its multipliers' optimiser: pass dual_lr (the paper's gradient ascent with "
+                         "dual restarts at that step size) or dual_optimizer, " +
+                         ("not both" if dual_lr is not None else "one of them"))
+    if dual_optimizer is None:
+        return GradientAscent(_number(dual_lr, "dual_lr", "a step size > 0", lambda v: v > 0))
+    if not isinstance(dual_optimizer, (GradientAscent, NuPI, AugmentedLagrangian)):
+        raise TypeError(f"dual_optimizer must be paperlib.GradientAscent(lr, restarts), paperlib.NuPI(lr, kp, ema) or "
+                        f"paperlib.AugmentedLagrangian(rho); got {dual_optimizer!r}")
+    return dual_optimizer

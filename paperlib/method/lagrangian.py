@@ -18,21 +18,101 @@ Beyond the paper, :class:`NuPIMultipliers` replaces gradient ascent by the nuPI 
 adds to the integral (gradient-ascent) term a proportional one that reacts to the change of the violation, damping the
 multipliers' overshoot. The augmented Lagrangian keeps gradient ascent on the multipliers and changes the primal
 objective (:func:`paperlib.method.objective.augmented_lagrangian_term`).
+
+A training step takes its dual optimiser as an object, checked once when it is made: :class:`GradientAscent` (the
+paper's, with restarts by default), :class:`NuPI` or :class:`AugmentedLagrangian`; :func:`dual_optimizer` makes one
+from an experiment's configuration. Each builds its multipliers (:class:`LagrangeMultipliers`,
+:class:`NuPIMultipliers`), the state a step updates.
 """
+
+import math
+from dataclasses import dataclass
 
 import torch
 
 from .vocabulary import DUAL_OPTIMIZERS
 
 
-def check_dual_optimizer(dual_optimizer: str, dual_restarts: bool) -> None:
-    """Raise unless ``dual_optimizer`` is one of :data:`~paperlib.harness.vocabulary.DUAL_OPTIMIZERS` and comes with
-    dual restarts only if it is the paper's gradient ascent."""
-    if dual_optimizer not in DUAL_OPTIMIZERS:
-        raise ValueError(f"dual_optimizer must be one of {DUAL_OPTIMIZERS}; got {dual_optimizer!r}")
-    if dual_restarts and dual_optimizer != "gradient_ascent":
+def _positive(value, name: str) -> float:
+    """``value`` as a float, refused unless it is a finite number > 0 (Python, numpy or a 0-d tensor)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a number; got {type(value).__name__}") from None
+    if isinstance(value, bool) or not (math.isfinite(number) and number > 0):
+        raise ValueError(f"{name} must be a step size > 0 (finite); got {value!r}")
+    return number
+
+
+@dataclass(frozen=True)
+class GradientAscent:
+    """The paper's dual optimiser: projected gradient ascent at step ``lr`` (eq. 5), with dual restarts (eq. 6)
+    unless ``restarts=False``."""
+    lr: float
+    restarts: bool = True
+
+    def __post_init__(self):
+        object.__setattr__(self, "lr", _positive(self.lr, "the dual learning rate lr"))
+        object.__setattr__(self, "restarts", bool(self.restarts))
+
+    def multipliers(self, count: int, device=None) -> "LagrangeMultipliers":
+        return LagrangeMultipliers(count, self.lr, self.restarts, device=device)
+
+
+@dataclass(frozen=True)
+class NuPI:
+    """The nuPI controller (Sohrabi et al., 2024): integral step ``lr``, proportional gain ``kp`` >= 0 (0 is
+    gradient ascent without restarts), EMA coefficient ``ema`` in [0, 1) of the violation; no restarts."""
+    lr: float
+    kp: float
+    ema: float = 0.0
+
+    def __post_init__(self):
+        object.__setattr__(self, "lr", _positive(self.lr, "the dual learning rate lr"))
+        if not (math.isfinite(float(self.kp)) and float(self.kp) >= 0):
+            raise ValueError(f"nuPI's proportional gain kp must be >= 0 (finite); got {self.kp!r}")
+        if not 0.0 <= float(self.ema) < 1.0:
+            raise ValueError(f"nuPI's EMA coefficient ema must be in [0, 1); got {self.ema!r}")
+        object.__setattr__(self, "kp", float(self.kp))
+        object.__setattr__(self, "ema", float(self.ema))
+
+    def multipliers(self, count: int, device=None) -> "NuPIMultipliers":
+        return NuPIMultipliers(count, self.lr, self.kp, self.ema, device=device)
+
+
+@dataclass(frozen=True)
+class AugmentedLagrangian:
+    """The method of multipliers: gradient ascent at step ``rho`` on the multipliers, no restarts, and the primal
+    term :func:`paperlib.method.objective.augmented_lagrangian_term` with penalty coefficient ``rho``."""
+    rho: float
+
+    def __post_init__(self):
+        object.__setattr__(self, "rho", _positive(self.rho, "the penalty coefficient rho"))
+
+    @property
+    def lr(self) -> float:
+        return self.rho
+
+    def multipliers(self, count: int, device=None) -> "LagrangeMultipliers":
+        return LagrangeMultipliers(count, self.rho, dual_restarts=False, device=device)
+
+
+#: What :class:`~paperlib.method.constrained.ConstrainedStep` takes as ``dual_optimizer``.
+DualOptimizer = GradientAscent | NuPI | AugmentedLagrangian
+
+
+def dual_optimizer(name: str, lr: float, restarts: bool = True, kp: float = 1.0, ema: float = 0.0) -> DualOptimizer:
+    """The dual optimiser an experiment's configuration names (``dual_optimizer``, ``dual_lr``, ``dual_restarts``,
+    ``nupi_kp``, ``nupi_ema``): the one place where those words become an object and are checked. Dual restarts
+    (eq. 6) are the paper's addition to gradient ascent only."""
+    if name not in DUAL_OPTIMIZERS:
+        raise ValueError(f"dual_optimizer must be one of {DUAL_OPTIMIZERS}; got {name!r}")
+    if restarts and name != "gradient_ascent":
         raise ValueError(f"dual restarts (eq. 6) are the paper's addition to gradient ascent; with "
-                         f"dual_optimizer={dual_optimizer!r} pass dual_restarts=False")
+                         f"dual_optimizer={name!r} pass dual_restarts=False")
+    if name == "nupi":
+        return NuPI(lr, kp, ema)
+    return GradientAscent(lr, restarts) if name == "gradient_ascent" else AugmentedLagrangian(lr)
 
 
 class LagrangeMultipliers:
@@ -45,8 +125,6 @@ class LagrangeMultipliers:
                  device: torch.device | str | None = None):
         if num_constraints < 1:
             raise ValueError(f"num_constraints must be >= 1; got {num_constraints!r}")
-        if not lr >= 0:
-            raise ValueError(f"dual learning rate lr must be >= 0; got {lr!r}")
         self.lr = float(lr)
         self.dual_restarts = bool(dual_restarts)
         self.value = torch.zeros(num_constraints, device=device)
@@ -92,10 +170,6 @@ class NuPIMultipliers(LagrangeMultipliers):
     def __init__(self, num_constraints: int, lr: float, kp: float, ema_nu: float = 0.0,
                  device: torch.device | str | None = None):
         super().__init__(num_constraints, lr, dual_restarts=False, device=device)
-        if not kp >= 0:
-            raise ValueError(f"nuPI proportional gain kp must be >= 0; got {kp!r}")
-        if not 0.0 <= ema_nu < 1.0:
-            raise ValueError(f"nuPI EMA coefficient nu must be in [0, 1); got {ema_nu!r}")
         self.kp, self.ema_nu = float(kp), float(ema_nu)
         self.xi = torch.zeros_like(self.value)
 

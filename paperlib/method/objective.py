@@ -9,9 +9,9 @@ shape is what ``torch.compile`` takes best; a training step uses the objectives 
 
 * :class:`ConstrainedObjective`: the Lagrangian's term sum_g lambda_g (d_g - eps_g) of eq. 4 (:func:`linear_term`);
   after the primal step it updates the multipliers from the same iterate (simultaneous GDA, eq. 5, with optional dual
-  restarts, eq. 6, :class:`~paperlib.method.lagrangian.LagrangeMultipliers`). Beyond the paper, ``dual_optimizer`` may
-  instead be the nuPI controller (:class:`~paperlib.method.lagrangian.NuPIMultipliers`) or the augmented Lagrangian
-  (:func:`augmented_lagrangian_term`).
+  restarts, eq. 6, :class:`~paperlib.method.lagrangian.GradientAscent`). Beyond the paper, its ``dual_optimizer`` may
+  instead be the nuPI controller (:class:`~paperlib.method.lagrangian.NuPI`) or the augmented Lagrangian
+  (:class:`~paperlib.method.lagrangian.AugmentedLagrangian`, :func:`augmented_lagrangian_term`).
 * :class:`PenalizedObjective`: sum_g lambda_pen_g d_g, the linear term with zero offsets.
 
 Weight decay on gated layers is the expected L2 norm of eq. 13 (computed by
@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn as nn
 
-from .lagrangian import LagrangeMultipliers, NuPIMultipliers, check_dual_optimizer
+from .lagrangian import AugmentedLagrangian, DualOptimizer, GradientAscent
 from .layers import L0Layer
 from .vocabulary import GROUPINGS
 
@@ -76,30 +76,27 @@ class ConstrainedObjective:
     """Lagrangian of min f_obj s.t. density_g <= eps_g (eq. 3, eq. 4).
 
     ``target`` is the target density eps: a scalar, or for layer-wise grouping a list with one entry per gated layer
-    (e.g. [0.5, 0.3, 0.7, 0.1] for LeNet5). ``dual_optimizer`` is the paper's ``"gradient_ascent"`` (with or without
-    dual restarts), ``"nupi"`` (proportional gain ``nupi_kp``, EMA coefficient ``nupi_ema``) or
-    ``"augmented_lagrangian"`` (penalty coefficient rho = ``dual_lr``, the method of multipliers); the last two without
-    restarts.
+    (e.g. [0.5, 0.3, 0.7, 0.1] for LeNet5). ``dual_optimizer`` (:mod:`paperlib.method.lagrangian`) is the paper's
+    :class:`~paperlib.method.lagrangian.GradientAscent` (with or without dual restarts), the nuPI controller or the
+    augmented Lagrangian (the method of multipliers).
     """
 
     def __init__(self, model: nn.Module, target: float | Sequence[float], grouping: str = "model",
-                 dual_lr: float = 1e-3, dual_restarts: bool = True, dual_optimizer: str = "gradient_ascent",
-                 nupi_kp: float = 1.0, nupi_ema: float = 0.0):
-        check_dual_optimizer(dual_optimizer, dual_restarts)
+                 dual_optimizer: DualOptimizer = GradientAscent(1e-3)):
+        if not hasattr(dual_optimizer, "multipliers"):
+            raise TypeError(f"dual_optimizer must be a GradientAscent, NuPI or AugmentedLagrangian "
+                            f"(paperlib.method.lagrangian); got {type(dual_optimizer).__name__}")
         groups = num_groups(model, grouping)
         self.grouping, self.dual_optimizer = grouping, dual_optimizer
-        self.target = _per_group(target, groups, "target density")
         device = next(model.parameters()).device
-        self.target = self.target.to(device)
-        if dual_optimizer == "nupi":
-            self.multipliers = NuPIMultipliers(groups, dual_lr, nupi_kp, nupi_ema, device=device)
-        else:
-            self.multipliers = LagrangeMultipliers(groups, dual_lr, dual_restarts, device=device)
-        self.term = augmented_lagrangian_term if dual_optimizer == "augmented_lagrangian" else linear_term
+        self.target = _per_group(target, groups, "target density").to(device)
+        self.multipliers = dual_optimizer.multipliers(groups, device=device)
+        augmented = isinstance(dual_optimizer, AugmentedLagrangian)
+        self.term = augmented_lagrangian_term if augmented else linear_term
 
     def term_args(self) -> tuple:
         """The multipliers (constants for the primal step, at their current value), the targets, and rho."""
-        extra = (self.multipliers.lr,) if self.dual_optimizer == "augmented_lagrangian" else ()
+        extra = (self.multipliers.lr,) if isinstance(self.dual_optimizer, AugmentedLagrangian) else ()
         return self.multipliers.value, self.target, *extra
 
     def dual_step(self, density: torch.Tensor) -> torch.Tensor:
