@@ -45,5 +45,5 @@ def report(model, input_shape=None, leaves=None):
     return pandas.DataFrame(rows).set_index("layer")
 
 
-__all__ = ["AugmentedLagrangian", "ConstrainedStep", "GradientAscent", "NuPI", "StepRecord", "count_macs", "count_params", "purge", "report", "sparsify",
-           "weight_parameters", "__version__"]
+__all__ = ["AugmentedLagrangian", "ConstrainedStep", "GradientAscent", "NuPI", "StepRecord", "count_macs",
+           "count_params", "purge", "report", "sparsify", "weight_parameters", "__version__"]
