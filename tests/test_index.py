@@ -53,3 +53,12 @@ def test_a_changed_preset_moves_its_old_records_out_of_its_protocol(runs, monkey
     frame = index.record_index(runs)
     assert set(index.select(frame, experiment="a")["protocol"]) == {"paper protocol, superseded settings"}
     assert index.select(frame, protocol="paper protocol").empty
+
+
+def test_where_runs_trained_is_one_device_or_says_how_they_split():
+    assert index.where_ran(["cpu", "cpu"]) == "CPU" and index.where_ran(["cuda", "cuda:0", "GPU"]) == "GPU"
+    assert index.where_ran([]) == "–" and index.where_ran([None]) == "CPU"  # a record without a device: a CPU run
+    mixed = ["cpu", "cuda", "cuda", "CPU"]
+    assert index.where_ran(mixed) == "CPU, 2 of 4 on GPU"
+    assert index.where_ran(mixed, mixed="CPU {cpu}, GPU {gpu} runs") == "CPU 2, GPU 2 runs"
+    assert index.where_ran(mixed, seeds=[0, 1, 2, 0]) == "CPU: seed 0; GPU: seeds 1, 2"  # seed 0 twice: one seed

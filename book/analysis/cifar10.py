@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from paperlib.harness import presets, rules, studies
+from paperlib.harness import index, presets, rules, studies
 from paperlib.harness.protocols import protocol_name
 from paperlib.paper.paper_results import paper_results
 
@@ -106,9 +106,8 @@ def protocol_answers(protocols: tuple[Protocol, ...] = PROTOCOLS, paper: bool = 
         rows.append(_row(protocol.label, protocol.model, epochs, free_density(protocol.model, protocol.gates_lr, free),
                          outcomes, _planned(protocol.grids), protocol.needs_gpu, protocol.gates_lr))
         runs = constrained_runs(protocol.grids)
-        on_gpu = sum(control.ran_on(r["metrics"]) == "GPU" for r in runs)
-        rows[-1]["device"] = "–" if not runs else ("CPU" if not on_gpu else "GPU" if on_gpu == len(runs)
-                                                   else f"CPU {len(runs) - on_gpu}, GPU {on_gpu} runs")
+        rows[-1]["device"] = index.where_ran([r["metrics"].get("device") for r in runs],
+                                             mixed="CPU {cpu}, GPU {gpu} runs")
     if paper:
         outcomes = paper_outcomes()
         rows.append(_row(protocol_name("paper"), PAPER_MODEL, 200, paper_free_density(), outcomes, len(outcomes),

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from paperlib.harness import protocols, records, rules
+from paperlib.harness import index, protocols, records, rules
 from paperlib.harness.paper_rows import (MODEL_FAMILIES, ROW_KEYS, describe_key, largest_gap, matches, our_value,
                                         paper_key, printed_cell, target_label)
 from paperlib.harness.studies import TABLES
@@ -110,18 +110,6 @@ def _protocol(preset: str, chosen: list[tuple[object, Path]], metrics: list[dict
     if on_gpu:
         text += ", on GPU" if on_gpu == seeds else f", {on_gpu} on GPU"
     return text
-
-
-def devices(seeds_and_metrics: list[tuple[int, dict]]) -> str:
-    """Where a row's runs trained: ``CPU``, ``GPU``, or, for a row that pools both, which seeds ran where
-    (``CPU: seed 0; GPU: seeds 1, 2``): a mean over such a row confounds device with seed."""
-    where: dict[str, list[int]] = {}
-    for seed, metrics in seeds_and_metrics:
-        where.setdefault("GPU" if str(metrics.get("device", "cpu")).startswith("cuda") else "CPU", []).append(seed)
-    if len(where) == 1:
-        return next(iter(where))
-    return "; ".join(f"{kind}: seed{'s' if len(set(seeds)) > 1 else ''} {', '.join(map(str, sorted(set(seeds))))}"
-                     for kind, seeds in sorted(where.items()))
 
 
 def _same_parameters(config, metrics: dict) -> bool:
@@ -235,7 +223,7 @@ def compare(table: str, grid_files: list[str | Path], metrics: list[str] | None 
                     row[f"{label} Δ"] = f"{mean - paper_value:+.{digits}f}"
         if chosen:
             row["protocol"] = _protocol(preset, chosen, [r["metrics"] for r in loaded], key["model"])
-            row["device"] = devices([(c.seed, r["metrics"]) for (c, _), r in zip(chosen, loaded)])
+            row["device"] = index.where_ran([r["metrics"].get("device") for r in loaded], [c.seed for c, _ in chosen])
             row["runs"] = " ".join(notebook_link(d, f"s{c.seed}") or f"s{c.seed}" for c, d in chosen)
         elif key["method"] == "louizos":
             row["protocol"] = "Louizos et al., quoted"

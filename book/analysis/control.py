@@ -27,6 +27,7 @@ from matplotlib.lines import Line2D
 import pandas as pd
 
 from paperlib.harness import rules, studies
+from paperlib.harness.index import device_kind
 from paperlib.harness.protocols import protocol_name, record_protocol
 from paperlib.harness.paper_rows import constrained_densities, largest_gap, target_label
 from paperlib.harness.plots import plot_gate_histograms
@@ -110,7 +111,7 @@ RUN_COLUMNS = ["run", "condition", "method", "grouping", "setting", "target", "l
 
 def ran_on(metrics: dict) -> str:
     """Where a run trained: ``GPU`` for a CUDA device, else ``CPU`` (records without a device are CPU runs)."""
-    return "GPU" if str(metrics.get("device", "cpu")).startswith("cuda") else "CPU"
+    return device_kind(metrics.get("device"))
 
 
 def run_rows(runs: list[dict], dense: dict | None, free: list[dict] | None = None) -> pd.DataFrame:

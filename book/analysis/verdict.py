@@ -76,9 +76,7 @@ def ran(rows: pd.DataFrame) -> Ran:
         seeds = f"seed{'s' if len(every) > 1 else ''} {_span(every)}" + (" per cell" if len(cells) > 1 else "")
     else:
         seeds = f"{counts[0]} to {counts[-1]} seeds per cell (seeds {_span(every)})"
-    on_gpu = int((rows["device"] == "GPU").sum())
-    device = "CPU" if not on_gpu else ("GPU" if on_gpu == len(rows) else f"CPU, {on_gpu} of {len(rows)} on GPU")
-    return Ran(models, f"{epochs} epochs, {protocols}", seeds, device)
+    return Ran(models, f"{epochs} epochs, {protocols}", seeds, index.where_ran(rows["device"]))
 
 
 @dataclass(frozen=True)

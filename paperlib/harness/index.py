@@ -26,8 +26,30 @@ RESULTS = ("l0_density", "l0_density_per_layer", "params_pct", "macs_pct", "val_
            "epochs_completed", "wall_time_s", "multipliers_final")
 #: The columns that say where and with what a record was made.
 PROVENANCE = ("folder", "protocol", "variant", "device", "device_name", "commit")
-#: How a record's device is named in the book's tables.
-DEVICES = {"cpu": "CPU", "cuda": "GPU"}
+
+
+def device_kind(device: str | None) -> str:
+    """How the book names a record's device: ``GPU`` for a CUDA device (``cuda``, ``cuda:0``, or already ``GPU``),
+    else ``CPU`` (a record without a device ran on a CPU)."""
+    return "GPU" if str(device).startswith("cuda") or device == "GPU" else "CPU"
+
+
+def where_ran(devices, seeds=None, mixed: str = "CPU, {gpu} of {runs} on GPU") -> str:
+    """Where runs trained, from each run's device (:func:`device_kind`): ``CPU`` or ``GPU`` when all ran on one, ``–``
+    for no run; runs on both are ``mixed`` with the counts (``cpu``, ``gpu``, ``runs``) filled in, or, given each
+    run's seed, which seeds ran where (``CPU: seed 0; GPU: seeds 1, 2``: a mean over them confounds device with
+    seed)."""
+    kinds = [device_kind(device) for device in devices]
+    if len(set(kinds)) <= 1:
+        return kinds[0] if kinds else "–"
+    if seeds is not None:
+        where: dict[str, set] = {}
+        for kind, seed in zip(kinds, seeds):
+            where.setdefault(kind, set()).add(seed)
+        return "; ".join(f"{kind}: seed{'s' if len(found) > 1 else ''} {', '.join(map(str, sorted(found)))}"
+                         for kind, found in sorted(where.items()))
+    gpu = kinds.count("GPU")
+    return mixed.format(cpu=len(kinds) - gpu, gpu=gpu, runs=len(kinds))
 
 
 def variant(params: dict) -> str:
@@ -51,7 +73,7 @@ def _row(folder: Path, params: dict, metrics: dict, root: Path) -> dict:
     full = {**defaults, **{k: v for k, v in params.items() if k in defaults}}
     return {"folder": folder.relative_to(root).as_posix(), **full,
             "protocol": protocols.record_protocol(params), "variant": variant(params),
-            "device": DEVICES.get(metrics.get("device"), metrics.get("device")),
+            "device": device_kind(metrics.get("device")),
             "device_name": metrics.get("device_name"), "commit": (metrics.get("git_commit") or "")[:8],
             **{name: metrics.get(name) for name in RESULTS}}
 
