@@ -9,9 +9,6 @@ multiplier keeps what it accumulated and the density goes on falling below it
 test-time model keeps, end at 0 or 1 for most gates (Figure 9).
 Each figure is drawn from one grid, the most faithful protocol that has records
 (:func:`~analysis.report.grid_to_show`).
-
->>> restarts_label({"params": {"target": 0.3, "dual_restarts": False}})
-'target 30%, no restarts'
 """
 
 import matplotlib.pyplot as plt
@@ -25,11 +22,6 @@ from . import report
 #: The dual-restarts figure's grids and the gate-histogram figure's, the paper's protocol first.
 RESTARTS_GRIDS = list(studies.grids("fig:dual_restarts"))
 HISTOGRAM_GRIDS = list(studies.grids("fig:mnist_gate_histograms"))
-
-
-def restarts_label(run: dict) -> str:
-    """How the dual-restarts figure names a run: its target, with or without restarts."""
-    return f"target {run['params']['target']:.0%}, " + ("restarts" if run["params"]["dual_restarts"] else "no restarts")
 
 
 def _densities(run: dict) -> pd.Series:

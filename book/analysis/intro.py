@@ -1,9 +1,7 @@
 """The intro's summary figure: the paper's central claim (a target sets the density; a penalty does not)
 beside ours, constrained and penalized, on MNIST and CIFAR-10."""
 
-import json
 import re
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -104,19 +102,17 @@ def plot_central_claim(points: pd.DataFrame) -> plt.Figure:
     return fig
 
 
-def compute_spent(runs_dir) -> pd.DataFrame:
-    """The compute behind the book's records: runs and hours (``wall_time_s``) per device kind."""
-    rows = {}
-    for path in sorted(Path(runs_dir).glob("*/*/metrics.json")):
-        metrics = json.loads(path.read_text())
-        if "wall_time_s" not in metrics:  # a bisection search's record: its trainings are counted themselves
-            continue
-        kind = {"cpu": "CPU core (one thread)", "cuda": "GPU (one H100, shared by runs)"}.get(metrics.get("device"),
-                                                                                            metrics.get("device"))
-        runs, hours = rows.get(kind, (0, 0.0))
-        rows[kind] = (runs + 1, hours + metrics["wall_time_s"] / 3600)
-    return pd.DataFrame([{"device": kind, "runs": runs, "hours of training": f"{hours:.1f}"}
-                         for kind, (runs, hours) in rows.items()])
+#: How the compute table names the index's devices.
+DEVICE_KINDS = {"CPU": "CPU core (one thread)", "GPU": "GPU (one H100, shared by runs)"}
+
+
+def compute_spent(frame: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The compute behind the book's records (the record index, default every record of ``runs/``): runs and hours
+    of training (``wall_time_s``) per device kind, in the order the index first meets them."""
+    frame = index.record_index() if frame is None else frame
+    spent = frame.groupby(frame["device"].map(lambda device: DEVICE_KINDS.get(device, device)), sort=False)
+    return pd.DataFrame([{"device": kind, "runs": len(rows), "hours of training": f"{hours:.1f}"}
+                         for kind, rows in spent for hours in [rows["wall_time_s"].sum() / 3600]])
 
 
 def first_screen(found) -> pd.DataFrame:

@@ -3,8 +3,8 @@
 The numbers and tables behind the two MNIST pages; the pages hold the prose.
 ``book/results_mnist.md`` compares our records with Table 1 and the control
 tables of Appendix K.1 (Table 10, the MLP; Table 11, LeNet5): Table 1's "error
-best" taken the authors' way (:func:`authors_best_errors`), how many runs end
-on target (:func:`on_target_counts`) and how far the others miss, beside the
+best" taken the authors' way (:func:`authors_best_errors`), how far the runs
+that miss their target end from it, beside the
 paper's own runs (:func:`paper_gap_table`, :func:`misses_by_cell`,
 :func:`miss_summary`, :func:`plot_target_gaps`). ``book/results_mnist_why.md``
 tests the causes of the differences: the dual learning rate
@@ -286,22 +286,6 @@ def misses_by_cell(gaps: pd.DataFrame) -> pd.DataFrame:
                ["largest gap (points)"].agg(runs="size", lowest="min", highest="max").reset_index())
     by_cell["paper's gap (points)"] = [paper_gap(*cell) for cell in by_cell[["model", "grouping", "target"]].values]
     return by_cell
-
-
-def on_target_counts(gaps: pd.DataFrame) -> dict[str, tuple[int, int]]:
-    """Per preset (``paper``, ``cpu``: the paper protocol and the short protocol): how many runs of a
-    :func:`comparison.distance_to_target` table end within 1 point of every target, and of how many runs.
-
-    >>> on_target_counts(pd.DataFrame({"protocol": ["paper protocol, 200 ep", "short protocol, 40 ep"],
-    ...                                "within 1 point": [True, False]}))
-    {'paper': (1, 1), 'cpu': (0, 1)}
-    """
-    counts = {}
-    for preset in ("paper", "cpu"):
-        chosen = gaps[gaps["protocol"].str.startswith(comparison.protocol_label(preset, "mnist") + ",")]
-        if len(chosen):
-            counts[preset] = (int(chosen["within 1 point"].sum()), len(chosen))
-    return counts
 
 
 def miss_summary(gaps: pd.DataFrame) -> dict:
