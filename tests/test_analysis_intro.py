@@ -49,3 +49,10 @@ def test_the_sentences_numbers_count_binding_rows_on_target_by_the_rule():
     assert (numbers["mnist_lowest"], numbers["mnist_highest"]) == ("-10.0", "+2.5")
     assert (numbers["cifar_on_target"], numbers["cifar_binding"], numbers["cifar_lowest"]) == ("0", "1", "-27.0")
     assert (numbers["penalty_spread"], numbers["penalty_spread_at"]) == ("31", "0.01")
+
+
+def test_compute_spent_counts_runs_and_hours_per_device_in_the_order_the_index_meets_them():
+    frame = pd.DataFrame({"device": ["GPU", "CPU", "GPU"], "wall_time_s": [3600.0, 1800.0, 5400.0]})
+    assert intro.compute_spent(frame).to_dict("records") == [
+        {"device": "GPU (one H100, shared by runs)", "runs": 2, "hours of training": "2.5"},
+        {"device": "CPU core (one thread)", "runs": 1, "hours of training": "0.5"}]

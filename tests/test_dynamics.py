@@ -27,7 +27,6 @@ def test_the_runs_come_by_target_with_restarts_first_and_are_drawn_alike():
     runs = [run(0.5, False, [0.4]), run(0.3, False, [0.2]), run(0.5, True, [0.5]), run(0.3, True, [0.3])]
     rows = dynamics.restarts_rows(runs)
     assert rows[["target (%)", "restarts"]].values.tolist() == [[30.0, "✓"], [30.0, "✗"], [50.0, "✓"], [50.0, "✗"]]
-    assert dynamics.restarts_label(runs[0]) == "target 50%, no restarts"
     fig = dynamics.plot_restarts(runs)
     styles = [line.get_linestyle() for line in fig.axes[0].lines[:4]]
     assert styles == ["--", "--", "-", "-"] and fig.get_size_inches()[0] <= 7

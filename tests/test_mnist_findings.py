@@ -104,13 +104,6 @@ def test_authors_best_error_is_the_lowest_of_any_epoch_of_any_seed_beside_the_pa
     assert table["val. error best (%) paper"].tolist() == ["1.36", "1.58"]  # Table 1's printed "best"
 
 
-def test_on_target_counts_runs_per_preset():
-    gaps = pd.DataFrame({"protocol": ["paper protocol, 200 ep", "paper protocol, 200 ep", "short protocol, 100 ep"],
-                         "within 1 point": [True, False, True]})
-    assert findings.on_target_counts(gaps) == {"paper": (1, 2), "cpu": (1, 1)}
-    assert findings.on_target_counts(gaps.iloc[:2]) == {"paper": (1, 2)}  # no cpu record: no cpu count
-
-
 def test_the_papers_gap_is_its_final_density_minus_the_target():
     table = findings.paper_gap_table().set_index(["table", "grouping"])
     assert table.loc[("Table 10", "layer"), "target 20%"] == pytest.approx(23.28 - 20)  # Table 10's printed 23.28
