@@ -56,12 +56,10 @@ def variant(params: dict) -> str:
     """What a record changes from its protocol's configuration (:func:`~paperlib.harness.protocols.record_preset`),
     in the words of its run name (``dual_lr 0.0007``; empty for the protocol's own runs): the hyper-parameters of
     :data:`~paperlib.harness.presets.NAMED_IF_CHANGED`, the dual optimiser and the method's switches."""
-    preset = protocols.preset_config(protocols.record_preset(params), params) or {}
     defaults = presets.ExperimentConfig().to_dict()
     unused = set(presets.UNUSED_BY_METHOD[params["method"]])
     changed = [f"{name} {presets.short_number(value) if isinstance(value, float) else value}"
-               for name in presets.NAMED_IF_CHANGED if name in preset and name not in unused
-               and (value := params.get(name, defaults[name])) != preset[name]]
+               for name, value in (protocols.changed_parameters(params, protocols.record_preset(params)) or {}).items()]
     for name in ("dual_optimizer", "dual_restarts", "detach_gates", "pretrained", "autocast_bf16"):
         if name not in unused and params.get(name, defaults[name]) != defaults[name]:
             changed.append(f"{name} {params.get(name)}")

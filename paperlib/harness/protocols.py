@@ -55,16 +55,23 @@ def preset_config(preset: str, params: dict) -> dict | None:
         return None
 
 
-def _gives(preset: str, params: dict) -> bool:
-    """Whether ``preset`` gives the hyper-parameters a record was made with
-    (:data:`~paperlib.harness.presets.NAMED_IF_CHANGED`, those its method uses)."""
+def changed_parameters(params: dict, preset: str, predated: bool = True) -> dict | None:
+    """The hyper-parameters of :data:`~paperlib.harness.presets.NAMED_IF_CHANGED` (those its method uses) that a
+    record's ``params`` set otherwise than ``preset``'s configuration for it (:func:`preset_config`), by name, or None
+    where the preset has none. A parameter the record predates counts at its default, the only value the code had
+    before it existed; with ``predated`` False it is left out (a run page names only what its record holds)."""
     values = preset_config(preset, params)
     if values is None:
-        return False
+        return None
     defaults = presets.ExperimentConfig().to_dict()
     unused = set(presets.UNUSED_BY_METHOD[params["method"]])
-    return all(params.get(name, defaults[name]) == values[name] for name in presets.NAMED_IF_CHANGED
-               if name not in unused)
+    return {name: value for name in presets.NAMED_IF_CHANGED if name not in unused and (predated or name in params)
+            and (value := params.get(name, defaults[name])) != values[name]}
+
+
+def _gives(preset: str, params: dict) -> bool:
+    """Whether ``preset`` gives the hyper-parameters a record was made with (:func:`changed_parameters`)."""
+    return changed_parameters(params, preset) == {}
 
 
 def record_preset(params: dict) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import presets, records, studies
+from . import presets, protocols, records, studies
 from .protocols import protocol_name, record_protocol
 from ..paper import paper_numbers
 from .vocabulary import METRIC_LABELS, WIDE_RESNET, short_number
@@ -101,17 +101,9 @@ def variations(params: dict) -> list[str]:
             found.append(label)
     if params.get("compile_gates") == "always":
         found.append("compiled gate pass")
-    try:
-        preset = presets.ExperimentConfig(**presets.preset_values(
-            params["preset"], params["dataset"], params["model"], params.get("sparsity", "structured"),
-            params.get("grouping", "model"), params.get("target"))).to_dict()
-    except ValueError:  # a pair the presets no longer know: nothing to compare with
-        preset = {}
-    unused = presets.UNUSED_BY_METHOD[params["method"]]
-    for name in presets.NAMED_IF_CHANGED:
-        if name in preset and name in params and name not in unused and params[name] != preset[name]:
-            found.append(changed(name, params[name]))
-    return found
+    # a pair the presets no longer know has nothing to compare with
+    changes = protocols.changed_parameters(params, params["preset"], predated=False) or {}
+    return found + [changed(name, value) for name, value in changes.items()]
 
 
 def run_title(params: dict) -> str:
