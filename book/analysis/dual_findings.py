@@ -36,8 +36,9 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from paperlib.harness import rules, studies
-from paperlib.harness.paper_rows import PAPER_MODEL_NAMES, constrained_densities, largest_gap, target_label
+from paperlib.harness.paper_rows import constrained_densities, largest_gap, target_label
 from paperlib.harness.vocabulary import short_number
+from paperlib.paper.models import display_name
 from paperlib.paper.paper_numbers import ref
 
 from .control import run_link
@@ -79,7 +80,7 @@ class Cell:
 
     @property
     def label(self) -> str:
-        model = "" if self.model == "mlp" else f"{PAPER_MODEL_NAMES[self.model]} "
+        model = "" if self.model == "mlp" else f"{display_name(self.model)} "
         return f"{ref(self.table)}, {model}{self.grouping}-wise {target_label(self.target)}"
 
     @property

@@ -35,7 +35,7 @@ import pandas as pd
 import torch
 
 from paperlib.harness import paper_rows, plots, records, rules, studies
-from paperlib.harness.paper_rows import PAPER_MODEL_NAMES, target_label
+from paperlib.harness.paper_rows import target_label
 from paperlib.harness.vocabulary import METRIC_LABELS
 from paperlib.method import counting, gates
 from paperlib.paper import models
@@ -170,9 +170,9 @@ def authors_best_errors(runs: list[dict]) -> pd.DataFrame:
         by_row.setdefault((run["params"]["model"], run["params"]["grouping"]), []).append(run)
     rows = []
     for (model, grouping), cell_runs in by_row.items():
-        paper = paper_cell("tab:mnist", model=PAPER_MODEL_NAMES[model], method="constrained", grouping=grouping,
+        paper = paper_cell("tab:mnist", model=models.display_name(model), method="constrained", grouping=grouping,
                            metric="val_error_best").value
-        rows.append({"model": PAPER_MODEL_NAMES[model], "row": f"constrained, {grouping}-wise", "seeds": len(cell_runs),
+        rows.append({"model": models.display_name(model), "row": f"constrained, {grouping}-wise", "seeds": len(cell_runs),
                      "val. error best (%) paper": paper,
                      "val. error best (%) ours, authors' way": paper_rows.authors_best_error(cell_runs)})
     return pd.DataFrame(rows)
@@ -267,7 +267,7 @@ def paper_gap(model: str, grouping: str, target: str) -> float:
     (:func:`paper_rows.target_label`); for Table 1's rows, which print no density, the authors' aggregated
     density (:data:`AUTHORS_TABLE1_DENSITY`) minus the first layer's target."""
     printed = paper_constrained_densities()
-    cell = printed[(printed["model"] == PAPER_MODEL_NAMES[model]) & (printed["grouping"] == grouping)
+    cell = printed[(printed["model"] == models.display_name(model)) & (printed["grouping"] == grouping)
                    & (printed["target"].astype(float).map(target_label) == target)]
     if len(cell):
         return float(cell["gap"].iloc[0])
@@ -298,7 +298,7 @@ def miss_summary(gaps: pd.DataFrame) -> dict:
     ours, by_cell = _paper_protocol_misses(gaps)["largest gap (points)"], misses_by_cell(gaps)
     theirs = by_cell["paper's gap (points)"]
     return {"runs": len(ours), "cells": len(by_cell),
-            "models": " and ".join(sorted(PAPER_MODEL_NAMES[m] for m in set(by_cell["model"]))),
+            "models": " and ".join(sorted(models.display_name(m) for m in set(by_cell["model"]))),
             "all above": bool((ours > 0).all()), "lowest": float(ours.abs().min()), "highest": float(ours.abs().max()),
             "paper all above": bool((theirs > 0).all()), "paper lowest": float(theirs.min()),
             "paper highest": float(theirs.max())}
@@ -342,7 +342,7 @@ def plot_target_gaps(gaps: pd.DataFrame) -> plt.Figure:
             if paper:
                 ax.scatter(*zip(*paper), s=60, label=f"paper, {grouping}-wise (mean of 5)",
                            **style.scatter("paper", grouping))
-        ax.set(title=PAPER_MODEL_NAMES[model], xlabel="target (%)", xlim=(5, 85))
+        ax.set(title=models.display_name(model), xlabel="target (%)", xlim=(5, 85))
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("final density − target (points)")
     handles, labels = axes[0].get_legend_handles_labels()
@@ -563,7 +563,7 @@ def paper_row(cell: str, model: str, grouping: str, target, table: str) -> dict:
     :func:`clamp_comparison`. A row of Table 1 takes its printed architecture, counted, and the authors'
     aggregated density; a model-wise LeNet5 row of Table 11 the architecture its counts imply."""
     paper_target = " ".join(f"{t:g}" for t in target) if isinstance(target, list) else target
-    keys = dict(model=PAPER_MODEL_NAMES[model], method="constrained", grouping=grouping, target=paper_target)
+    keys = dict(model=models.display_name(model), method="constrained", grouping=grouping, target=paper_target)
     error = paper_cell(table, metric="val_error_final", **keys).value_num
     if table == "tab:mnist":
         kept = paper_cell(table, metric="pruned_architecture", **keys).value
@@ -781,7 +781,7 @@ def clamp_comparison() -> tuple[pd.DataFrame, pd.DataFrame]:
     and, for the cells with a clamped twin at the authors' dual learning rate, which of the two is closer."""
     rows, closer = [], []
     for model, grouping, target, grid, label in CLAMP_CELLS:
-        cell = f"{PAPER_MODEL_NAMES[model]} {grouping}-wise {target_label(target)} ({ref(label)})"
+        cell = f"{models.display_name(model)} {grouping}-wise {target_label(target)} ({ref(label)})"
         unclamped = next(iter(constrained_records(grid, model, grouping, target, seed=0)), None)
         cell_rows, cell_closer = clamp_rows(cell, paper_row(cell, model, grouping, target, label), unclamped,
                                             constrained_records(CLAMP_GRID, model, grouping, target, seed=0))
@@ -946,7 +946,7 @@ def seed0_beyond_chance(label: str, cell: tuple, error: float) -> bool:
     """Whether one run's final error differs from the paper's cell by more than chance (as
     :func:`comparison.agreement`)."""
     model, method, grouping, hyper = cell
-    paper = paper_cell(label, model=PAPER_MODEL_NAMES[model], method=method, grouping=grouping,
+    paper = paper_cell(label, model=models.display_name(model), method=method, grouping=grouping,
                        metric="val_error_final", **{"target" if method == "constrained" else "lmbda": f"{hyper:g}"})
     chance = intervals.difference_interval(float(paper.ci), paper_runs(label), [error])
     return abs(error - paper.value_num) > chance
@@ -961,7 +961,7 @@ def seed_rows(label: str, cells: list[tuple], runs: list[dict]) -> list[dict]:
         chosen = sorted((r for r in runs if cell_of(r["params"]) == cell), key=lambda r: r["params"]["seed"])
         errors = {f"seed {r['params']['seed']}": r["metrics"]["val_error_final"] for r in chosen}
         beyond = seed0_beyond_chance(label, cell, errors["seed 0"]) if "seed 0" in errors else None
-        rows.append({"cell": f"{PAPER_MODEL_NAMES[model]} {method} {grouping} "
+        rows.append({"cell": f"{models.display_name(model)} {method} {grouping} "
                              + (f"{100 * hyper:g}%" if method == "constrained" else f"λ_pen {hyper:g}"),
                      "seed 0 beyond chance": None if beyond is None else ("yes" if beyond else "no"), **errors})
     return rows
