@@ -50,7 +50,7 @@ def test_l1_filter_prune_keeps_largest_input_neurons_of_a_small_mlp():
 
     # fc1 keeps round(0.5 * 4) = 2 pixels, norms 10 and 7; fc2 keeps round(0.4 * 5) = 2 hidden neurons, the 9s,
     # so fc1 keeps only the two rows feeding them.
-    assert pruned.fc1_select.index.tolist() == [1, 3]
+    assert pruned.fc1_index.tolist() == [1, 3]
     assert torch.equal(pruned.fc1.weight, model.fc1.weight[[1, 2]][:, [1, 3]])
     assert torch.equal(pruned.fc1.bias, model.fc1.bias[[1, 2]])
     assert torch.equal(pruned.fc2.weight, model.fc2.weight[:, [1, 2]])
@@ -68,7 +68,7 @@ def test_l1_filter_prune_ties_keep_the_lower_index():
     model = MLP(num_classes=2, input_shape=(1, 1, 4), hidden=(3, 3), layers=LayerFactory(gated=False))
     with torch.no_grad():
         model.fc1.weight.copy_(torch.tensor([[1.0, 2, 2, 2]] * 3))
-    assert l1_filter_prune(model, [0.5, 1.0, 1.0], "mlp").fc1_select.index.tolist() == [1, 2]
+    assert l1_filter_prune(model, [0.5, 1.0, 1.0], "mlp").fc1_index.tolist() == [1, 2]
 
 
 def masked_by_l1_norm(model: nn.Module, densities: list[float], model_name: str) -> nn.Module:
@@ -102,7 +102,7 @@ def test_l1_filter_prune_lenet5_removes_smallest_filters():
     assert torch.equal(pruned.conv1.weight, model.conv1.weight[expected])
     assert torch.equal(pruned.conv1.bias, model.conv1.bias[expected])
     assert (pruned.conv2.in_channels, pruned.conv2.out_channels) == (5, 25)
-    assert pruned.fc1_select.index.numel() == pruned.fc1.in_features <= 80  # round(0.1 * 800), minus removed maps
+    assert pruned.fc1_index.numel() == pruned.fc1.in_features <= 80  # round(0.1 * 800), minus removed maps
     assert pruned.fc2.in_features == 150  # round(0.3 * 500)
     assert same_outputs(masked_by_l1_norm(model, densities, "lenet5"), pruned, model.input_shape)
 
@@ -127,7 +127,7 @@ def test_l1_filter_prune_resnet18_equals_gated_model_with_binary_gates():
             keep = torch.argsort(norm, descending=True)[:num_kept(len(norm), 0.5)]
             layer.weight_log_alpha.fill_(-5.0)[keep] = 5.0
     assert same_outputs(gated, pruned, (3, 32, 32))
-    assert pruned.layer1[0].residual.branch.conv1.conv.out_channels == 32
+    assert pruned.layer1[0].conv1.conv.out_channels == 32
     assert count_params(pruned) < count_params(dense)
 
 

@@ -20,13 +20,12 @@ from paperlib.method.counting import count_macs, count_params
 from paperlib.method.gates import BETA, median_gates
 from paperlib.method.layers import L0Conv2d, L0Layer, L0Linear
 from paperlib.paper.models import LeNet5, build_model, gated_layers
-from paperlib.paper.purge import (Residual, ScatterChannels, SelectFeatures, keep_first, median_scales, pruned_architecture,
-                            purge, purge_groups)
+from paperlib.paper.purge import keep_first, pruned_architecture, purge, purge_groups
 
 OFF, ON = -5.0, 5.0  # log_alpha values whose median gate is exactly 0 and exactly 1
 BOUND = BETA * math.log(11.0)  # |log_alpha| below this: fractional median
 PLAIN_MODULES = (nn.Linear, nn.Conv2d, nn.BatchNorm2d, nn.ReLU, nn.MaxPool2d, nn.AdaptiveAvgPool2d, nn.Flatten,
-                 nn.Identity, nn.Sequential, SelectFeatures, ScatterChannels, Residual)
+                 nn.Identity, nn.Sequential, nn.Module)
 
 # name, input shape used in the test, layers switched entirely off in the "collapsed" case
 ARCHITECTURES = [
@@ -87,7 +86,7 @@ def test_purged_model_matches_gated_model(gated_models, name, input_shape, off_l
     set_random_gates_(model, off_layers if collapse else ())
     purged = purge(model)
 
-    assert all(type(m) in PLAIN_MODULES for m in purged.modules())
+    assert isinstance(purged, torch.fx.GraphModule) and all(type(m) in PLAIN_MODULES for m in list(purged.modules())[1:])
     assert (purged.input_shape, purged.num_classes) == (model.input_shape, model.num_classes)
     output = assert_same_outputs(model, purged, input_shape)
     if collapse and name in ("mlp", "lenet5"):  # a layer outputs its bias only: the model is constant
@@ -102,15 +101,10 @@ def test_purged_model_matches_gated_model(gated_models, name, input_shape, off_l
 
 
 def _purged_widths(model: nn.Module, purged: nn.Module) -> list[int]:
-    """Width of each gated layer's counterpart along its gated dimension.
-
-    Purging keeps every linear and convolutional layer, in the same order.
-    """
-    sources = [m for m in model.modules() if isinstance(m, (nn.Linear, nn.Conv2d, L0Linear, L0Conv2d))]
-    targets = [m for m in purged.modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
-    assert len(sources) == len(targets)
-    return [target.out_channels if isinstance(source, L0Conv2d) else target.in_features
-            for source, target in zip(sources, targets) if isinstance(source, L0Layer)]
+    """Width of each gated layer's counterpart (same name) along its gated dimension."""
+    return [purged.get_submodule(name).out_channels if isinstance(layer, L0Conv2d)
+            else purged.get_submodule(name).in_features for name, layer in model.named_modules()
+            if isinstance(layer, L0Layer)]
 
 
 def test_mlp_and_lenet5_purged_shapes_and_parameter_counts(gated_models):
@@ -120,7 +114,7 @@ def test_mlp_and_lenet5_purged_shapes_and_parameter_counts(gated_models):
     k1, k2, k3 = [int(layer.group_gate_values().count_nonzero()) for layer in gated_layers(mlp)]
     purged = purge(mlp)
     assert pruned_architecture(mlp) == [k1, k2, k3]
-    assert purged.fc1_select.index.tolist() == mlp.fc1.group_gate_values().nonzero().flatten().tolist()
+    assert purged.fc1_index.tolist() == mlp.fc1.group_gate_values().nonzero().flatten().tolist()  # read pixels
     assert count_params(purged) == (k1 * k2 + k2) + (k2 * k3 + k3) + (k3 * 10 + 10)
 
     # LeNet5: conv1 keeps c1 maps, conv2 c2; fc1 reads f1 features of the kept maps (4 x 4 each); fc2 k4 inputs.
@@ -168,7 +162,8 @@ def test_pruned_architecture_on_hand_made_gates():
     assert pruned_architecture(mlp) == [198, 233, 100]
     assert pruned_architecture(lenet) == [7, 3, 21, 407]
     purged = purge(lenet)
-    assert purged.fc1_select.index.tolist() == [0, 1, 2, 3, 4] + list(range(16, 32))  # map 3 is the 2nd kept map
+    assert purged.fc1_index.tolist() == [0, 1, 2, 3, 4] + list(range(16, 32))  # map 3 is the 2nd kept map
+    assert purged.conv2.out_channels == 3  # map 10 stays, although fc1 reads none of its features (the paper's rule)
     with torch.no_grad():
         fc2.fill_(OFF)
     assert pruned_architecture(lenet) == [7, 3, 21, 0]
@@ -202,12 +197,16 @@ def test_dense_shortcut_stem_and_classifier_are_copied(gated_models):
     set_random_gates_(model)
     purged = purge(model)
     assert torch.equal(purged.stem.conv.weight, model.stem.conv.weight)
-    assert torch.equal(purged.layer2[0].residual.shortcut.conv.weight, model.layer2[0].shortcut.conv.weight)
+    assert torch.equal(purged.get_submodule("layer2.0.shortcut.conv").weight, model.layer2[0].shortcut.conv.weight)
     assert torch.equal(purged.fc.weight, model.fc.weight)
-    # conv2 of the block is scattered back to its full width of 128 channels.
-    scatter = purged.layer2[0].residual.branch.scatter
-    assert scatter.width == 128
-    assert scatter.index.tolist() == model.layer2[0].conv2.conv.group_gate_values().nonzero().flatten().tolist()
+    # conv2 of the block keeps its open channels, added to the 128 of the shortcut at their places
+    opened = model.layer2[0].conv2.conv.group_gate_values().nonzero().flatten()
+    assert purged.get_submodule("layer2.0.conv2.conv").out_channels == len(opened) < 128
+    adds = [n for n in purged.graph.nodes if n.target is torch.index_add]
+    assert len(adds) == 8  # one per block: every conv2 has closed gates
+    (shortcut, dim, index, branch), = [n.args for n in adds if n.args[3].target == "layer2.0.conv2.bn"]
+    assert shortcut.target == "layer2.0.shortcut.bn" and dim == 1
+    assert getattr(purged, index.target).tolist() == opened.tolist()
 
 
 def test_purge_groups_on_a_dense_model_with_explicit_scales():
@@ -227,7 +226,7 @@ def test_purge_groups_on_a_dense_model_with_explicit_scales():
 
 def test_purge_groups_rejects_bad_scales():
     gated = build_model("mlp", gated=True)
-    scales = median_scales(gated)
+    scales = {name: torch.ones(size) for name, size in (("fc1", 784), ("fc2", 300), ("fc3", 100))}
     with pytest.raises(ValueError, match="fc9"):
         purge_groups(gated, {**scales, "fc9": torch.ones(3)})
     with pytest.raises(ValueError, match=r"shape \(300,\)"):
@@ -261,38 +260,66 @@ def test_unstructured_purge_masks_weights(name, input_shape):
         assert count_macs(purged, convention="plain", sparse_weights=True) == weights
 
 
-def test_median_gates_used_by_purge_are_those_of_eq_8(gated_models):
+def test_median_gates_used_by_purge_are_those_of_eq_9(gated_models):
     model = gated_models["mlp"]
-    set_random_gates_(model)
-    scales = median_scales(model)
-    assert set(scales) == {"fc1", "fc2", "fc3"}
-    assert torch.equal(scales["fc2"], median_gates(model.fc2.weight_log_alpha))
-    assert {0.0, 1.0} < set(scales["fc2"].tolist())  # and fractional values
+    with torch.no_grad():  # every gate open, most fractional: nothing is removed, every column is scaled
+        for layer in gated_layers(model):
+            layer.weight_log_alpha.uniform_(-0.5 * BOUND, 2 * BOUND)
+    z = median_gates(model.fc2.weight_log_alpha)
+    assert {1.0} < set(z.tolist()) and z.min() > 0
+    purged = purge(model)
+    assert torch.equal(purged.fc2.weight, model.fc2.weight * z)
 
 
-@pytest.mark.parametrize("name, input_shape", [("mlp", (1, 28, 28)), ("lenet5", (1, 28, 28)),
-                                               ("wrn-16-2", (3, 32, 32)), ("resnet18", (3, 32, 32))])
-def test_purge_through_the_graph_agrees_with_the_zoo_purge(gated_models, name, input_shape):
-    """``purge(model, example_input)`` traces any model; on the paper's it removes what the zoo's purge removes,
-    except the closed channels of a ResNet's second convolutions, which feed the residual sum: it keeps and reports
-    them (the zoo's purge scatters the branch back to full width instead)."""
-    model = gated_models[name] if name in gated_models else build_model(name, gated=True)
+#: The counts of the paper's purge before the engines were one (paperlib/paper/purge.py's ``_Purger``, removed): params,
+#: MACs ("paper", "plain") and the pruned architecture, at seeded gates (``_close_share_``). Its outputs were equal bit
+#: for bit too, on these and on wrn-28-10, resnet50, magnitude pruning and keep_first.
+BEFORE_ONE_ENGINE = {
+    ("mlp", 0.3): (131062, 131342, 130772, [542, 214, 66]),
+    ("mlp", 0.9): (2905, 2950, 2850, [75, 30, 15]),
+    ("lenet5", 0.3): (151819, 1374509, 1345697, [18, 33, 367, 361]),
+    ("lenet5", 0.9): (1336, 27366, 25092, [1, 6, 11, 52]),
+    ("wrn-16-1", 0.3): (124104, 25135690, 24703616, [14, 13, 21, 21, 45, 45]),
+    ("wrn-16-1", 0.9): (24188, 4538698, 4280960, [0, 2, 5, 0, 7, 9]),
+    ("resnet18", 0.3): (6502059, 82719384, 82361920, [48, 43, 45, 44, 93, 86, 91, 82, 181, 179, 187, 182, 347, 355,
+                                                      349, 343]),
+    ("resnet18", 0.9): (760411, 8645964, 8473864, [7, 4, 6, 10, 13, 14, 10, 10, 24, 30, 21, 27, 51, 46, 44, 57]),
+}
+
+
+def _close_share_(model: nn.Module, share: float, seed: int) -> None:
+    """A ``share`` of each layer's gates at median 0, half the rest at 1, half at a fraction."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for layer in gated_layers(model):
+            u = torch.rand(layer.weight_log_alpha.shape, generator=generator)
+            layer.weight_log_alpha.copy_(torch.where(u < share, OFF, torch.where(u < (1 + share) / 2, ON, 0.5)))
+
+
+@pytest.mark.parametrize("name, share", list(BEFORE_ONE_ENGINE), ids=[f"{n}-{s}" for n, s in BEFORE_ONE_ENGINE])
+def test_the_one_engine_counts_the_paper_models_as_the_paper_purge_did(name, share):
+    """At 90% closed, LeNet5's conv2 keeps maps that fc1 reads nothing of and WideResNet has whole layers closed."""
+    shape = {"mlp": (1, 28, 28), "lenet5": (1, 28, 28)}.get(name, (3, 32, 32))
+    torch.manual_seed(0)
+    model = build_model(name, gated=True)
+    _close_share_(model, share, seed=1)
+    purged = purge(model)
+    params, macs, plain, architecture = BEFORE_ONE_ENGINE[name, share]
+    assert (count_params(purged), count_macs(purged, shape, "paper"), count_macs(purged, shape, "plain")) \
+        == (params, macs, plain)
+    assert pruned_architecture(model) == architecture
+    assert_same_outputs(model, purged, shape)
+
+
+def test_one_engine_with_or_without_an_example_input(gated_models):
+    """``purge(model)`` of a paper model is ``purge(model, example)``: the zero batch of its input_shape is only for
+    the shapes; on the ResNet no closed channel stays (no warning): the branch is cut from the residual sum."""
+    model = gated_models["resnet18"]
     randomise_batch_norms_(model)
     set_random_gates_(model)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        by_graph = purge(model, torch.randn(2, *input_shape))
-    assert bool(caught) == (name == "resnet18")
-    zoo = purge(model)
-    assert_same_outputs(model, by_graph, input_shape)
-    assert type(by_graph) is type(model) and not any(isinstance(m, L0Layer) for m in by_graph.modules())
-    if name != "resnet18":
-        assert by_graph.purge_report == {}
-        assert count_params(by_graph) == count_params(zoo)
-        assert count_macs(by_graph, input_shape, "plain") == count_macs(zoo, input_shape, "plain")
-        return
-    conv2s = {f"{stage}.{block}.conv2.conv": getattr(model, stage)[block].conv2.conv
-              for stage in ("layer1", "layer2", "layer3", "layer4") for block in (0, 1)}
-    assert by_graph.purge_report == {name: (layer.group_gate_values() == 0).nonzero().flatten().tolist()
-                                     for name, layer in conv2s.items()}
-    assert count_params(zoo) < count_params(by_graph) < dense_params(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        by_example, by_default = purge(model, torch.randn(2, 3, 32, 32)), purge(model)
+    assert by_example.purge_report == by_default.purge_report == {}
+    assert count_params(by_example) == count_params(by_default) < dense_params(model)
+    assert_same_outputs(by_example, by_default, (3, 32, 32))

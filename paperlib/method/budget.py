@@ -4,7 +4,8 @@ The paper constrains the expected L0-density of the gated groups (eq. 3); :class
 parameter count or MACs (``"plain"``, :mod:`paperlib.method.counting`) of the whole purged model, differentiable in the
 gates. On the test-time model's channel graph (:func:`~paperlib.method.graph_purge.purge`'s), a channel is non-zero
 with the probability P(z != 0) (eq. 8) of the gate that last closed it, through a product the product of its factors',
-through a sum 1 - prod(1 - p); it stays where also some layer reads it (a linear layer through its input gates). A
+through a sum 1 - prod(1 - p); it stays where also some layer reads it (a linear layer, one feature per channel,
+through its input gates). A
 convolution or linear layer costs its weights per input-output pair times the expected counts of its kept inputs
 and outputs: different layers' gates are independent, so the expectation of the product is the product of the
 expectations. Batch norms and depthwise convolutions cost per kept channel; what purge does not slice is a constant.
@@ -98,7 +99,7 @@ class ExpectedCost:
         for k, group in enumerate(graph.groups):
             parts = [p for _, ps in graph.concats for p in ps if graph.group(p) is group]
             if not group.pinned and (group.sinks or parts) and _channels(graph, group):
-                gated = [reads.get(layer.target) for layer, _ in group.sinks]
+                gated = [reads.get(layer.target) if graph.block[inp] == 1 else None for layer, inp in group.sinks]
                 self._groups[k] = (index[group.sinks[0][1] if group.sinks else parts[0]],
                                    None if None in gated else gated, _channels(graph, group))
         params = measure == "params"

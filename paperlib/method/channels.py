@@ -32,8 +32,8 @@ dimension, a hard-coded reshape, a functional convolution, a layer norm), a modu
 tensor whose channels run along dimension 1 that is neither ``(N, C)`` nor ``(N, C, H, W)``, or the input of a linear
 layer that reads the last dimension of such a tensor.
 
-A channel is *zero* when it is exactly zero for every input: a convolution or linear row whose weights are zero on every
-input it reads and whose bias is zero, a batch norm with zero scale and shift, an activation ``f`` with ``f(0) = 0`` of
+A channel is *zero* when it is exactly zero for every input: a convolution or linear row whose weights are zero (a
+grouped convolution's: on every input it reads that is not zero) and whose bias is zero, a batch norm with zero scale and shift, an activation ``f`` with ``f(0) = 0`` of
 a zero channel, and so on. Removing a channel from an unpinned group changes nothing when every sink ignores it: its
 input there is zero or its weights there are zero.
 
@@ -194,8 +194,10 @@ class ChannelGraph:
     ['layer1.0.conv1']
     """
 
-    def __init__(self, graph_module: fx.GraphModule):
+    def __init__(self, graph_module: fx.GraphModule, cuts: dict | None = None):
         self.module = graph_module
+        #: Sums whose one summand (the value) is read as by a layer, not joined: purge's residual branches.
+        self.cuts = cuts or {}
         self.modules = dict(graph_module.named_modules())
         self.calls = Counter(n.target for n in graph_module.graph.nodes if n.op == "call_module")
         self._parent: dict = {}
@@ -363,8 +365,12 @@ class ChannelGraph:
                 if target not in _PRODUCTS and target != "mul":
                     self._unzeroing.append(node)
             elif len(inputs) == 2 and self._same_channels(*inputs):
-                self._union(node, inputs[0])
-                self._union(inputs[1], inputs[0])
+                joined = [inp for inp in inputs if inp is not self.cuts.get(node)]
+                self._union(node, joined[0])
+                if len(joined) == 2:
+                    self._union(inputs[1], inputs[0])
+                else:
+                    self._sinks.append((node, self.cuts[node]))
                 self._merged.append(node)
             else:
                 self._pin_all(node, f"{node.name} broadcasts across channels")
@@ -449,9 +455,8 @@ class ChannelGraph:
                 if isinstance(module, nn.Conv2d) and module.groups > 1:  # each group reads its own input slice
                     live = ~first.view(module.groups, -1).repeat_interleave(module.out_channels // module.groups, 0)
                     silent = ~(weight.ne(0).flatten(2).any(2) & live).any(1)
-                else:
-                    read = weight if not first.any() else weight[:, ~first]
-                    silent = ~read.ne(0).flatten(1).any(1)
+                else:  # a row of zero weights: a zero input channel does not silence the layer (the paper's purge)
+                    silent = ~weight.ne(0).flatten(1).any(1)
                 return silent if module.bias is None else silent & module.bias.detach().eq(0)
             if isinstance(module, _BATCH_NORMS):
                 out = module.eval()(torch.zeros(1, size, *([1] * (len(node.meta["tensor_meta"].shape) - 2))))

@@ -1,73 +1,66 @@
-"""Purging any gated model through its traced graph (App. D): :func:`purge`.
+"""Purging (App. D): :func:`purge`, the one engine for the paper's models and any model :func:`sparsify` gated.
 
-The purged model is a copy of the user's model, of the same class, whose layers are plain ``nn.Conv2d`` / ``nn.Linear``
-/ ``nn.BatchNorm2d`` modules with fewer channels. It is made in three steps:
+The purged model is an ``torch.fx.GraphModule`` of torch modules and operations only (no class of this package), so
+``torch.save(purged)`` loads where paperlib is not installed. Its submodules keep their names (``layer1.0.conv1``) and
+are plain ``nn.Conv2d`` / ``nn.Linear`` / ``nn.BatchNorm2d`` modules with fewer channels, in ``nn.Sequential``
+where the model has one (``small.layer1[0].conv1``), else in plain ``nn.Module`` containers. It is made in three steps:
 
-1. the *test-time model*: every gated layer becomes the plain layer it computes
-   with its median gates (eq. 9). A gate's value is absorbed into the weights
-   it multiplies, or, where a convolution took its batch norm in
-   (:class:`~paperlib.method.sparsify.GatedConv2d`), into that batch norm's scale and
-   shift, and the batch norm goes back to its place. A closed channel is then
-   exactly zero. The paper's own layers (:class:`~paperlib.method.layers.L0Conv2d`,
-   :class:`~paperlib.method.layers.L0Linear`, :class:`~paperlib.method.layers.ConvBN`) are
-   made plain the same way;
-2. the test-time model is traced with ``torch.fx`` on ``example_input`` and its
-   channels grouped (:mod:`paperlib.method.channels`). In a group that is not pinned,
-   a channel that every reading layer ignores (its input there is exactly zero,
-   or its weights there are) is removed everywhere: the output rows of the
-   layers creating it, the batch norms and depthwise convolutions along the
-   way, the input columns of the layers reading it ("double sparsification");
-3. a linear layer also drops its input features whose weights are all zero
-   (the gates of :class:`~paperlib.method.sparsify.GatedLinear`), through a
-   :class:`SelectFeatures` in front of it when the features themselves stay.
+1. the *test-time model* (:func:`at_test_time`): every gated layer becomes the plain layer it computes with its median
+   gates (eq. 9). A gate's value is absorbed into the weights it multiplies, or, where a convolution took its batch norm
+   in (:class:`~paperlib.method.sparsify.GatedConv2d`, :class:`~paperlib.method.layers.ConvBN`), into that batch
+   norm's scale and shift, and the batch norm goes back to its place. A closed channel is then exactly zero;
+2. the test-time model is traced with ``torch.fx`` on ``example_input`` (by default a zero batch of the model's
+   ``input_shape``) and its channels grouped (:mod:`paperlib.method.channels`). In a group that is not pinned, a
+   channel is removed everywhere (the output rows of the layers creating it, the batch norms and depthwise
+   convolutions along the way, the input columns of the layers reading it: "double sparsification") when every layer
+   reading it ignores it: its input there is exactly zero, or, for a linear layer reading one feature per channel, its
+   weights there are (its input gates). A channel that a convolution reads, or that a linear layer reads through a
+   flattening, stays unless it is zero, as in the paper's purge (LeNet5's conv2 keeps the maps whose gate is open);
+3. a residual branch whose channels are partly zero is cut from the sum it joins: it keeps its non-zero channels,
+   which are added back at their places (``torch.index_add``), as the paper's ResNets purge their second
+   convolutions; a linear layer drops its input features whose weights are all zero through a ``torch.index_select``
+   in front of it when the features themselves stay.
 
-A closed channel that stays (its group is pinned, e.g. by a residual sum, or another layer still reads it) is reported:
-the purged model's ``purge_report`` maps each such gated layer to the closed channels it keeps, and a warning says so. A
-group never loses all its channels: one zero channel stays, so that every tensor keeps a channel.
+A closed channel that stays (its group is pinned, e.g. by the model's output, or another layer still reads it) is
+reported: the purged model's ``purge_report`` maps each such gated layer to the closed channels it keeps, and a
+warning says so. ``kept_groups`` gives, per structured gated layer, the groups left: output channels of a convolution,
+input features of a linear layer (open ones that the purged layer still reads), the paper's "pruned architecture". A
+group never loses all its channels: one zero channel stays, so that every tensor keeps a channel. The test-time graph
+is that of the model in eval mode (a branch on ``self.training`` is resolved so). Unstructured gates (App. L) remove no
+channel: the purged model keeps the shapes, its weights exact zeros where the median gate is 0.
 """
 
 import contextlib
 import copy
 import io
+import operator
 import sys
 import warnings
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Literal
 
 import torch
+import torch.fx as fx
 import torch.nn as nn
 from torch.fx.passes.shape_prop import ShapeProp
 
 from .channels import ChannelGraph, Selector, is_depthwise, trace
-from .layers import ConvBN, L0Conv2d, L0Linear
+from .layers import ConvBN, L0Conv2d, L0Layer, L0Linear
 from .sparsify import GatedConv2d, GatedLinear, _set_module
 
-
-class SelectFeatures(nn.Module):
-    """Keep the features ``index`` (along the last dimension) of a linear layer's input."""
-
-    def __init__(self, index: torch.Tensor):
-        super().__init__()
-        self.register_buffer("index", index)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.index_select(-1, self.index)
-
-    def extra_repr(self) -> str:
-        return f"{len(self.index)} features"
+_ADDS = (operator.add, operator.iadd, torch.add)
 
 
 @torch.no_grad()
-def purge(model: nn.Module, example_input: torch.Tensor,
-          leaves: Iterable[Selector] | Selector | Literal["auto"] | None = None) -> nn.Module:
-    """The smaller dense model computing what gated ``model`` computes at test time (median gates).
+def purge(model: nn.Module, example_input: torch.Tensor | None = None,
+          leaves: Iterable[Selector] | Selector | Literal["auto"] | None = None) -> fx.GraphModule:
+    """The smaller dense model computing what gated ``model`` computes at test time (median gates, eq. 9).
 
-    ``model`` is any model gated by :func:`paperlib.method.sparsify.sparsify` (or
-    built from this package's gated layers, or plain); ``example_input`` is
-    one batch it accepts. The result's ``purge_report`` lists the closed
-    channels that could not be removed (see the module docstring). ``leaves``
-    selects submodules that ``torch.fx`` is not to enter, as for
-    :func:`~paperlib.method.sparsify.sparsify` (:func:`paperlib.method.channels.trace`).
+    ``model`` is any model gated by :func:`paperlib.method.sparsify.sparsify`, one built from this package's gated
+    layers (the paper's), or plain; ``example_input`` is one batch it accepts (default: zeros of ``model.input_shape``).
+    See the module docstring for ``purge_report`` and ``kept_groups``. ``leaves`` selects submodules that ``torch.fx``
+    is not to enter, as for :func:`~paperlib.method.sparsify.sparsify`.
 
     >>> import torchvision
     >>> from paperlib.method.sparsify import sparsify
@@ -78,15 +71,54 @@ def purge(model: nn.Module, example_input: torch.Tensor,
     >>> small.layer1[0].conv1, small.layer1[0].conv2.in_channels
     (Conv2d(64, 24, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1), bias=False), 24)
     """
+    if example_input is None:
+        if getattr(model, "input_shape", None) is None:
+            raise ValueError(f"purge({type(model).__name__}) needs example_input, one batch the model accepts (e.g. "
+                             f"torch.randn(1, 3, 32, 32)): the model has no input_shape to make one from")
+        example_input = torch.zeros(1, *model.input_shape)
     if not isinstance(example_input, torch.Tensor):
         raise TypeError(f"example_input must be a tensor, one batch the model accepts (e.g. torch.randn(1, 3, 32, "
                         f"32)); got {type(example_input).__name__}")
-    plain, gated = at_test_time(model)
-    plain.eval()
-    traced = trace(plain, "purge", leaves)
-    _propagate(traced, example_input, type(model).__name__)
-    graph = ChannelGraph(traced)
-    zero = graph.zero_channels()
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    plain, gates = at_test_time(model)
+    traced = trace(plain.cpu().eval(), "purge", leaves)
+    _propagate(traced, example_input.cpu(), type(model).__name__)
+    traced.purge_report, traced.kept_groups = {}, {}
+    if not any(m.sparsity == "unstructured" for m in model.modules() if isinstance(m, L0Layer)):
+        graph = ChannelGraph(traced)
+        zero = graph.zero_channels()
+        cuts = {node: inp for node in traced.graph.nodes if (inp := _branch(node, graph, zero)) is not None}
+        if cuts:
+            graph = ChannelGraph(traced, cuts)
+            zero = graph.zero_channels()
+        keep = _kept(graph, zero)
+        nodes = {n.target: n for n in traced.graph.nodes if n.op == "call_module"}
+        reads = _slice(traced, graph, keep, zero)
+        for name, (conv, opened) in gates.items():
+            node = nodes.get(name) or nodes.get(f"{name}.0")
+            kept = keep.get(node, torch.ones_like(opened)) if conv else reads.get(name, torch.ones_like(opened))
+            kept = torch.zeros_like(opened) if node is None else kept  # not in the test-time graph: gone
+            traced.kept_groups[name] = int((opened & kept).sum())
+            stays = (~opened & kept).nonzero().flatten().tolist()
+            if conv and stays and (len(stays) > 1 or traced.kept_groups[name]):  # not the one left of a closed layer
+                traced.purge_report[name] = stays
+        traced.graph.lint()
+        traced.recompile()
+    originals = dict(plain.named_modules())  # where the model has an nn.Sequential, so does the purged model
+    for name, module in list(traced.named_modules()):
+        if name and type(module) is nn.Module and type(originals.get(name)) is nn.Sequential:
+            _set_module(traced, name, nn.Sequential(OrderedDict(module.named_children())))
+    for attribute in ("input_shape", "num_classes"):
+        if hasattr(model, attribute):
+            setattr(traced, attribute, getattr(model, attribute))
+    if traced.purge_report:
+        where = ", ".join(f"{name} ({len(c)})" for name, c in traced.purge_report.items())
+        warnings.warn(f"purge kept closed channels it could not remove, in {where}; see purge_report", stacklevel=2)
+    return traced.to(device).train(model.training)
+
+
+def _kept(graph: ChannelGraph, zero: dict) -> dict:
+    """Node -> bool mask over its channels (dimension ``graph.axis[node]``): those purging keeps (step 2)."""
     kept = {}  # group index -> bool mask over its channels
     groups = {id(group): index for index, group in enumerate(graph.groups)}
     concatenated = {groups[id(graph.group(part))] for _, parts in graph.concats for part in parts}
@@ -98,7 +130,11 @@ def purge(model: nn.Module, example_input: torch.Tensor,
         if not group.pinned and (group.sinks or index in concatenated):
             kept[index] = torch.zeros(channels, dtype=torch.bool)
             for layer, inp in group.sinks:
-                kept[index] |= _read(graph.modules[layer.target], zero[inp]).view(channels, -1).any(1)
+                read = ~zero[inp]
+                if layer.op == "call_module" and isinstance(graph.modules[layer.target], nn.Linear) \
+                        and graph.block[inp] == 1:
+                    read = _read(graph.modules[layer.target], zero[inp])
+                kept[index] |= read.view(channels, -1).any(1)
     # a concatenation's channels are its inputs' (in segments): a channel stays where the concatenation's readers read
     # it, the last concatenation first; then each concatenation is what its inputs keep
     for node, parts in reversed(graph.concats):
@@ -114,17 +150,19 @@ def purge(model: nn.Module, example_input: torch.Tensor,
             mask[0] = True
     for node, parts in graph.concats:
         kept[groups[id(graph.group(node))]] = torch.cat([kept[groups[id(graph.group(part))]] for part in parts])
-    keep = {}  # node -> bool mask over its channels (dimension graph.axis[node])
-    for index, group in enumerate(graph.groups):
-        if index in kept:
-            for node in group.nodes:
-                keep[node] = kept[index].repeat_interleave(graph.block[node])
-    _slice(plain, graph, keep, zero)
-    plain.purge_report = _report(gated, graph, keep)
-    if plain.purge_report:
-        where = ", ".join(f"{name} ({len(c)})" for name, c in plain.purge_report.items())
-        warnings.warn(f"purge kept closed channels it could not remove, in {where}; see purge_report", stacklevel=2)
-    return plain.train(model.training)
+    return {node: kept[index].repeat_interleave(graph.block[node])
+            for index, group in enumerate(graph.groups) if index in kept for node in group.nodes}
+
+
+def _branch(node: fx.Node, graph: ChannelGraph, zero: dict) -> fx.Node | None:
+    """The summand that ``node``, a sum of two tensors of one shape with channels along dimension 1, is to read
+    through a cut (step 3): the first with a zero channel; None for anything else."""
+    if node.op != "call_function" or node.target not in _ADDS or node.kwargs or len(node.args) != 2 \
+            or not all(isinstance(a, fx.Node) and a in zero and graph.axis.get(a) == 1 and graph.block[a] == 1
+                       for a in node.args) \
+            or node.args[0].meta["tensor_meta"].shape != node.args[1].meta["tensor_meta"].shape:
+        return None
+    return next((a for a in node.args if zero[a].any()), None)
 
 
 def _propagate(traced: torch.fx.GraphModule, example: torch.Tensor, name: str) -> None:
@@ -155,42 +193,30 @@ def _propagate(traced: torch.fx.GraphModule, example: torch.Tensor, name: str) -
 def at_test_time(model: nn.Module) -> tuple[nn.Module, dict]:
     """A copy of ``model`` whose gated layers are plain layers with their median gates absorbed (step 1).
 
-    Also returns, per structured gated convolution, by name, its channels whose median gate is 0.
+    Also returns, per structured gated layer, by name: (whether it is a convolution, which of its groups' median gates
+    are non-zero: output channels of a convolution, input features of a linear layer).
     """
-    plain = copy.deepcopy(model)
-    closed, done = {}, set()
+    plain, gates = copy.deepcopy(model), {}
     with torch.no_grad():
         for name, module in list(plain.named_modules()):
-            if id(module) in done:
-                continue
-            if isinstance(module, GatedConv2d) and module.sparsity == "structured":
-                z = module.group_gate_values(median=True).detach()
-                closed[name] = (z == 0).nonzero().flatten().tolist()
-                if module.bn is None:
-                    _set_module(plain, name, _plain_conv(module.conv, *module.gated_weight_and_bias(median=True)))
-                elif module.bn_name:
-                    _set_module(plain, name, module.conv)
-                    _set_module(plain, module.bn_name, _scaled_batch_norm(module.bn, z))
-                else:
-                    _set_module(plain, name, nn.Sequential(module.conv, _scaled_batch_norm(module.bn, z)))
-            elif isinstance(module, ConvBN) and isinstance(module.conv, L0Conv2d):
-                done.add(id(module.conv))
-                if module.conv.sparsity == "structured":  # ConvBN zeroes the batch norm's closed channels
-                    z = module.conv.group_gate_values(median=True).detach()
-                    closed[f"{name}.conv"] = (z == 0).nonzero().flatten().tolist()
-                    module.bn = _scaled_batch_norm(module.bn, z.ne(0).to(z.dtype))
-                module.conv = _plain_conv(module.conv, *module.conv.gated_weight_and_bias(median=True))
+            conv = module.conv if isinstance(module, ConvBN) else None
+            if isinstance(module, L0Layer) and module.sparsity == "structured":
+                gates[name] = (not isinstance(module, (GatedLinear, L0Linear)), module.group_gate_values().ne(0).cpu())
+            if isinstance(conv, L0Conv2d) and conv.sparsity == "structured":  # ConvBN zeroes its closed channels
+                module.bn = _scaled_batch_norm(module.bn, conv.group_gate_values().ne(0).float())
+            if isinstance(module, GatedConv2d) and module.bn is not None:
+                bn = _scaled_batch_norm(module.bn, module.group_gate_values(median=True))
+                _set_module(plain, name, module.conv if module.bn_name else nn.Sequential(module.conv, bn))
+                if module.bn_name:
+                    _set_module(plain, module.bn_name, bn)
             elif isinstance(module, (GatedConv2d, L0Conv2d)):
-                if module.sparsity == "structured":
-                    closed[name] = (module.group_gate_values(median=True) == 0).nonzero().flatten().tolist()
                 source = module.conv if isinstance(module, GatedConv2d) else module
                 _set_module(plain, name, _plain_conv(source, *module.gated_weight_and_bias(median=True)))
             elif isinstance(module, (GatedLinear, L0Linear)):
                 weight, bias = module.gated_weight_and_bias(median=True)
-                linear = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None,
-                                   device="meta")
+                linear = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device="meta")
                 _set_module(plain, name, _filled(linear, weight, bias))
-    return plain, closed
+    return plain, gates
 
 
 def _filled(layer: nn.Module, weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Module:
@@ -249,9 +275,21 @@ def _read(layer: nn.Module, zero: torch.Tensor) -> torch.Tensor:
     return columns & ~zero
 
 
-def _slice(plain: nn.Module, graph: ChannelGraph, keep: dict, zero: dict) -> None:
-    """Replace the layers of ``plain`` by their kept channels (steps 2 and 3)."""
-    for node in graph.module.graph.nodes:
+def _slice(traced: fx.GraphModule, graph: ChannelGraph, keep: dict, zero: dict) -> dict:
+    """Replace the layers of ``traced`` by their kept channels, and its cut sums by ``index_add`` (steps 2 and 3).
+    Returns, per linear layer, the input features it reads (before one is kept for a layer that reads none)."""
+    reads = {}
+    for node in list(traced.graph.nodes):
+        if node in graph.cuts:
+            branch = graph.cuts[node]
+            if not keep[branch].all():  # other + branch, the branch's kept channels added at their places
+                other = node.args[1] if node.args[0] is branch else node.args[0]
+                index = _index(traced, node, keep[branch])
+                with traced.graph.inserting_before(node):
+                    added = traced.graph.call_function(torch.index_add, (other, 1, index, branch))
+                node.replace_all_uses_with(added)
+                traced.graph.erase_node(node)
+            continue
         if node.op != "call_module" or node not in keep:
             continue
         layer, out = graph.modules[node.target], keep[node].nonzero().flatten()
@@ -261,13 +299,13 @@ def _slice(plain: nn.Module, graph: ChannelGraph, keep: dict, zero: dict) -> Non
         if isinstance(layer, nn.Conv2d) and is_depthwise(layer):
             if not full_out:
                 bias = None if layer.bias is None else layer.bias[out]
-                _set_module(plain, node.target, _plain_conv(layer, weight[out], bias, groups=len(out)))
+                _set_module(traced, node.target, _plain_conv(layer, weight[out], bias, groups=len(out)))
         elif isinstance(layer, nn.Conv2d) and layer.groups == 1:
             columns = inp.nonzero().flatten()
             if not full_out or len(columns) < len(inp):
                 bias = None if layer.bias is None else layer.bias[out]
                 rows = weight if full_out else weight.index_select(0, out)
-                _set_module(plain, node.target, _plain_conv(layer, rows.index_select(1, columns), bias))
+                _set_module(traced, node.target, _plain_conv(layer, rows.index_select(1, columns), bias))
         elif isinstance(layer, nn.Linear):
             if len(node.args[0].meta["tensor_meta"].shape) == 2 or graph.axis[node.args[0]] == -1:
                 read = inp & _read(layer, zero[node.args[0]])
@@ -275,30 +313,25 @@ def _slice(plain: nn.Module, graph: ChannelGraph, keep: dict, zero: dict) -> Non
                 # output): that group is pinned, and the layer still drops the features whose weights are all zero
                 inp = torch.ones(layer.in_features, dtype=torch.bool)
                 read = _read(layer, torch.zeros(layer.in_features, dtype=torch.bool))
+            reads[node.target] = read.clone()
             if not read.any():
                 read[inp.nonzero().flatten()[:1]] = True
             bias = None if layer.bias is None else layer.bias[out]
             linear = nn.Linear(int(read.sum()), len(out), bias=bias is not None, device="meta")
             rows = weight if full_out else weight.index_select(0, out)
-            linear = _filled(linear, rows.index_select(1, read.nonzero().flatten()), bias)
-            if not read[inp].all():
-                linear = nn.Sequential(SelectFeatures(read[inp].nonzero().flatten()), linear)
+            if not read[inp].all():  # the features it reads of those that stay
+                with traced.graph.inserting_before(node):
+                    index = _index(traced, node, read[inp])
+                    node.args = (traced.graph.call_function(torch.index_select, (node.args[0], -1, index)),)
             if not full_out or not read.all():
-                _set_module(plain, node.target, linear)
+                _set_module(traced, node.target, _filled(linear, rows.index_select(1, read.nonzero().flatten()), bias))
         elif isinstance(layer, nn.modules.batchnorm._BatchNorm) and not full_out:
-            _set_module(plain, node.target, _sliced_batch_norm(layer, out))
+            _set_module(traced, node.target, _sliced_batch_norm(layer, out))
+    return reads
 
 
-def _report(closed: dict, graph: ChannelGraph, keep: dict) -> dict:
-    """Gated convolution -> its closed channels that the purged model keeps.
-
-    A layer that ``example_input``'s forward pass does not reach (GoogLeNet's auxiliary classifiers in eval mode) is not
-    in the graph and keeps them all."""
-    nodes = {n.target: n for n in graph.module.graph.nodes if n.op == "call_module"}
-    report = {}
-    for name, channels in closed.items():
-        node = nodes.get(name) or nodes.get(f"{name}.0")
-        stays = channels if node is None else [c for c in channels if keep[node][c]]
-        if stays:
-            report[name] = stays
-    return report
+def _index(traced: fx.GraphModule, node: fx.Node, mask: torch.Tensor) -> fx.Node:
+    """A buffer of ``traced`` holding the positions of ``mask``, read by a node inserted before ``node``."""
+    traced.register_buffer(f"{node.name}_index", mask.nonzero().flatten())
+    with traced.graph.inserting_before(node):
+        return traced.graph.get_attr(f"{node.name}_index")
