@@ -33,3 +33,19 @@ def close_gates_(model: nn.Module, share: float = 0.4, seed: int = 0) -> None:
                 closed = torch.rand(log_alpha.shape, generator=generator) < share
                 open_ = torch.empty(log_alpha.shape).uniform_(-1.0, 3.0, generator=generator)
                 log_alpha.copy_(torch.where(closed, CLOSED, open_))
+
+
+def run_without_paperlib(path, inputs, tmp_path) -> float:
+    """Load the model ``torch.save`` wrote at ``path`` in a Python process where paperlib cannot be imported
+    (``-I``, run from ``tmp_path``, and ``sys.modules["paperlib"] = None``), run it in eval mode on ``inputs`` and
+    return its output."""
+    import subprocess
+    import sys
+
+    torch.save(inputs, tmp_path / "inputs.pt")
+    code = ("import sys; sys.modules['paperlib'] = None; import torch; model = torch.load(sys.argv[1], "
+            "weights_only=False).eval(); x = torch.load(sys.argv[2]); torch.save(model(x).detach(), sys.argv[3])")
+    done = subprocess.run([sys.executable, "-I", "-c", code, str(path), str(tmp_path / "inputs.pt"),
+                           str(tmp_path / "out.pt")], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return torch.load(tmp_path / "out.pt")

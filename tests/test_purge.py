@@ -14,7 +14,7 @@ import warnings
 import pytest
 import torch
 import torch.nn as nn
-from fake_models import randomise_batch_norms_
+from fake_models import randomise_batch_norms_, run_without_paperlib
 
 from paperlib.method.counting import count_macs, count_params
 from paperlib.method.gates import BETA, median_gates
@@ -323,3 +323,19 @@ def test_one_engine_with_or_without_an_example_input(gated_models):
     assert by_example.purge_report == by_default.purge_report == {}
     assert count_params(by_example) == count_params(by_default) < dense_params(model)
     assert_same_outputs(by_example, by_default, (3, 32, 32))
+
+
+@pytest.mark.parametrize("name, input_shape", [("lenet5", (1, 28, 28)), ("resnet18", (3, 32, 32))])
+def test_a_purged_paper_model_loads_and_runs_where_paperlib_cannot_be_imported(gated_models, name, input_shape,
+                                                                               tmp_path):
+    """LeNet5's fc1 selects its read features (``index_select``), the ResNet adds its branches back (``index_add``)."""
+    model = gated_models[name]
+    set_random_gates_(model)
+    purged = purge(model)
+    assert {torch.index_select if name == "lenet5" else torch.index_add} <= {n.target for n in purged.graph.nodes}
+    torch.save(purged, tmp_path / "purged.pt")
+    assert b"paperlib" not in (tmp_path / "purged.pt").read_bytes()
+    x = torch.randn(3, *input_shape)
+    with torch.no_grad():
+        gated = model.eval()(x)
+    assert (run_without_paperlib(tmp_path / "purged.pt", x, tmp_path) - gated).abs().max() <= 1e-5 * gated.abs().max()

@@ -15,14 +15,15 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 import torch.nn.functional as F
-from fake_models import CLOSED, close_gates_, randomise_batch_norms_
+from fake_models import CLOSED, close_gates_, randomise_batch_norms_, run_without_paperlib
 import torchvision
 
 import paperlib
 from paperlib.method.channels import untraceable
 from paperlib.method.counting import count_macs, count_params
 from paperlib.method.layers import L0Layer
-from paperlib.method.sparsify import GatedConv2d, GatedLinear, default_layers, sparsify
+from paperlib.method.sparsify import (GatedConv2d, GatedLinear, default_layers, dense_state_dict, load_dense_state_dict,
+                                      sparsify)
 
 SHAPE = (3, 32, 32)
 BUILDERS = {"resnet18": torchvision.models.resnet18, "mobilenet_v2": torchvision.models.mobilenet_v2,
@@ -246,6 +247,49 @@ def test_twenty_constrained_steps_then_purge_gives_the_test_time_outputs(name):
     assert count_params(purged) < count_params(model, gates="test") < count_params(model, gates="dense")
     assert count_macs(purged, SHAPE, "plain") < count_macs(model, SHAPE, "plain", gates="test") \
         < count_macs(model, SHAPE, "plain")
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2"])
+def test_the_purged_model_loads_and_runs_where_paperlib_cannot_be_imported(name, tmp_path):
+    model = sparsify(build(name))
+    randomise_batch_norms_(model)
+    close_gates_(model)
+    x = torch.randn(3, *SHAPE)
+    purged = paperlib.purge(model.eval(), x)
+    assert all(type(m).__module__.startswith("torch.") for m in purged.modules())  # torch's classes only
+    torch.save(purged, tmp_path / "purged.pt")
+    assert b"paperlib" not in (tmp_path / "purged.pt").read_bytes()
+    with torch.no_grad():
+        gated = model(x)
+    elsewhere = run_without_paperlib(tmp_path / "purged.pt", x, tmp_path)
+    assert (elsewhere - gated).abs().max() <= 1e-5 * gated.abs().max()
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2"])
+def test_a_dense_checkpoint_loads_into_the_sparsified_model_and_its_gates_fold_back_into_the_stock_model(name):
+    dense = build(name, seed=1)
+    randomise_batch_norms_(dense)
+    model = sparsify(build(name, seed=2))  # other weights: all of them come from the checkpoint
+    result = load_dense_state_dict(model, dense.state_dict())
+    assert result.unexpected_keys == [] and result.missing_keys \
+        and all(key.endswith("weight_log_alpha") for key in result.missing_keys)
+    with torch.no_grad():  # every gate open at 1: the sparsified model is the checkpoint's
+        for layer in model.modules():
+            if isinstance(layer, L0Layer):
+                layer.weight_log_alpha.fill_(10.0)
+    x = torch.randn(3, *SHAPE)
+    with torch.no_grad():
+        assert torch.equal(model.eval()(x), dense.eval()(x))
+    close_gates_(model)  # closed and fractional medians, folded into the weights and batch norms
+    stock = BUILDERS[name](num_classes=10)
+    stock.load_state_dict(dense_state_dict(model))  # strict: the stock architecture's names and shapes
+    assert_same_outputs(model, stock, x)
+    with torch.no_grad():
+        assert not torch.equal(model(x), dense(x))  # the gates did change the function
+    last = "fc.bias" if name == "resnet18" else "classifier.1.bias"  # a wrong checkpoint: one entry less, one more
+    wrong = {**{key: value for key, value in dense.state_dict().items() if key != last}, "extra": torch.zeros(1)}
+    with pytest.raises(RuntimeError, match=rf"missing \['{last}'\], unexpected \['extra'\]"):
+        load_dense_state_dict(model, wrong)
 
 
 def test_vgg11_bn_sparsified_purged_and_counted():
