@@ -8,7 +8,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from paperlib.method import gates
-from paperlib.method.layers import ConvBN, L0Conv2d, L0Linear, LayerFactory
+from paperlib.method.layers import ConvBN, L0Conv2d, L0Linear
+from paperlib.paper.models import LayerFactory
 
 LN11 = math.log(11.0)
 THR = gates.BETA * LN11  # median is 0 below -THR and 1 above +THR

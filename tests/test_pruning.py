@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 
 from paperlib.method.counting import count_params
-from paperlib.method.layers import LayerFactory
+from paperlib.paper.models import LayerFactory
 from paperlib.paper.models import MLP, build_model, gated_layer_names
 from paperlib.paper.pruning import (apply_weight_masks_, l1_filter_prune, magnitude_prune_unstructured, num_kept,
                               weight_masks)

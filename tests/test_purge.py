@@ -18,7 +18,7 @@ from fake_models import randomise_batch_norms_, run_without_paperlib
 
 from paperlib.method.counting import count_macs, count_params
 from paperlib.method.gates import BETA, median_gates
-from paperlib.method.layers import L0Conv2d, L0Layer, L0Linear
+from paperlib.method.layers import L0Conv2d, L0Layer
 from paperlib.paper.models import LeNet5, build_model, gated_layers
 from paperlib.paper.purge import keep_first, pruned_architecture, purge, purge_groups
 
@@ -86,7 +86,8 @@ def test_purged_model_matches_gated_model(gated_models, name, input_shape, off_l
     set_random_gates_(model, off_layers if collapse else ())
     purged = purge(model)
 
-    assert isinstance(purged, torch.fx.GraphModule) and all(type(m) in PLAIN_MODULES for m in list(purged.modules())[1:])
+    assert isinstance(purged, torch.fx.GraphModule)
+    assert all(type(m) in PLAIN_MODULES for m in list(purged.modules())[1:])
     assert (purged.input_shape, purged.num_classes) == (model.input_shape, model.num_classes)
     output = assert_same_outputs(model, purged, input_shape)
     if collapse and name in ("mlp", "lenet5"):  # a layer outputs its bias only: the model is constant

@@ -33,9 +33,9 @@ tensor whose channels run along dimension 1 that is neither ``(N, C)`` nor ``(N,
 layer that reads the last dimension of such a tensor.
 
 A channel is *zero* when it is exactly zero for every input: a convolution or linear row whose weights are zero (a
-grouped convolution's: on every input it reads that is not zero) and whose bias is zero, a batch norm with zero scale and shift, an activation ``f`` with ``f(0) = 0`` of
-a zero channel, and so on. Removing a channel from an unpinned group changes nothing when every sink ignores it: its
-input there is zero or its weights there are zero.
+grouped convolution's: on every input it reads that is not zero) and whose bias is zero, a batch norm with zero scale
+and shift, an activation ``f`` with ``f(0) = 0`` of a zero channel, and so on. Removing a channel from an unpinned group
+changes nothing when every sink ignores it: its input there is zero or its weights there are zero.
 
 A model whose forward ``torch.fx`` cannot trace (Python control flow on a tensor's values, a call into code that is not
 torch) can still be read when the part that cannot be traced is a submodule: :func:`trace` calls the modules its

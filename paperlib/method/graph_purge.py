@@ -335,3 +335,45 @@ def _index(traced: fx.GraphModule, node: fx.Node, mask: torch.Tensor) -> fx.Node
     traced.register_buffer(f"{node.name}_index", mask.nonzero().flatten())
     with traced.graph.inserting_before(node):
         return traced.graph.get_attr(f"{node.name}_index")
+
+
+def _dense_names(model: nn.Module) -> dict[str, str]:
+    """Each entry of a sparsified model's state dict -> its name in the model before ``sparsify``."""
+    prefixes = {}
+    for name, module in model.named_modules():
+        if isinstance(module, (GatedConv2d, GatedLinear)):
+            prefixes[f"{name}.{'conv' if isinstance(module, GatedConv2d) else 'linear'}."] = f"{name}."
+        if isinstance(module, GatedConv2d) and module.bn_name:
+            prefixes[f"{name}.bn."] = f"{module.bn_name}."
+    return {key: next((dense + key[len(p):] for p, dense in prefixes.items() if key.startswith(p)), key)
+            for key in model.state_dict()}
+
+
+def load_dense_state_dict(model: nn.Module, state_dict: dict, strict: bool = True):
+    """Load ``state_dict``, a checkpoint of the model before :func:`~paperlib.method.sparsify.sparsify` (its
+    ``state_dict()``), into the sparsified ``model``; the gates keep their values. ``strict``: every other entry of
+    the model is in it, and it has no other entry. Returns what ``load_state_dict`` returns.
+
+    >>> import torchvision
+    >>> from paperlib.method.sparsify import sparsify
+    >>> dense = torchvision.models.resnet18(num_classes=10)
+    >>> load_dense_state_dict(sparsify(torchvision.models.resnet18(num_classes=10)), dense.state_dict()).unexpected_keys
+    []
+    """
+    names = _dense_names(model)
+    renamed = {dense: key for key, dense in names.items()}
+    result = model.load_state_dict({renamed.get(key, key): value for key, value in state_dict.items()}, strict=False)
+    missing = [names.get(key, key) for key in result.missing_keys if not key.endswith("log_alpha")]
+    if strict and (missing or result.unexpected_keys):
+        raise RuntimeError(f"the state dict is not one of {type(model).__name__} before sparsify: missing "
+                           f"{missing or 'nothing'}, unexpected {result.unexpected_keys or 'nothing'}")
+    return result
+
+
+def dense_state_dict(model: nn.Module) -> dict:
+    """The state dict of sparsified ``model`` as the model before :func:`~paperlib.method.sparsify.sparsify` names
+    it, each gate folded in at its test-time value (median, eq. 9): into the weights it multiplies, or, where a
+    convolution took its batch norm in, into that batch norm's scale and shift (the batch norm becomes affine). Loaded
+    into the stock architecture, it computes what ``model`` computes in eval mode."""
+    return at_test_time(model)[0].state_dict()
+

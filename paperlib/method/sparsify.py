@@ -27,8 +27,9 @@ norm's statistics are those of the ungated convolution. Without a batch norm, ``
 gated weights and bias, the gating of :class:`paperlib.method.layers.L0Conv2d`.
 
 The gated layers hold the model's own layers (``layer1.0.conv1.conv.weight`` is ``layer1.0.conv1.weight``):
-:func:`load_dense_state_dict` loads a checkpoint of the model before :func:`sparsify` into it, and
-:func:`dense_state_dict` gives the model's state dict as it was before, its gates folded in at test time.
+:func:`~paperlib.method.graph_purge.load_dense_state_dict` loads a checkpoint of the model before :func:`sparsify`
+into it, and :func:`~paperlib.method.graph_purge.dense_state_dict` gives the model's state dict as it was before, its
+gates folded in at test time.
 
 The gated layers are :class:`paperlib.method.layers.L0Layer`\\ s: densities (eq. 3),
 expected L2 (eq. 13), the gate pass of :mod:`paperlib.method.gate_pass` and
@@ -240,45 +241,3 @@ def _batch_norm_after(node: fx.Node, graph: ChannelGraph) -> str | None:
 def _set_module(model: nn.Module, name: str, module: nn.Module) -> None:
     parent, _, child = name.rpartition(".")
     setattr(model.get_submodule(parent), child, module)
-
-
-def _dense_names(model: nn.Module) -> dict[str, str]:
-    """Each entry of a sparsified model's state dict -> its name in the model before :func:`sparsify`."""
-    prefixes = {}
-    for name, module in model.named_modules():
-        if isinstance(module, (GatedConv2d, GatedLinear)):
-            prefixes[f"{name}.{'conv' if isinstance(module, GatedConv2d) else 'linear'}."] = f"{name}."
-        if isinstance(module, GatedConv2d) and module.bn_name:
-            prefixes[f"{name}.bn."] = f"{module.bn_name}."
-    return {key: next((dense + key[len(p):] for p, dense in prefixes.items() if key.startswith(p)), key)
-            for key in model.state_dict()}
-
-
-def load_dense_state_dict(model: nn.Module, state_dict: dict, strict: bool = True):
-    """Load ``state_dict``, a checkpoint of the model before :func:`sparsify` (its ``state_dict()``), into the
-    sparsified ``model``; the gates keep their values. ``strict``: every other entry of the model is in it, and it has
-    no other entry. Returns what ``load_state_dict`` returns.
-
-    >>> import torchvision
-    >>> dense = torchvision.models.resnet18(num_classes=10)
-    >>> load_dense_state_dict(sparsify(torchvision.models.resnet18(num_classes=10)), dense.state_dict()).unexpected_keys
-    []
-    """
-    names = _dense_names(model)
-    renamed = {dense: key for key, dense in names.items()}
-    result = model.load_state_dict({renamed.get(key, key): value for key, value in state_dict.items()}, strict=False)
-    missing = [names.get(key, key) for key in result.missing_keys if not key.endswith("log_alpha")]
-    if strict and (missing or result.unexpected_keys):
-        raise RuntimeError(f"the state dict is not one of {type(model).__name__} before sparsify: missing "
-                           f"{missing or 'nothing'}, unexpected {result.unexpected_keys or 'nothing'}")
-    return result
-
-
-def dense_state_dict(model: nn.Module) -> dict:
-    """The state dict of sparsified ``model`` as the model before :func:`sparsify` names it, each gate folded in at
-    its test-time value (median, eq. 9): into the weights it multiplies, or, where a convolution took its batch norm
-    in, into that batch norm's scale and shift (the batch norm becomes affine). Loaded into the stock architecture, it
-    computes what ``model`` computes in eval mode."""
-    from .graph_purge import at_test_time  # it builds on this module
-    return at_test_time(model)[0].state_dict()
-

@@ -13,7 +13,7 @@ builder            gated layers (structured)                   input
 Stems, shortcuts and classifiers of the residual models stay dense (App. J.4-J.6).
 ``gated=False`` builds the same architecture with plain ``nn.Linear`` /
 ``nn.Conv2d`` layers: the dense baseline and the input of magnitude pruning.
-Each architecture takes a :class:`~paperlib.method.layers.LayerFactory` that makes
+Each architecture takes a :class:`LayerFactory` that makes
 its (gated or plain) layers, as torchvision's ResNet takes a ``norm_layer``.
 
 Every layer is a named child, in forward order, so that ``model.modules()``
@@ -26,11 +26,12 @@ import math
 import re
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn as nn
 
-from ..method.layers import ConvBN, L0Layer, LayerFactory
+from ..method.layers import ConvBN, L0Conv2d, L0Layer, L0Linear, init_weights_
 
 #: The paper's models (App. J); any ``wrn-DEPTH-WIDTH`` is a model too (:func:`is_model_name`).
 MODEL_NAMES = ("mlp", "lenet5", "wrn-28-10", "resnet18", "resnet50")
@@ -64,6 +65,53 @@ def per_layer_rho_init(rho_init: float | Sequence[float], num_layers: int, model
         raise ValueError(f"rho_init for {model} must be a number or a list of {num_layers} values, one per gated "
                          f"layer; got {list(rho_init)}")
     return values
+
+
+@dataclass(frozen=True)
+class LayerFactory:
+    """Makes a model's layers: gated (:class:`~paperlib.method.layers.L0Linear`,
+    :class:`~paperlib.method.layers.L0Conv2d`) or plain, with one sparsity and rho_init.
+
+    A model's builder hands one factory to every block, in the manner of torchvision's ``norm_layer``, instead of
+    threading ``gated, sparsity, rho_init`` through every constructor. :attr:`dense` makes the layers that are never
+    gated (stems, shortcuts and classifiers, App. J.4-J.6). Plain layers are initialised by fan-in
+    (:func:`~paperlib.method.layers.init_weights_`); ``linear_init`` applies to gated linear layers only, as in the
+    authors' code, whose plain linear layers use fan-in.
+    """
+
+    gated: bool = True
+    sparsity: str = "structured"
+    rho_init: float | list[float] = 0.5
+    linear_init: str = "fan_in"
+
+    @property
+    def dense(self) -> "LayerFactory":
+        """The same factory for layers without gates."""
+        return replace(self, gated=False)
+
+    def linear(self, in_features: int, out_features: int, rho_init: float | None = None) -> nn.Module:
+        """A linear layer; ``rho_init`` overrides the factory's (one value per layer, App. A.2)."""
+        if self.gated:
+            return L0Linear(in_features, out_features, sparsity=self.sparsity,
+                            rho_init=self.rho_init if rho_init is None else rho_init, init=self.linear_init)
+        layer = nn.Linear(in_features, out_features)
+        init_weights_(layer.weight, layer.bias)
+        return layer
+
+    def conv(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1, padding: int = 0,
+             bias: bool = True, rho_init: float | None = None) -> nn.Module:
+        """A 2-D convolution; ``rho_init`` overrides the factory's."""
+        if self.gated:
+            return L0Conv2d(in_channels, out_channels, kernel_size, stride, padding, bias=bias,
+                            sparsity=self.sparsity, rho_init=self.rho_init if rho_init is None else rho_init)
+        layer = nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, bias=bias)
+        init_weights_(layer.weight, layer.bias)
+        return layer
+
+    def conv_bn(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1) -> ConvBN:
+        """A "same"-padded convolution without bias, followed by batch norm (:class:`ConvBN`)."""
+        conv = self.conv(in_channels, out_channels, kernel_size, stride, padding=kernel_size // 2, bias=False)
+        return ConvBN(conv, nn.BatchNorm2d(out_channels))
 
 
 class MLP(nn.Sequential):
