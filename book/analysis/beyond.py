@@ -1,14 +1,6 @@
 """The paper's experiments beyond its structured MNIST and CIFAR-10 tables, as our records answer them
-(the pages ``book/results_unstructured.md`` and ``book/results_beyond.md``).
-
-Most of it is App. L on MNIST: one gate per weight against magnitude pruning of a trained dense model
-(Table 20 for the MLP, Table 21 for LeNet5). The page finds our magnitude-pruned models, before
-fine-tuning, much worse than the paper's, and fine-tuning erasing the difference. The functions below
-give the numbers behind it: our pruned copies of one dense model (``benchmarks/pruning_variants.py``,
-:func:`pruning_variants_table`), the magnitude-pruning records through fine-tuning, the dense model each
-of those pruned (:func:`dense_phases`), and the constrained runs at 1%. The rest: the dense models'
-sizes against Table 4 (:func:`model_statistics`), and App. E's bisection for a penalty (Figure 5)
-against one constrained run (:func:`bisection_rows`).
+(``book/results_unstructured.md``: App. L's unstructured gates against magnitude pruning; ``book/results_beyond.md``:
+Table 4's model sizes, App. E's bisection for a penalty, what was not run).
 
 A function whose numbers go into the page's prose returns them as ``{glue name: number}``; the page
 glues them (myst-nb) and formats them. Nothing here builds a sentence or invents a number: ours come from

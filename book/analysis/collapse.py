@@ -1,30 +1,20 @@
-"""The LeNet5 layer-wise collapse: why two LeNet5 runs of the short protocol at its superseded settings (the
-``cpu`` preset before its dual learning rate was corrected) ended far worse than they had been during training, read from their records (book/lenet5_collapse.md).
+"""The LeNet5 layer-wise collapse (book/lenet5_collapse.md): two LeNet5 runs of the short protocol at its
+superseded settings that ended far worse than they had been during training, read from their records.
 
-The runs: the layer-wise LeNet5 cell of Table 1 (targets 50, 30, 70 and 10% for conv1, conv2, fc1 and
-fc2) at several dual learning rates, with and without the clamp of log α, and at the paper's protocol;
-the layer-wise cells of Table 11 at 20% and 35%; and the Table 1 cell again with fc2's gate medians
-saved after every epoch (:data:`VARIANTS`). Each run's record folder is derived from the grid that
-makes it, or, for a run made outside any grid, found by its parameters (:func:`folder`), never typed.
-
-The finding: a fast-growing multiplier pushes all of fc2's gates down together, so they pass the
-median's threshold P(z ≠ 0) = ½ (Eq. 9, Appendix A.1) as a block and the test-time model loses fc2,
-while the expected density (Eq. 8), which the constraint controls, still counts them. The functions
-below compute each step of that account from the records; ``*_numbers`` give the page's prose its
-numbers, formatted as the page prints them (numbers, never clauses: the page writes the sentences), and
-:func:`missing_runs` the commands of the runs without a record.
+The runs (:data:`VARIANTS`) are found in the record index by their parameters and protocol (:func:`find`), never
+by their folder. ``*_numbers`` give the page's prose its numbers, formatted as the page prints them (numbers,
+never clauses: the page writes the sentences); :func:`missing_runs` the commands of the runs without a record.
 """
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import torch
 
-from paperlib.harness import plots, presets, protocols, records, studies
+from paperlib.harness import index, plots, protocols, studies
 from paperlib.method import gates
 from paperlib.paper.paper_results import paper_cell
 
@@ -44,7 +34,8 @@ FC2 = LAYERS.index("fc2")
 @dataclass(frozen=True)
 class Variant:
     """One run of the investigation: its label on the page, the grid that makes it (None: a run made with
-    ``python -m paperlib.harness.run``), and the parameters that single it out of the grid or define it."""
+    ``python -m paperlib.harness.run``, whose arguments ``params`` are), and the values of the record index's
+    columns (:func:`paperlib.harness.index.select`: parameters and protocol) that single out its record."""
 
     label: str
     grid: str | None
@@ -55,29 +46,36 @@ _COLLAPSE_GRID, = studies.grids("lenet5_collapse")
 _TABLE1_PAPER, _TABLE1_CPU = studies.grids("tab:mnist")
 _CONTROL_PAPER = studies.grids("tab:lenet_control", preset="paper")[0]
 _CONTROL_CPU, = studies.grids("tab:lenet_control", preset="cpu")
-_LAYER_WISE = {"method": "constrained", "grouping": "layer"}
-_HAND_MADE = {"experiment": "lenet5_collapse", "dataset": "mnist", "model": "lenet5", "preset": "cpu", **_LAYER_WISE}
-
 #: The protocols as the page's tables and figures name them (:mod:`paperlib.harness.protocols`).
 SHORT, PAPER = protocols.protocol_name("cpu", "mnist"), protocols.protocol_name("paper")
 SHORT_SUPERSEDED = f"{SHORT}, {protocols.SUPERSEDED}"
+_LAYER_WISE = {"method": "constrained", "grouping": "layer"}
+_HAND_MADE = {"experiment": "lenet5_collapse", "dataset": "mnist", "model": "lenet5", "preset": "cpu", **_LAYER_WISE}
+_COLLAPSE = {"experiment": "lenet5_collapse", "protocol": SHORT, "target": TABLE1_TARGETS}
+_TABLE1 = {"experiment": "mnist", "model": "lenet5", **_LAYER_WISE}
+_CONTROL = {"experiment": "lenet_control", "model": "lenet5", **_LAYER_WISE}
 
 #: Every run of the investigation, by its name in this module.
 VARIANTS = {
-    "old": Variant(f"{SHORT_SUPERSEDED} (Table 1 record)", _TABLE1_CPU,
-                   {"model": "lenet5", "grouping": "layer"}),
-    "fast": Variant("dual lr 3e-3, clamped", _COLLAPSE_GRID, {"dual_lr": 3e-3, "clamp_log_alpha": True}),
-    "fast_unclamped": Variant("dual lr 3e-3, unclamped", _COLLAPSE_GRID, {"dual_lr": 3e-3, "clamp_log_alpha": False}),
-    "dual_1e3": Variant("dual lr 1e-3 (Table 5), clamped", _COLLAPSE_GRID, {"dual_lr": 1e-3, "clamp_log_alpha": True}),
-    "slow_clamped": Variant("dual lr 1e-4, clamped", _COLLAPSE_GRID, {"dual_lr": 1e-4, "clamp_log_alpha": True}),
+    "old": Variant(f"{SHORT_SUPERSEDED} (Table 1 record)", _TABLE1_CPU, {**_TABLE1, "protocol": SHORT_SUPERSEDED}),
+    "fast": Variant("dual lr 3e-3, clamped", _COLLAPSE_GRID, {**_COLLAPSE, "dual_lr": 3e-3, "clamp_log_alpha": True}),
+    "fast_unclamped": Variant("dual lr 3e-3, unclamped", _COLLAPSE_GRID,
+                              {**_COLLAPSE, "dual_lr": 3e-3, "clamp_log_alpha": False}),
+    "dual_1e3": Variant("dual lr 1e-3 (Table 5), clamped", _COLLAPSE_GRID,
+                        {**_COLLAPSE, "dual_lr": 1e-3, "clamp_log_alpha": True}),
+    "slow_clamped": Variant("dual lr 1e-4, clamped", _COLLAPSE_GRID,
+                            {**_COLLAPSE, "dual_lr": 1e-4, "clamp_log_alpha": True}),
     "slow": Variant(f"dual lr 1e-4, unclamped ({SHORT})", _COLLAPSE_GRID,
-                    {"dual_lr": 1e-4, "clamp_log_alpha": False}),
+                    {**_COLLAPSE, "dual_lr": 1e-4, "clamp_log_alpha": False}),
     "paper": Variant(f"{PAPER} (200 epochs, dual lr 1e-4, unclamped)", _TABLE1_PAPER,
-                     {"model": "lenet5", "grouping": "layer", "seed": 0}),
-    "control_old": Variant(f"20%, {SHORT_SUPERSEDED}", _CONTROL_CPU, {**_LAYER_WISE, "target": 0.2}),
+                     {**_TABLE1, "protocol": PAPER, "variant": "", "seed": 0}),
+    "control_old": Variant(f"20%, {SHORT_SUPERSEDED}", _CONTROL_CPU,
+                           {**_CONTROL, "protocol": SHORT_SUPERSEDED, "target": 0.2}),
     "control_slow": Variant(f"20%, {SHORT}", None, {**_HAND_MADE, "target": 0.2}),
-    "control_35": Variant(f"35%, {SHORT_SUPERSEDED}", _CONTROL_CPU, {**_LAYER_WISE, "target": 0.35}),
-    "control_paper": Variant(f"20%, {PAPER}", _CONTROL_PAPER, {**_LAYER_WISE, "target": 0.2}),
+    "control_35": Variant(f"35%, {SHORT_SUPERSEDED}", _CONTROL_CPU,
+                          {**_CONTROL, "protocol": SHORT_SUPERSEDED, "target": 0.35}),
+    "control_paper": Variant(f"20%, {PAPER}", _CONTROL_PAPER,
+                             {**_CONTROL, "protocol": PAPER, "variant": "", "target": 0.2, "seed": 0}),
     "every": Variant("dual lr 3e-3, every epoch", None,
                      {**_HAND_MADE, "target": TABLE1_TARGETS, "dual_lr": 3e-3, "clamp_log_alpha": True, "epochs": 14,
                       "histogram_epochs": list(range(15))}),
@@ -99,32 +97,13 @@ PAPER_GRIDS = [studies.grids(name, preset="paper")[0]
 # The runs and their records
 # --------------------------------------------------------------------------- #
 
-def _has_params(run_dir: Path, params: dict) -> bool:
-    """Whether the record in ``run_dir`` has these values of these parameters."""
-    if not (run_dir / "params.json").exists():
-        return False
-    recorded = records.read_json(run_dir / "params.json")
-    return all(recorded.get(name) == value for name, value in params.items())
-
-
-def folder(variant: Variant) -> Path:
-    """The record folder of a run: that of the one run of its grid whose configuration has the variant's
-    parameters; for a run made outside any grid, that of the one record of its experiment whose parameters
-    have those values (whatever the run's name), or where ``python -m paperlib.harness.run`` would write it."""
-    if variant.grid is None:
-        where = f"runs/{variant.params['experiment']}"
-        found = [run_dir for run_dir in records.find_records(variant.params["experiment"])
-                 if _has_params(run_dir, variant.params)]
-        if not found:
-            return records.run_folder(presets.resolve_config(**variant.params))
-    else:
-        where = variant.grid
-        found = [run_dir for config, run_dir in report.grid_runs(variant.grid)
-                 if all(getattr(config, name) == value for name, value in variant.params.items())]
-    if len(found) != 1:
-        raise ValueError(f"{where} has {len(found)} runs with {variant.params}; the variant {variant.label!r} "
-                         f"needs exactly one")
-    return found[0]
+def find(variant: Variant, frame: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The row of the record index (``frame``, default every record of ``runs/``) of a run: the one whose columns
+    have the variant's values; empty where it has no complete record yet."""
+    found = index.select(index.record_index() if frame is None else frame, **variant.params)
+    if len(found) > 1:
+        raise ValueError(f"{len(found)} records have {variant.params}; the variant {variant.label!r} needs one")
+    return found
 
 
 def command(variant: Variant) -> str:
@@ -136,15 +115,16 @@ def command(variant: Variant) -> str:
     return "python -m paperlib.harness.run " + " ".join(arguments)
 
 
-def load(variant: Variant) -> dict | None:
-    """A run's record (:func:`~paperlib.harness.records.load_record`), or None when it is missing or not complete."""
-    run_dir = folder(variant)
-    return records.load_record(run_dir) if records.record_status(run_dir) == "complete" else None
+def load(variant: Variant, frame: pd.DataFrame | None = None) -> dict | None:
+    """A run's record (:func:`find`, :func:`paperlib.harness.index.load`), or None when it has none."""
+    found = find(variant, frame)
+    return index.load(found)[0] if len(found) else None
 
 
 def load_runs() -> dict[str, dict | None]:
     """The record of every run of :data:`VARIANTS`, by name; None for a run without a complete record."""
-    return {name: load(variant) for name, variant in VARIANTS.items()}
+    frame = index.record_index()
+    return {name: load(variant, frame) for name, variant in VARIANTS.items()}
 
 
 def missing_runs(runs: dict[str, dict | None], names: tuple[str, ...] | None = None) -> pd.DataFrame:
@@ -159,8 +139,7 @@ def _record(runs: dict[str, dict | None], name: str) -> dict:
     """The record of the run ``name``; an error naming the command that makes it where it has none."""
     if runs[name] is None:
         variant = VARIANTS[name]
-        raise FileNotFoundError(f"no complete record of the run {variant.label!r} in {folder(variant)}: "
-                                f"`{command(variant)}`")
+        raise FileNotFoundError(f"no complete record of the run {variant.label!r}: `{command(variant)}`")
     return runs[name]
 
 
@@ -322,7 +301,7 @@ def variant_row(name: str, run: dict | None) -> dict:
     multipliers in the layers' order; its status alone without a complete record."""
     label = VARIANTS[name].label
     if run is None:
-        return {"variant": f"{label}: {records.record_status(folder(VARIANTS[name])) or 'not run'}"}
+        return {"variant": f"{label}: not run"}
     metrics, params = run["metrics"], run["params"]
     peak, peak_epoch = peak_error(run)
     kept = layers(run)
@@ -665,8 +644,8 @@ def unverified_numbers() -> dict[str, str]:
     """Those of "What remains unverified": the complete LeNet5 records of :data:`PAPER_GRIDS` (how many, how
     many layer-wise, the largest final error) and how far the paper-protocol grid of Table 11 is."""
     lenet = report.final_errors(PAPER_GRIDS, "paper").query("model == 'lenet5'")
-    grid = report.grid_table(_CONTROL_PAPER)
-    done, total = (grid["status"] == "complete").sum(), len(grid)
+    found = [folder for _, folder in report.grid_records(_CONTROL_PAPER)]
+    done, total = sum(folder is not None for folder in found), len(found)
     return {"paper_lenet_runs": str(len(lenet)), "paper_lenet_layer_runs": str((lenet["grouping"] == "layer").sum()),
             "paper_lenet_worst": _fixed(lenet["val. error final (%)"].max(), 2),
             "lenet_control_paper_done": str(done), "lenet_control_paper_total": str(total)}

@@ -1,15 +1,6 @@
-"""Control of the density: does a constraint end at its target in one run, where a penalty must be tuned?
-
-The paper's headline claim (§5.5; the control tables and the comparison figure of App. K): a constrained
-run ends at the density it was asked for, model-wise or on every layer, while the density a penalized run
-reaches depends on lambda_pen in a way that cannot be known before training. This module turns a control
-table's records into tables, numbers and figures for book/results_cifar10.md (and the MNIST pages' control
-figure): one row per run (:func:`run_rows`, each constrained run judged by
-:func:`paperlib.harness.rules.judge_record`), the per-layer densities (:func:`layer_rows`), the paper's points
-(:func:`paper_points`), the figure (:func:`plot_comparison`), the answer's numbers (:func:`outcome_numbers`),
-whether a setting means the same density on both models (:func:`transfer_summary`), seeds by device
-(:func:`device_seeds`), measured times (:func:`epoch_times`) and whether the dynamics settle (§5.4,
-Figure 3; :func:`stability_rows`). Why some runs miss is :mod:`analysis.misses`.
+"""Control of the density (§5.5, App. K; book/results_cifar10.md and the MNIST pages' control figure): does a
+constraint end at its target in one run, where a penalty must be tuned? Tables, numbers and figures of a control
+table's records; why some runs miss is :mod:`analysis.misses`.
 
 Errors of a smaller model trained for fewer epochs are not the paper's, so the comparable quantity is each
 run's error *cost*: its final error minus the final error of a dense model trained at the same protocol
@@ -35,7 +26,7 @@ from paperlib.harness.vocabulary import METRIC_LABELS
 from paperlib.paper.paper_results import paper_results
 
 from . import style
-from .report import complete_records, grid_table, notebook_link, sweep_command
+from .report import complete_records, grid_records, notebook_link, sweep_command
 
 def short_layer_name(layer: str) -> str:
     """``stage2.1.conv1.conv`` -> ``s2.1``: a gated WideResNet block's column heading; other names unchanged."""
@@ -739,8 +730,8 @@ def missing_runs(grids) -> pd.DataFrame:
     makes them (it skips the complete ones). Empty when every run is in."""
     rows = []
     for grid in dict.fromkeys(grids):
-        status = grid_table(grid)["status"]
-        missing = int((status != "complete").sum())
+        found = [folder for _, folder in grid_records(grid)]  # a record of the grid's parameters, or None
+        missing = sum(folder is None for folder in found)
         if missing:
-            rows.append({"grid": str(grid), "missing": f"{missing} of {len(status)}", "command": sweep_command([grid])})
+            rows.append({"grid": str(grid), "missing": f"{missing} of {len(found)}", "command": sweep_command([grid])})
     return pd.DataFrame(rows, columns=["grid", "missing", "command"])

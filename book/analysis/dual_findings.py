@@ -1,31 +1,10 @@
-"""Beyond the paper: does another dual optimiser end a constrained run at its target?
+"""Beyond the paper (book/results_dual_optimizers.md): does another dual optimiser (:data:`OPTIMIZERS`; the updates
+are in :mod:`paperlib.method.lagrangian`) end a constrained run at its target, on the paper's own cells
+(:data:`CELLS`, seed 0, the paper's protocol)? Tables, figures and numbers; the page holds the prose.
 
-At the paper's protocol our constrained MLP runs end 1-2 points above their targets,
-as the paper's own runs do. The multiplier is slow: gradient ascent at a dual
-learning rate of 1e-4, reset to zero whenever the constraint holds (dual restarts,
-App. G). This module compares, on the paper's own cells, the paper's dual optimiser
-with three others (:data:`OPTIMIZERS`; the updates are in
-:mod:`paperlib.method.lagrangian` and :mod:`paperlib.method.objective`):
-
-- gradient ascent without dual restarts;
-- nuPI (Sohrabi et al., ICML 2024), a PI controller on the multiplier, whose
-  proportional gain ``nupi_kp`` is chosen first on one cell (:func:`chosen_gain`);
-- the augmented Lagrangian (the method of multipliers, with rho = the dual lr).
-
-The cells (:data:`CELLS`) are Table 1's two MLP rows and the 20% and 35% constrained
-cells of the MLP control table, model- and layer-wise, all at the paper's protocol,
-seed 0. The paper's optimiser is each cell's committed record of its own grid. Per
-cell, :func:`summary` gives each optimiser's final largest distance to target over
-the constrained layers and its final error. :func:`plot_gaps` draws the distances
-to target over training, :func:`plot_collapse` the test-time model's error, and
-:func:`verdicts` says whether an optimiser removes the overshoot at no cost in error:
-every cell on target (:func:`paperlib.harness.rules.judge_record`) and no final error more than
-:data:`~paperlib.harness.rules.COST_SPREADS` seed spreads above the paper's optimiser's. Everything
-returns tables, figures and numbers; the page (book/results_dual_optimizers.md) holds
-the prose.
-
-No choice here looks at the test split: the gain is chosen by the final distance
-to the target alone.
+No choice here looks at the test split: nuPI's gain is chosen by the final distance to the target alone
+(:func:`chosen_gain`), and an optimiser removes the overshoot when every cell is on target
+(:func:`paperlib.harness.rules.judge_record`) at no cost in error (:func:`verdicts`).
 """
 
 import math

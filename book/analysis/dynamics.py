@@ -1,13 +1,5 @@
 """The training dynamics the paper shows (§5.3, App. G, App. I; book/results_dynamics.md): dual restarts and gate
-medians.
-
-Some of the paper's figures are about how a run gets to its density rather than where
-it ends. With dual restarts (Eq. 6) a multiplier is reset to zero as soon as its
-constraint holds, so the density stops falling at the target; without them the
-multiplier keeps what it accumulated and the density goes on falling below it
-(Figure 2 and Figure 6). And the gates' medians (Eq. 9), which decide what the
-test-time model keeps, end at 0 or 1 for most gates (Figure 9).
-Each figure is drawn from one grid, the most faithful protocol that has records
+medians. Each figure is drawn from one grid, the most faithful protocol that has records
 (:func:`~analysis.report.grid_to_show`).
 """
 

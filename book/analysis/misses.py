@@ -1,28 +1,10 @@
-"""Why some CIFAR-10 runs miss their targets (book/results_cifar10_misses.md): tables, numbers and figures.
+"""Why some CIFAR-10 runs miss their targets (book/results_cifar10_misses.md): tables, numbers and figures of the
+two ways a constrained run misses (over, in whole gates; under, with the constraint holding) and of the tests of
+their causes (:data:`CAUSE_GRID`, :data:`FREE_GATES_GRID`, :data:`UNDER_CAUSE_GRID`, :data:`DUAL_LR_CAUSE_GRID`).
 
-The control table's constrained runs (:mod:`analysis.control`) miss in two ways,
-and each has a test of its cause:
-
-* **Over, in whole gates.** A block of WideResNet-16-1 has 16 to 64 gates, and at
-  the gates' learning rate of 6 they saturate, so a block's density moves a whole
-  gate (1.6 to 6.25 points) at a time (:func:`gate_rows`, :func:`gate_changes`).
-  The cause test decays the gates' learning rate with the weights'
-  (:data:`CAUSE_GRID`, :func:`cause_numbers`).
-* **Under, with the constraint holding.** After the multiplier's last push the task
-  loss goes on closing gates (:func:`inactive_misses`, :func:`drift_rows`,
-  :func:`drift_numbers`), beside the same constraint in the run of its protocol whose
-  constraints never bind (:func:`free_twin`). The tests: that model at the gates'
-  learning rates of 6 (:data:`FREE_GATES_GRID`) and 0.1 (the ablation's;
-  :func:`free_runs`), beside the paper's (:func:`paper_free_densities`),
-  and the 80% constraints at 0.1 (:data:`UNDER_CAUSE_GRID`, :func:`under_cause_rows`,
-  :func:`under_cause_numbers`). At the ``cpu2`` protocol the layer-wise blocks fall
-  under at the multipliers' first push: :func:`first_push_rows` and
-  :func:`first_push_summary`, and the test at the paper's unscaled dual learning rate
-  (:data:`DUAL_LR_CAUSE_GRID`).
-
-Every choice reads training-time densities and multipliers; the test split is
-never used to decide anything. The page writes the prose; these functions give it
-numbers (Python ints, floats and condition names, for MyST-NB's glue) and tables.
+Every choice reads training-time densities and multipliers; the test split is never used to decide anything.
+The page writes the prose; these functions give it numbers (Python ints, floats and condition names, for
+MyST-NB's glue) and tables.
 
 >>> sorted(paper_free_densities())
 [0.1, 6]

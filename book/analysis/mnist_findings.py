@@ -1,25 +1,9 @@
-"""MNIST: how close our runs come to the paper's tables, and what the tests of the differences show.
+"""MNIST: the numbers and tables of ``book/results_mnist.md`` (our records against Table 1 and the control tables
+of App. K.1) and ``book/results_mnist_why.md`` (the tests of the differences); the pages hold the prose.
 
-The numbers and tables behind the two MNIST pages; the pages hold the prose.
-``book/results_mnist.md`` compares our records with Table 1 and the control
-tables of Appendix K.1 (Table 10, the MLP; Table 11, LeNet5): Table 1's "error
-best" taken the authors' way (:func:`authors_best_errors`), how far the runs
-that miss their target end from it, beside the
-paper's own runs (:func:`paper_gap_table`, :func:`misses_by_cell`,
-:func:`miss_summary`, :func:`plot_target_gaps`). ``book/results_mnist_why.md``
-tests the causes of the differences: the dual learning rate
-(:func:`dual_lr_table`), the authors' initialisation
-(:func:`initialisation_table`), the authors' published code run
-(:func:`authors_runs`, :func:`authors_penalized_numbers`), which groups the
-paper's LeNet5 keeps (:func:`implied_conv2_fc1`, :func:`conv2_maps`), the clamp
-on log alpha (:func:`clamp_comparison`), and whether the final errors differ by
-more than chance (:func:`error_agreement`, :func:`beyond_chance`,
-:func:`seeds_table`).
-
-Every number of ours comes from a record (:func:`records_of` reads the grids'
-complete records); the paper's from ``paper_results.csv``. The only numbers
-typed here are the authors' aggregated densities of Table 1's rows
-(:data:`AUTHORS_TABLE1_DENSITY`), which the paper does not print.
+Every number of ours comes from a record (:func:`records_of`); the paper's from ``paper_results.csv``. The only
+numbers typed here are the authors' aggregated densities of Table 1's rows (:data:`AUTHORS_TABLE1_DENSITY`),
+which the paper does not print.
 """
 
 import json
@@ -1037,8 +1021,6 @@ def clamped_error_table(clamped: dict, unclamped: list[dict]) -> pd.DataFrame:
                      "Δ (points)": error - paper.value_num, "95% chance interval (±)": chance})
     return pd.DataFrame(rows, columns=["run", "val. error final (%)", "params (%)", "Δ (points)",
                                        "95% chance interval (±)"])
-
-
 
 
 def plot_authors_penalized(theirs: dict, ours: list[dict]) -> plt.Figure:
