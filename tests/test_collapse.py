@@ -2,10 +2,10 @@
 
 import matplotlib
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
-from paperlib.harness import records
 from paperlib.method import gates
 from analysis import collapse
 
@@ -164,26 +164,19 @@ def test_a_variants_row_gives_its_errors_densities_and_multipliers(no_records):
     assert table.attrs["command"] == "python -m paperlib.harness.sweeps grids/lenet5_collapse.yaml"
 
 
-def test_the_runs_are_found_from_their_grids_and_a_hand_made_one_by_its_parameters(no_records):
-    assert collapse.folder(collapse.VARIANTS["old"]) == no_records / "mnist" / f"{CELL}-s0-cpu"
-    assert collapse.folder(collapse.VARIANTS["fast"]) == (
-        no_records / "lenet5_collapse" / f"{CELL}-dual_lr0.003-clamp_log_alphaTrue-s0-cpu")
-    assert collapse.folder(collapse.VARIANTS["slow"]) == no_records / "lenet5_collapse" / f"{CELL}-s0-cpu"
-    assert collapse.folder(collapse.VARIANTS["control_paper"]) == (
-        no_records / "lenet_control" / "lenet5-constrained-layer-t0.2-s0-paper")
-    every = collapse.VARIANTS["every"]
-    made_here = no_records / "lenet5_collapse" / f"{CELL}-epochs14-dual_lr0.003-clamp_log_alphaTrue-s0-cpu"
-    assert collapse.folder(every) == made_here  # where python -m paperlib.harness.run would write it
-    named_by_hand = no_records / "lenet5_collapse" / "medians-every-epoch"
-    records.write_json(named_by_hand / "params.json", {**every.params, "run_name": "medians-every-epoch"})
-    records.write_json(named_by_hand / "metrics.json", {"status": "complete"})
-    assert collapse.folder(every) == named_by_hand
-    records.write_json(made_here / "params.json", every.params)
-    records.write_json(made_here / "metrics.json", {"status": "complete"})
-    with pytest.raises(ValueError, match="runs/lenet5_collapse has 2 runs with"):
-        collapse.folder(every)
-    with pytest.raises(ValueError, match="grids/lenet5_collapse.yaml has 0 runs with"):
-        collapse.folder(collapse.Variant("nothing", "grids/lenet5_collapse.yaml", {"dual_lr": 0.5}))
+def test_each_run_is_found_in_the_record_index_by_its_parameters_and_protocol():
+    base = {"folder": "fast", "experiment": "lenet5_collapse", "dataset": "mnist", "model": "lenet5", "preset": "cpu",
+            "method": "constrained", "grouping": "layer", "target": collapse.TABLE1_TARGETS, "dual_lr": 3e-3,
+            "clamp_log_alpha": True, "epochs": 40, "histogram_epochs": [], "seed": 0, "protocol": collapse.SHORT,
+            "variant": "dual_lr 0.003, clamp_log_alpha True"}
+    every = {**base, "folder": "every", "epochs": 14, "histogram_epochs": list(range(15)),
+             "protocol": collapse.SHORT_SUPERSEDED}  # the same parameters but for its epochs and saved medians
+    frame = pd.DataFrame([base, every, {**base, "folder": "unclamped", "clamp_log_alpha": False}])
+    found = {name: collapse.find(collapse.VARIANTS[name], frame)["folder"].tolist()
+             for name in ("fast", "fast_unclamped", "every", "slow")}
+    assert found == {"fast": ["fast"], "fast_unclamped": ["unclamped"], "every": ["every"], "slow": []}
+    with pytest.raises(ValueError, match="2 records have"):
+        collapse.find(collapse.VARIANTS["fast"], pd.DataFrame([base, {**base, "folder": "again"}]))
 
 
 def test_a_run_without_a_record_is_named_with_the_command_that_makes_it(no_records):

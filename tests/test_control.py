@@ -328,8 +328,8 @@ def test_a_run_is_named_by_its_condition_in_the_pages_rows():
 
 
 def test_missing_runs_list_each_grid_with_runs_not_complete_and_its_sweep(monkeypatch):
-    statuses = {"a.yaml": ["complete", "not run", "partial"], "b.yaml": ["complete"]}
-    monkeypatch.setattr(control, "grid_table", lambda grid: pd.DataFrame({"status": statuses[grid]}))
+    found = {"a.yaml": ["a/1", None, None], "b.yaml": ["b/1"]}  # the folder of a record of the grid's parameters
+    monkeypatch.setattr(control, "grid_records", lambda grid: [(None, folder) for folder in found[grid]])
     table = control.missing_runs(["a.yaml", "b.yaml", "a.yaml"])
     assert table.values.tolist() == [["a.yaml", "2 of 3", "python -m paperlib.harness.sweeps a.yaml"]]
 
