@@ -266,16 +266,6 @@ def test_records_are_found_by_their_parameters_never_by_their_name_alone(workspa
     assert [r["metrics"]["val_error_final"] for r in report.complete_records(old_grid)] == [9.0]
 
 
-def test_record_index_lists_the_complete_records_of_a_folder_with_their_parameters(tmp_path):
-    _synthetic_record(tmp_path / "a", {"target": 0.5}, 1.0)
-    _synthetic_record(tmp_path / "b", {"target": 0.7}, 2.0)
-    records.write_record(tmp_path / "c", {"target": 0.9}, {"status": "partial"}, [], [], {})
-    assert records.record_index(tmp_path) == [(tmp_path / "a", {"target": 0.5}),
-                                                      (tmp_path / "b", {"target": 0.7})]
-    _synthetic_record(tmp_path / "a", {"target": 0.25}, 1.0)  # rewritten: read again
-    assert records.record_index(tmp_path)[0] == (tmp_path / "a", {"target": 0.25})
-
-
 def test_show_writes_yes_and_no_as_ticks_and_crosses_never_true_false():
     import numpy as np
 

@@ -16,7 +16,7 @@ import pandas as pd
 import yaml
 
 from paperlib.harness import plots, presets, records, run_pages
-from paperlib.harness.grids import found_records, complete_records, grid_records, grid_runs  # noqa: F401 (read as report's)
+from paperlib.harness.grids import complete_records, grid_records, grid_runs  # noqa: F401 (read as report's)
 
 
 def _fmt(value) -> str:
@@ -72,7 +72,7 @@ def grid_table(grid_file: str | Path) -> pd.DataFrame:
     produces the missing rows.
     """
     rows, runs = [], grid_runs(grid_file)
-    for (config, run_dir), (_, found) in zip(runs, found_records(runs)):
+    for (config, run_dir), (_, found) in zip(runs, grid_records(grid_file)):
         hyper = config.lmbda if config.method == "penalized" else config.target
         status = "complete" if found is not None else records.record_status(run_dir) or "not run"
         row = {"model": config.model, "method": config.method, "grouping": config.grouping,

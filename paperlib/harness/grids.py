@@ -13,7 +13,7 @@ from pathlib import Path
 import papermill
 import yaml
 
-from . import bisection, presets, records
+from . import bisection, index, records
 from .presets import ExperimentConfig, resolve_config
 
 
@@ -89,45 +89,50 @@ def grid_runs(grid_file: str | Path) -> list[tuple[object, Path]]:
     return runs
 
 
-def find_record(config, index: list[tuple[Path, dict]]) -> Path | None:
-    """The folder of the complete record in ``index`` (:func:`paperlib.harness.records.record_index`) made with
-    ``config``'s parameters, or None.
+#: Configuration fields of a grid cell that say where and under what name a run is executed: never matched.
+EXECUTION = ("threads", "device", "smoke", "run_name")
+#: What a cell that does not say runs with (the code's defaults, not a preset's or a notebook's).
+CELL_DEFAULTS = {"seed": 0, "compile_gates": "auto"}
 
-    The run's own folder when its record was made with these parameters (those that change what a run
-    computes: :data:`~paperlib.harness.presets.NOT_COMPARED` aside, as a record found by
-    :func:`~paperlib.harness.training.run_experiment` is checked); else a record of exactly these parameters
-    under another name (a run given its own ``run_name`` because an older record held the default one).
-    A record whose parameters differ, whatever its name, is not this run's.
-    """
-    own = records.run_folder(config)
-    for folder, params in index:
-        if folder == own and not presets.differing_parameters(params, config, presets.NOT_COMPARED):
-            return folder
-    return next((folder for folder, params in index
-                 if not presets.differing_parameters(params, config, ("run_name", "device", "threads"))), None)
+
+def cell_parameters(params: dict, dataset: str) -> dict:
+    """The parameters a grid cell sets (``base`` and the cell's own, with the grid's dataset): its configuration
+    fields but :data:`EXECUTION` and those it leaves to its preset (None, 0 epochs), over :data:`CELL_DEFAULTS`."""
+    fields = {f.name for f in dataclasses.fields(ExperimentConfig)}
+    cell = {name: value for name, value in {"dataset": dataset, **params}.items() if name in fields
+            and name not in EXECUTION and value is not None and not (name.endswith("epochs") and value == 0)}
+    return {**CELL_DEFAULTS, **cell}
+
+
+def cell_records(frame, params: dict, dataset: str):
+    """The rows of the record index ``frame`` (:func:`paperlib.harness.index.record_index`) made with a grid cell's
+    parameters (:func:`cell_parameters`) over its preset: each parameter the cell sets, and nothing else changed
+    from that preset's configuration today (:func:`paperlib.harness.index.changes`), so that a record made at a
+    superseded preset value is not the cell's. Never by folder name, and never by resolving the cell."""
+    cell = cell_parameters(params, dataset)
+    rows = index.select(frame, **cell) if len(frame) else frame
+    fields = [f.name for f in dataclasses.fields(ExperimentConfig)]
+    own = rows.apply(lambda row: set(index.changes(row[fields].to_dict(), row["preset"])) <= set(cell), axis=1)
+    return rows[own.astype(bool)] if len(rows) else rows
 
 
 def grid_records(grid_file: str | Path) -> list[tuple[object, Path | None]]:
     """(resolved configuration, folder of its complete record or None) of every run of a grid, in grid order.
 
-    Records are found by the parameters they were made with (:func:`find_record`), so a record made under
-    an earlier preset is never taken for today's run. A bisection search's record is its search folder,
-    complete or not (its trainings are records of their own).
+    A run's record is found by the parameters its cell sets (:func:`cell_records`), so a record made under an
+    earlier preset is never taken for today's run, wherever it sits. A bisection search's record is its search
+    folder, complete or not (its trainings are records of their own).
     """
-    return found_records(grid_runs(grid_file))
-
-
-def found_records(runs: list[tuple[object, Path]]) -> list[tuple[object, Path | None]]:
-    """Each ``(config, folder)`` of ``runs`` with the folder of its complete record made with
-    ``config``'s parameters, or ``None`` (:func:`grid_records` for a grid file)."""
-    found, indexes = [], {}
-    for config, folder in runs:
-        if folder != records.run_folder(config):  # a bisection search's record (record_folder)
-            found.append((config, folder if records.record_status(folder) == "complete" else None))
-            continue
-        if folder.parent not in indexes:
-            indexes[folder.parent] = records.record_index(folder.parent)
-        found.append((config, find_record(config, indexes[folder.parent])))
+    root = records.project_root()
+    spec = yaml.safe_load((root / grid_file).read_text())
+    runs = grid_runs(grid_file)
+    if Path(spec["notebook"]).stem == "bisection":
+        return [(config, folder if records.record_status(folder) == "complete" else None) for config, folder in runs]
+    frame, base = index.record_index(), records.runs_dir().parent
+    found = []
+    for params, (config, _) in zip(expand_grid(spec), runs):
+        rows = cell_records(frame, params, spec["dataset"])
+        found.append((config, base / rows["folder"].iloc[0] if len(rows) else None))
     return found
 
 

@@ -52,18 +52,27 @@ def where_ran(devices, seeds=None, mixed: str = "CPU, {gpu} of {runs} on GPU") -
     return mixed.format(cpu=len(kinds) - gpu, gpu=gpu, runs=len(kinds))
 
 
-def variant(params: dict) -> str:
-    """What a record changes from its protocol's configuration (:func:`~paperlib.harness.protocols.record_preset`),
-    in the words of its run name (``dual_lr 0.0007``; empty for the protocol's own runs): the hyper-parameters of
-    :data:`~paperlib.harness.presets.NAMED_IF_CHANGED`, the dual optimiser and the method's switches."""
+#: The method's switches and the dual optimiser: a record names them where they differ from the code's defaults.
+SWITCHES = ("dual_optimizer", "dual_restarts", "detach_gates", "pretrained", "autocast_bf16")
+
+
+def changes(params: dict, preset: str | None = None) -> dict:
+    """What a record changes from a preset's configuration (by default its protocol's,
+    :func:`~paperlib.harness.protocols.record_preset`), by name: the hyper-parameters of
+    :data:`~paperlib.harness.presets.NAMED_IF_CHANGED` (:func:`~paperlib.harness.protocols.changed_parameters`), then
+    the switches (:data:`SWITCHES`) set otherwise than the code's defaults."""
     defaults = presets.ExperimentConfig().to_dict()
     unused = set(presets.UNUSED_BY_METHOD[params["method"]])
-    changed = [f"{name} {presets.short_number(value) if isinstance(value, float) else value}"
-               for name, value in (protocols.changed_parameters(params, protocols.record_preset(params)) or {}).items()]
-    for name in ("dual_optimizer", "dual_restarts", "detach_gates", "pretrained", "autocast_bf16"):
-        if name not in unused and params.get(name, defaults[name]) != defaults[name]:
-            changed.append(f"{name} {params.get(name)}")
-    return ", ".join(changed)
+    found = protocols.changed_parameters(params, preset or protocols.record_preset(params)) or {}
+    return {**found, **{name: params.get(name) for name in SWITCHES
+                        if name not in unused and params.get(name, defaults[name]) != defaults[name]}}
+
+
+def variant(params: dict) -> str:
+    """What a record changes from its protocol's configuration (:func:`changes`), in the words of its run name
+    (``dual_lr 0.0007``; empty for the protocol's own runs)."""
+    return ", ".join(f"{name} {presets.short_number(value) if isinstance(value, float) else value}"
+                     for name, value in changes(params).items())
 
 
 def _row(folder: Path, params: dict, metrics: dict, root: Path) -> dict:
@@ -84,8 +93,8 @@ def _index(root: str, stamp: tuple) -> pd.DataFrame:
         folder = metrics_file.parent
         metrics = json.loads(metrics_file.read_text())
         params_file = folder / "params.json"
-        if metrics.get("status") != "complete" or not params_file.exists() or "wall_time_s" not in metrics:
-            continue  # partial and failed runs, and bisection searches (their trainings are records)
+        if metrics.get("status") != "complete" or not params_file.exists():
+            continue  # partial and failed runs, and bisection searches (no params.json: their trainings are records)
         rows.append(_row(folder, json.loads(params_file.read_text()), metrics, base.parent))
     return pd.DataFrame(rows)
 

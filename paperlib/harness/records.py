@@ -427,31 +427,6 @@ def write_record(run_dir: Path, params: dict, metrics: dict, history: list[dict]
     write_json(run_dir / "metrics.json", metrics)
 
 
-def record_index(folder: Path) -> list[tuple[Path, dict]]:
-    """(run folder, ``params.json``) of every complete training record directly under ``folder``
-    (``runs/<experiment>``), in folder order: where a run's record is found by the parameters it was made
-    with, not by the name it sits under (:func:`paperlib.harness.grids.grid_records`).
-
-    Each file is parsed once per version of it (modification time and size); every call returns new dicts.
-    """
-    index = []
-    for params in sorted(Path(folder).glob("*/params.json")):
-        metrics = params.parent / "metrics.json"
-        if metrics.exists() and _cached_json(metrics).get("status") == "complete":
-            index.append((params.parent, _cached_json(params)))
-    return index
-
-
-def _cached_json(path: Path):
-    stat = path.stat()
-    return json.loads(_file_text(str(path.resolve()), stat.st_mtime_ns, stat.st_size))
-
-
-@functools.lru_cache(maxsize=4096)
-def _file_text(path: str, mtime_ns: int, size: int) -> str:
-    return Path(path).read_text()
-
-
 def find_records(experiment: str | None = None, root: Path | None = None) -> list[Path]:
     """Run folders (those with a metrics.json) under ``runs/`` or ``runs/<experiment>``."""
     base = Path(root or runs_dir())
