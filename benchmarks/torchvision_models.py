@@ -6,7 +6,8 @@ affine parameters away from their defaults, so that a closed channel whose shift
 Then it is purged, and the table gives, per model: how many layers the rule gated, the largest
 difference between the purged and the gated model's outputs (relative to the largest output), the
 test-time gated and the purged parameter counts, and how many closed channels purge had to keep
-(`purge_report`: GoogLeNet's auxiliary branches, which the example input does not reach in eval mode).
+(`purge_report`). GoogLeNet's auxiliary branches, which the example input does not reach in eval
+mode, are not in the purged model: it is the test-time graph.
 
     OMP_NUM_THREADS=1 python benchmarks/torchvision_models.py [--closed 0.4] [MODEL ...]
 

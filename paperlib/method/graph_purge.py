@@ -106,7 +106,7 @@ def purge(model: nn.Module, example_input: torch.Tensor | None = None,
         traced.recompile()
     originals = dict(plain.named_modules())  # where the model has an nn.Sequential, so does the purged model
     for name, module in list(traced.named_modules()):
-        if name and type(module) is nn.Module and type(originals.get(name)) is nn.Sequential:
+        if name and type(module) is nn.Module and isinstance(originals.get(name), nn.Sequential):
             _set_module(traced, name, nn.Sequential(OrderedDict(module.named_children())))
     for attribute in ("input_shape", "num_classes"):
         if hasattr(model, attribute):

@@ -37,7 +37,7 @@ def num_kept(num_groups: int, density: float) -> int:
     return max(1, round(density * num_groups))
 
 
-def l1_filter_prune(dense_model: nn.Module, density: float | Sequence[float], model_name: str) -> nn.Sequential:
+def l1_filter_prune(dense_model: nn.Module, density: float | Sequence[float], model_name: str) -> nn.Module:
     """Structured L1-norm pruning (Li et al., 2017; §5.5, App. J.7), returned purged (App. D).
 
     ``density`` is one fraction for every prunable layer or one per layer, in
