@@ -7,8 +7,8 @@ returns one row per row of the paper's table: for each metric the paper's value
 record), and the difference; :data:`paperlib.harness.studies.TABLES` names the grids of each table, so
 ``compare_table(label)`` is what a page shows. The ``protocol`` column says
 which records were used: the ``paper`` preset's where any exist, otherwise the
-``cpu`` ones, each named as :mod:`paperlib.harness.protocols` names it (``paper protocol``, ``short protocol``,
-``pilot protocol``; ``, superseded settings`` where a record's parameters are no longer its preset's), with
+``cpu`` ones, each named by the protocol its own parameters define
+(:func:`paperlib.harness.protocols.record_protocol`: ``paper protocol``, ``short protocol``, ...), with
 their epochs and number of seeds. Nothing here invents a number: the paper's
 come from ``paper_results.csv``, ours from ``metrics.json`` and ``history.csv``.
 
@@ -63,21 +63,11 @@ def mean_of(cell: str) -> float:
     return split_cell(cell)[0]
 
 
-def _chosen_runs(runs: list[tuple[object, Path]]) -> tuple[str | None, list[tuple[object, Path]]]:
+def _chosen_runs(runs: list[tuple[object, Path]]) -> list[tuple[object, Path]]:
     """The complete runs of the protocol shown: the paper preset's if any is complete, else the cpu preset's."""
     complete = [(c, d) for c, d in runs if records.record_status(d) == "complete"]
-    for preset in ("paper", "cpu"):
-        chosen = [(c, d) for c, d in complete if c.preset == preset]
-        if chosen:
-            return preset, chosen
-    return None, []
-
-
-def protocol_label(preset: str, dataset: str | None = None, superseded: bool = False) -> str:
-    """A record's protocol as the tables name it (:func:`paperlib.harness.protocols.protocol_name`), with
-    ``, superseded settings`` where its parameters are no longer its preset's."""
-    name = protocols.protocol_name(preset, dataset)
-    return f"{name}, {protocols.SUPERSEDED}" if superseded else name
+    by_preset = ([(c, d) for c, d in complete if c.preset == preset] for preset in ("paper", "cpu"))
+    return next((chosen for chosen in by_preset if chosen), [])
 
 
 def is_superseded(text) -> bool:
@@ -97,30 +87,20 @@ def has_protocol(text) -> bool:
     return str(text).startswith(tuple(set(protocols.NAMES.values())))
 
 
-def _protocol(preset: str, chosen: list[tuple[object, Path]], metrics: list[dict], paper_model: str) -> str:
-    epochs = sorted({m["epochs_completed"] for m in metrics})
-    seeds = len(chosen)
-    models = sorted({c.model for c, _ in chosen})
-    superseded = any(not _same_parameters(c, m) for (c, _), m in zip(chosen, metrics))
-    text = (f"{protocol_label(preset, chosen[0][0].dataset, superseded)}, {'/'.join(map(str, epochs))} ep, "
-            f"{seeds} seed{'s' if seeds > 1 else ''}")
+def _protocol(loaded: list[dict], paper_model: str) -> str:
+    """A row's ``protocol``: the protocols its records' own parameters define
+    (:func:`paperlib.harness.protocols.record_protocol`), their epochs and seeds, and models and GPUs that differ."""
+    metrics = [record["metrics"] for record in loaded]
+    epochs, seeds = sorted({m["epochs_completed"] for m in metrics}), len(loaded)
+    models = sorted({record["params"]["model"] for record in loaded})
+    names = "/".join(dict.fromkeys(protocols.record_protocol(record["params"]) for record in loaded))
+    text = f"{names}, {'/'.join(map(str, epochs))} ep, {seeds} seed{'s' if seeds > 1 else ''}"
     if models != [MODEL_FAMILIES[paper_model][0]]:
         text += f", {'/'.join(models)}"
     on_gpu = sum(m.get("device") == "cuda" for m in metrics)
     if on_gpu:
         text += ", on GPU" if on_gpu == seeds else f", {on_gpu} on GPU"
     return text
-
-
-def _same_parameters(config, metrics: dict) -> bool:
-    """Whether a record was made with the parameters the preset gives today (see check_record_matches)."""
-    from paperlib.harness.training import check_record_matches
-
-    try:
-        check_record_matches(records.load_record(records.run_folder(config))["params"], config)
-    except RuntimeError:
-        return False
-    return True
 
 
 #: The notebook that runs a method, where it is not the grids' own (App. L's magnitude-pruning rows).
@@ -195,7 +175,7 @@ def compare(table: str, grid_files: list[str | Path], metrics: list[str] | None 
         if (row_cells["finetune_epochs"] != "").any():
             row["fine-tuned (epochs)"] = row_cells["finetune_epochs"].iloc[0]
         matching = [(c, d) for c, d in ours if matches(c, key)]
-        preset, chosen = _chosen_runs(matching)
+        chosen = _chosen_runs(matching)
         loaded = [records.load_record(d) for _, d in chosen]
         values_by_row.append({})
         per_run.append([{"seed": c.seed, "run": notebook_link(d, f"seed {c.seed}") or f"seed {c.seed}",
@@ -222,7 +202,7 @@ def compare(table: str, grid_files: list[str | Path], metrics: list[str] | None 
                 if isinstance(paper_value, float):
                     row[f"{label} Δ"] = f"{mean - paper_value:+.{digits}f}"
         if chosen:
-            row["protocol"] = _protocol(preset, chosen, [r["metrics"] for r in loaded], key["model"])
+            row["protocol"] = _protocol(loaded, key["model"])
             row["device"] = index.where_ran([r["metrics"].get("device") for r in loaded], [c.seed for c, _ in chosen])
             row["runs"] = " ".join(notebook_link(d, f"s{c.seed}") or f"s{c.seed}" for c, d in chosen)
         elif key["method"] == "louizos":
