@@ -50,3 +50,34 @@ def test_the_unscaled_dual_lr_has_the_two_declared_outcomes():
     assert causes._unscaled({t: Blocks([-0.5] * 6, [0.0] * 6, [ON] * 6) for t in (0.35, 0.65)}, base) == causes.CAUSE
     assert causes._unscaled({t: Blocks([-1.7] + [-0.5] * 5, [-7.0] + [0.0] * 5, [UNDER] + [ON] * 5)
                              for t in (0.35, 0.65)}, base) == causes.NOT_CAUSE
+
+
+def _run(densities: list[list[float]], multipliers: list[list[float]], target=0.5) -> dict:
+    """A layer-wise record's step log: one row per logged step, a density and a multiplier per block."""
+    steps = [{"epoch": 0.5 * i, **{f"constrained_density_{b}": d for b, d in enumerate(row)},
+              **{f"lambda_{b}": m for b, m in enumerate(lams)}} for i, (row, lams) in enumerate(zip(densities,
+                                                                                                   multipliers))]
+    return {"steps": steps, "params": {"target": target}}
+
+
+def test_after_reaching_reads_when_the_push_ends_and_how_far_the_block_falls_after():
+    run = _run([[0.9, 0.9], [0.6, 0.45], [0.48, 0.44], [0.40, 0.46], [0.42, 0.47]],
+               [[0.1, 0.1], [0.3, 0.2], [0.2, 0.0], [0.0, 0.0], [0.0, 0.0]])
+    rows = causes.after_reaching(run).set_index("block")
+    # block 0 first at/under 50% at step 2 (epoch 1.0), multiplier first 0 at step 3 (epoch 1.5): 0.5 epochs later,
+    # at 40%, and its lowest in the epoch after is 40%
+    assert rows.loc[0, "reaches (epoch)"] == 1.0 and rows.loc[0, "λ positive after (epochs)"] == 0.5
+    assert rows.loc[0, "density when λ is 0 (%)"] == 40.0 and rows.loc[0, "lowest in the next epoch (%)"] == 40.0
+    # block 1 reaches at epoch 0.5 with its multiplier still 0.2, released at epoch 1.0 at 44%
+    assert rows.loc[1, "reaches (epoch)"] == 0.5 and rows.loc[1, "λ positive after (epochs)"] == 0.5
+    assert rows.loc[1, "density when λ is 0 (%)"] == 44.0 and rows.loc[1, "final (%)"] == 47.0
+    never = causes.after_reaching(_run([[0.9], [0.8]], [[0.1], [0.2]]))
+    assert never.loc[0, "reaches (epoch)"] is None and never.loc[0, "λ positive after (epochs)"] is None
+
+
+def test_causes_are_listed_by_their_outcome():
+    import pandas as pd
+    tests = pd.DataFrame({"cause tested": ["a", "b", "c", "d"],
+                          "outcome by the declared rule": [causes.NOT_CAUSE, causes.INCOMPLETE, causes.NOT_CAUSE,
+                                                           causes.CONTRIBUTES]})
+    assert causes.by_outcome(tests) == {"ruled out": "a; c", "found": "none", "contributing": "d", "open": "b"}

@@ -10,12 +10,14 @@ Every run is one seed.
 from dataclasses import dataclass
 from typing import Callable
 
+import matplotlib.pyplot as plt
 import pandas as pd
 
 from paperlib.harness import index, rules
 from paperlib.harness.protocols import protocol_name
 
-from . import misses
+from . import misses, style
+from .control import constraint_names
 
 CAUSE, CONTRIBUTES, NOT_CAUSE = "the cause", "contributes", "not the cause"
 INCOMPLETE, VIOLATED = "runs not all in", "a constraint violated"
@@ -131,11 +133,22 @@ def _target(run: dict) -> float:
     return target[0] if isinstance(target, list) else target
 
 
-def baselines(frame: pd.DataFrame, free: list[dict]) -> dict[float, Blocks]:
-    """The CPU protocol's layer-wise gradient-ascent runs at 35% and 65%, by target."""
+def baseline_runs(frame: pd.DataFrame) -> dict[float, dict]:
+    """The CPU protocol's layer-wise gradient-ascent records at 35% and 65%, by target."""
     rows = index.select(frame, experiment="cifar10_cpu2", protocol=CPU, variant="", method="constrained",
                         grouping="layer", target=(0.35, 0.65))
-    return {_target(run): blocks(run, free) for run in index.load(rows)}
+    return {_target(run): run for run in index.load(rows)}
+
+
+def test_runs(frame: pd.DataFrame, key: str) -> dict[float, dict]:
+    """The records of the cause test ``key`` (:data:`TESTS`) that are in, by target."""
+    test = next(test for test in TESTS if test.key == key)
+    return {_target(run): run for run in index.load(index.select(frame, **test.query))}
+
+
+def baselines(frame: pd.DataFrame, free: list[dict]) -> dict[float, Blocks]:
+    """:class:`Blocks` of the CPU protocol's layer-wise gradient-ascent runs at 35% and 65%, by target."""
+    return {target: blocks(run, free) for target, run in baseline_runs(frame).items()}
 
 
 def cause_tests(frame: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -147,8 +160,7 @@ def cause_tests(frame: pd.DataFrame | None = None) -> pd.DataFrame:
     base = baselines(frame, free)
     rows = []
     for test in TESTS:
-        runs = index.load(index.select(frame, **test.query))
-        found = {_target(run): blocks(run, free) for run in runs}
+        found = {target: blocks(run, free) for target, run in test_runs(frame, test.key).items()}
         under = rules.Outcome.UNDER.value
 
         def shown(measure):
@@ -161,4 +173,88 @@ def cause_tests(frame: pd.DataFrame | None = None) -> pd.DataFrame:
                      "blocks ending under": shown(
                          lambda b: sum(o == under for i, o in enumerate(b.outcomes) if i in test.blocks)),
                      "outcome by the declared rule": outcome, "grid": test.grid})
+    return pd.DataFrame(rows)
+
+
+def by_outcome(tests: pd.DataFrame) -> dict[str, str]:
+    """The causes of :func:`cause_tests` by outcome: ``"ruled out"``, ``"found"``, ``"contributing"`` and ``"open"``
+    (tests whose runs are not all in), each the causes' names joined by "; ", or "none"."""
+    outcome = tests["outcome by the declared rule"]
+    named = {"ruled out": NOT_CAUSE, "found": CAUSE, "contributing": CONTRIBUTES, "open": INCOMPLETE}
+    return {key: "; ".join(tests.loc[outcome == value, "cause tested"]) or "none" for key, value in named.items()}
+
+
+def after_reaching(run: dict) -> pd.DataFrame:
+    """One row per block (constraint) of a layer-wise record, read from its step log: the epoch it first reaches its
+    target, for how many epochs its multiplier stays positive after that, its density when the multiplier is first 0
+    after it, its lowest density within the next epoch, and its final density (densities in %)."""
+    steps = pd.DataFrame(run["steps"]).apply(pd.to_numeric, errors="coerce")
+    count, target = sum(c.startswith("lambda_") for c in steps), run["params"]["target"]
+    rows = []
+    for i, target in enumerate(target if isinstance(target, list) else [target] * count):
+        density, multiplier, epoch = steps[f"constrained_density_{i}"], steps[f"lambda_{i}"], steps["epoch"]
+        reached = steps.index[density <= target]
+        row = {"block": i, "target (%)": 100 * target, "reaches (epoch)": None, "λ positive after (epochs)": None,
+               "density when λ is 0 (%)": None, "lowest in the next epoch (%)": None,
+               "final (%)": 100 * density.iloc[-1]}
+        if len(reached):
+            first = reached[0]
+            released = steps.index[(steps.index >= first) & (multiplier == 0)]
+            if len(released):
+                zero = released[0]
+                near = density[(epoch >= epoch[zero]) & (epoch <= epoch[zero] + 1)]
+                row.update({"λ positive after (epochs)": float(epoch[zero] - epoch[first]),
+                            "density when λ is 0 (%)": 100 * density[zero],
+                            "lowest in the next epoch (%)": 100 * near.min()})
+            row["reaches (epoch)"] = float(epoch[first])
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def plot_first_epochs(runs: dict, epochs: float = 3.0) -> plt.Figure:
+    """Each block's density over the first ``epochs`` of the runs (label -> record, one target), its target dotted,
+    and a dot where the run's multiplier of that block first returns to 0 after the block reached its target."""
+    first = next(iter(runs.values()))
+    names = constraint_names(first)
+    fig, axes = plt.subplots(2, 3, figsize=(style.DISPLAYED_WIDTH, 4.4), sharex=True, sharey=True)
+    for (label, run), colour in zip(runs.items(), ("tab:blue", *style.OTHER_COLOURS)):
+        steps = pd.DataFrame(run["steps"]).apply(pd.to_numeric, errors="coerce")
+        steps = steps[steps["epoch"] <= epochs]
+        released = after_reaching(run)
+        for i, ax in enumerate(axes.flat[:len(names)]):
+            ax.plot(steps["epoch"], 100 * steps[f"constrained_density_{i}"], color=colour, lw=1.3, label=label)
+            reach, positive = released.loc[i, "reaches (epoch)"], released.loc[i, "λ positive after (epochs)"]
+            if positive is not None and not pd.isna(positive) and reach + positive <= epochs:
+                ax.plot([reach + positive], [released.loc[i, "density when λ is 0 (%)"]], "o", color=colour, ms=5)
+    for i, ax in enumerate(axes.flat[:len(names)]):
+        ax.axhline(released.loc[i, "target (%)"], **style.TARGET)
+        ax.set_title(names[i], fontsize=10)
+        ax.grid(alpha=0.3)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("density (%)")
+    for ax in axes[1]:
+        ax.set_xlabel("epoch")
+    fig.legend(*axes.flat[0].get_legend_handles_labels(), loc="lower center", ncol=len(runs), fontsize=10)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    return fig
+
+
+def released_rows(runs: dict) -> pd.DataFrame:
+    """One row per run (label -> layer-wise record): :func:`analysis.misses.first_push_summary`'s blocks more than a
+    gate under, deepest fall (gates), largest final gap and outcome, with, from :func:`after_reaching`, for how long
+    the multipliers stay positive after their blocks first reach their targets (fewest and most epochs) and how far the
+    blocks fall, on average, within the epoch after their multiplier is first 0 again."""
+    summary = misses.first_push_summary(list(runs.values()))
+    rows = []
+    for (label, run), (_, pushed) in zip(runs.items(), summary.iterrows()):
+        after = after_reaching(run).dropna(subset=["λ positive after (epochs)"])
+        fall = after["density when λ is 0 (%)"] - after["lowest in the next epoch (%)"]
+        rows.append({"target (%)": round(100 * _target(run)), "multipliers": label,
+                     "blocks > 1 gate under": int(pushed["blocks more than a gate under"]),
+                     "deepest under (gates)": pushed["deepest under (gates)"],
+                     "λ > 0 after reaching, fewest epochs": after["λ positive after (epochs)"].min(),
+                     "λ > 0 after reaching, most epochs": after["λ positive after (epochs)"].max(),
+                     "fall after λ is 0 (points, mean)": fall.mean(),
+                     "largest final gap (points)": pushed["largest final gap (points)"],
+                     "outcome": pushed["outcome"], "error (%)": pushed["val. error final (%)"]})
     return pd.DataFrame(rows)
