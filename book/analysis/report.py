@@ -1,9 +1,6 @@
-"""Tables and figures of the book's report pages, built from the records in ``runs/``.
-
-A report page names a grid file (``grids/<table>.yaml``): :func:`grid_table`
-lists every run that grid asks for, with our numbers where the record is
-complete and, where it is not, the status and the command that would produce
-it. Nothing here invents a number: every cell comes from a ``metrics.json``.
+"""Tables and figures of the book's report pages, built from the records in ``runs/``: how a page shows a table
+(:func:`show`), links a run's notebook, and reads a record's layers and traces. Nothing here invents a number:
+every cell comes from a record.
 """
 
 import json
@@ -13,9 +10,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import yaml
 
-from paperlib.harness import plots, presets, records, run_pages
+from paperlib.harness import presets, records, run_pages
 from paperlib.harness.grids import complete_records, grid_records, grid_runs  # noqa: F401 (read as report's)
 
 
@@ -27,23 +23,9 @@ def _fmt(value) -> str:
     return f"{value:g}"
 
 
-
-
 def sweep_command(grids) -> str:
     """The command that makes the records of these grid files."""
     return f"python -m paperlib.harness.sweeps {' '.join(map(str, grids))}"
-
-
-
-#: Parameters that grid tables always show (or that only name the run's place).
-SHOWN_PARAMETERS = ("model", "method", "grouping", "target", "lmbda", "experiment", "dataset")
-
-
-def _other_grid_parameters(grid_file: str | Path) -> list[str]:
-    """The other parameters a grid varies (``dual_restarts``, ``gates_lr`` ...): each gets a column."""
-    spec = yaml.safe_load((records.project_root() / grid_file).read_text())
-    names = [*(spec.get("grid") or {}), *(name for run in spec.get("runs") or [] for name in run)]
-    return [name for name in dict.fromkeys(names) if name not in SHOWN_PARAMETERS]
 
 
 def notebook_link(run_dir: str | Path, text: str = "notebook") -> str | None:
@@ -57,42 +39,6 @@ def notebook_link(run_dir: str | Path, text: str = "notebook") -> str | None:
         return None
     href = Path(os.path.relpath(notebook.with_suffix(".html"), Path.cwd())).as_posix()
     return f'<a href="{href}">{text}</a>'
-
-
-#: The status of a grid table's run whose folder holds a complete record made with other parameters.
-OTHER_PARAMETERS = "record made with other parameters"
-
-
-def grid_table(grid_file: str | Path) -> pd.DataFrame:
-    """One row per run of ``grid_file``: our numbers if its record is complete, else its status
-    (:data:`OTHER_PARAMETERS` where its folder holds the record of other parameters, :func:`grid_records`).
-
-    The ``run`` column links to the page of the run's executed notebook (where
-    there is one). The table's ``attrs["command"]`` is the sweep command that
-    produces the missing rows.
-    """
-    rows, runs = [], grid_runs(grid_file)
-    for (config, run_dir), (_, found) in zip(runs, grid_records(grid_file)):
-        hyper = config.lmbda if config.method == "penalized" else config.target
-        status = "complete" if found is not None else records.record_status(run_dir) or "not run"
-        row = {"model": config.model, "method": config.method, "grouping": config.grouping,
-               "λ_pen" if config.method == "penalized" else "target": _fmt(hyper),
-               **{name: _fmt(getattr(config, name)) for name in _other_grid_parameters(grid_file)},
-               "status": OTHER_PARAMETERS if status == "complete" and found is None else status}
-        if found is not None:
-            run_dir = found
-            metrics = records.load_record(run_dir)["metrics"]
-            numbers = list(plots.result_columns({"metrics": metrics}).items())  # densities and counts, then errors
-            row.update(numbers[:3])
-            row["pruned architecture"] = "-".join(map(str, metrics.get("pruned_architecture") or [])) or None
-            row.update(numbers[3:], commit=metrics["git_commit"][:8], run=notebook_link(run_dir))
-        rows.append(row)
-    table = pd.DataFrame(rows)
-    if "target" in table and "λ_pen" in table:  # one hyper-parameter column
-        table.insert(3, "hyper-parameter", table.pop("target").fillna(table.pop("λ_pen")))
-    if (table["status"] != "complete").any():
-        table.attrs["command"] = f"python -m paperlib.harness.sweeps {grid_file}"
-    return table
 
 
 def counterpart(record: dict, candidates: list[dict], differing: tuple[str, ...]) -> dict | None:
