@@ -11,26 +11,6 @@ from paperlib.harness import records, run_pages, training
 from analysis import report
 
 
-def test_grid_table_shows_complete_runs_and_names_missing_ones(workspace):
-    grid = workspace / "grid.yaml"
-    common = {"experiment": "report", "model": "mlp", "preset": "cpu", "epochs": 1, "batch_size": 16}
-    grid.write_text(yaml.safe_dump({
-        "notebook": str(records.project_root() / "book" / "mnist.ipynb"), "dataset": "mnist",
-        "base": common, "grid": {"target": [0.4, 0.6]},
-        "runs": [{"method": "penalized", "lmbda": 0.1}]}))
-    done = training.run_experiment(progress=False, dataset="mnist", target=0.4, **common)
-
-    table = report.grid_table(grid)
-    assert list(table["hyper-parameter"]) == ["0.4", "0.6", "0.1"]
-    assert list(table["status"]) == ["complete", "not run", "not run"]
-    assert table.loc[0, "L0-density (%)"] == pytest.approx(100 * done["metrics"]["l0_density"])
-    assert table.loc[0, "val. error best (%)"] == done["metrics"]["val_error_best"]
-    assert table.loc[1:, "L0-density (%)"].isna().all()
-    assert table.attrs["command"] == f"python -m paperlib.harness.sweeps {grid}"
-    assert [r["params"]["run_name"] for r in report.complete_records(grid)] == [done["params"]["run_name"]]
-    assert "python -m paperlib.harness.sweeps" in report.show(table).to_html()
-
-
 def test_layer_densities_compare_expected_and_test_time_density():
     record = {"params": {"target": [0.5, 0.1]}, "metrics": {"l0_density_per_layer": {"a": 0.52, "b": 0.12}},
               "gate_medians": {"0": {"a": [0.5] * 4, "b": [0.5] * 10},
@@ -249,9 +229,6 @@ def test_records_are_found_by_their_parameters_never_by_their_name_alone(workspa
 
     assert [folder for _, folder in report.grid_records(grid)] == [None, own6, None]
     assert [r["metrics"]["val_error_final"] for r in report.complete_records(grid)] == [6.0]
-    table = report.grid_table(grid)
-    assert list(table["status"]) == [report.OTHER_PARAMETERS, "complete", "not run"]
-    assert table["val. error final (%)"].tolist()[1] == 6.0 and table["val. error final (%)"].isna()[[0, 2]].all()
     assert report.grid_to_show([grid])[1][["complete", "planned"]].values.tolist() == [[1, 3]]
 
     rerun = own4.parent / "t0.4-rerun"  # today's parameters, run under a name of their own
