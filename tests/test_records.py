@@ -1,10 +1,8 @@
 """Records: where a run's record lives, how it is written, and how records of earlier versions load."""
 
 import base64
-import gzip
 import io
 import json
-import lzma
 
 import numpy as np
 import pandas as pd
@@ -151,53 +149,6 @@ def test_the_data_files_are_compressed_and_old_uncompressed_ones_convert_without
     assert pd.read_csv(tmp_path / "new" / "steps.csv.xz")["l0_density"].tolist() == pytest.approx(
         [float(row["l0_density"]) for row in rows])  # pandas reads the file as it is
 
-    old = tmp_path / "old"  # a record made before its data files were compressed
-    old.mkdir()
-    for name in ("params.json", "metrics.json"):
-        (old / name).write_bytes((tmp_path / "new" / name).read_bytes())
-    legacy = {"steps.csv": b"epoch,l0_density\n0,0.5\n0.25,0.499\n",
-              "history.csv": b"epoch,phase,val_error\n0,init,90.2\n1,train,7.25\n",
-              "gate_medians.json": b'{\n "0": {\n  "fc1": [\n   0.9684,\n   0.1\n  ]\n }\n}\n'}
-    for name, data in legacy.items():
-        (old / name).write_bytes(data)
-    before = records.load_record(old)
-    assert before["gate_medians"] == {"0": {"fc1": [0.9684, 0.1]}} and before["history"][1]["val_error"] == "7.25"
-    assert sorted(records.compact_record(old)) == sorted(legacy) and records.compact_record(old) == []
-    assert not any((old / name).exists() for name in legacy)
-    assert lzma.decompress((old / "steps.csv.xz").read_bytes()) == legacy["steps.csv"]
-    assert lzma.decompress((old / "history.csv.xz").read_bytes()) == legacy["history.csv"]
-    assert json.loads(lzma.decompress((old / "gate_medians.json.xz").read_bytes())) == {"0": {"fc1": [0.9684, 0.1]}}
-    assert records.load_record(old) == before
-    assert before["steps"] == [{"epoch": "0", "l0_density": "0.5"}, {"epoch": "0.25", "l0_density": "0.499"}]
-
-
-def test_gzip_compressed_records_convert_to_xz_holding_the_same_bytes(tmp_path):
-    """A record written before the data files were xz-compressed (gzip, as paperlib wrote them then) is read
-    as it is, and converted to files whose decompressed bytes are the gzip files' own."""
-    steps = "epoch,l0_density,lambda_0\n" + "".join(f"{i / 20:g},{1 / (i + 1):.6g},\n" for i in range(400))
-    history = "epoch,phase,val_error\n0,init,90.2\n1,train,7.25\n"
-    medians = '{"0":{"fc1":[0.9684,0.1]},"5":{"fc1":[1.0,0.0]}}\n'
-    old = tmp_path / "old"
-    old.mkdir()
-    (old / "params.json").write_text("{}")
-    (old / "metrics.json").write_text('{"status": "complete"}')
-    for name, text in {"steps.csv.gz": steps, "history.csv.gz": history, "gate_medians.json.gz": medians}.items():
-        (old / name).write_bytes(gzip.compress(text.encode(), mtime=0))
-    before = records.load_record(old)
-    assert len(before["steps"]) == 400 and before["gate_medians"]["5"] == {"fc1": [1.0, 0.0]}
-    assert sorted(records.compact_record(old)) == ["gate_medians.json.gz", "history.csv.gz", "steps.csv.gz"]
-    assert sorted(path.name for path in old.iterdir()) == [
-        "gate_medians.json.xz", "history.csv.xz", "metrics.json", "params.json", "steps.csv.xz"]
-    for name, text in {"steps.csv.xz": steps, "history.csv.xz": history, "gate_medians.json.xz": medians}.items():
-        assert lzma.decompress((old / name).read_bytes()) == text.encode()
-    assert len((old / "steps.csv.xz").read_bytes()) < len(gzip.compress(steps.encode(), compresslevel=9))
-    assert records.load_record(old) == before
-    assert records.compact_record(old) == []
-
-    (old / "steps.csv.gz").write_bytes(gzip.compress(steps.encode()))  # two forms of one file: refused
-    with pytest.raises(RuntimeError, match="both steps.csv.xz and steps.csv.gz"):
-        records.compact_record(old)
-
 
 def _figure_png(dpi: int = 80) -> bytes:
     import matplotlib
@@ -244,13 +195,6 @@ def test_a_transparent_figure_is_left_as_it_is():
     buffer = io.BytesIO()
     Image.new("RGBA", (40, 20), (255, 0, 0, 0)).save(buffer, "PNG")
     assert records.palette_png(buffer.getvalue()) == buffer.getvalue()
-
-
-def test_a_resumed_partial_record_leaves_no_uncompressed_log_behind(tmp_path):
-    (tmp_path / "steps.csv").write_text("epoch,l0_density\n0,0.9\n")  # written by the run before it stopped
-    records.write_record(tmp_path, {}, {"status": "complete"}, [{"epoch": 1}], [{"epoch": 0, "l0_density": 0.8}], {})
-    assert not (tmp_path / "steps.csv").exists()
-    assert records.load_record(tmp_path)["steps"] == [{"epoch": "0", "l0_density": "0.8"}]
 
 
 def test_progress_bars_leave_a_record_notebook_and_everything_else_stays(tmp_path):

@@ -12,11 +12,9 @@
 
 The data files are xz-compressed (``pandas.read_csv`` reads the CSVs as they
 are): a third smaller than gzip, which leaves room in what a lent GPU's call
-carries (the whole tree). Records made by paperlib before 2026-11-27 have them
-gzip-compressed (``.gz``), and before 2026-11-24 ``history.csv`` and
-``gate_medians.json`` (before 2026-11-23 also ``steps.csv``) uncompressed:
-:func:`load_record` reads every form, and :func:`compact_record` converts them
-without changing what they hold (the records in ``runs/`` were converted so).
+carries (the whole tree). Records made before 2026-11-27 had them gzip-compressed
+or uncompressed; every record in ``runs/`` was converted, without a change to what
+it holds, and only the xz form is read.
 
 Every file is written to a temporary name and moved into place
 (``os.replace`` is atomic), so a record is never half-written. A record whose
@@ -26,7 +24,6 @@ status is ``complete`` is never overwritten by a partial or failed run.
 import base64
 import csv
 import functools
-import gzip
 import hashlib
 import io
 import json
@@ -112,11 +109,8 @@ def git_commit() -> str:
     return commit + ("-dirty" if dirty else "")
 
 
-#: A record's data files: what :func:`load_record` calls each, its file, and the files it was in in records
-#: made before, newest first (read as well; :func:`compact_record` converts them).
-DATA_FILES = {"history": ("history.csv.xz", "history.csv.gz", "history.csv"),
-              "steps": ("steps.csv.xz", "steps.csv.gz", "steps.csv"),
-              "gate_medians": ("gate_medians.json.xz", "gate_medians.json.gz", "gate_medians.json")}
+#: A record's data files: what :func:`load_record` calls each, and its file.
+DATA_FILES = {"history": "history.csv.xz", "steps": "steps.csv.xz", "gate_medians": "gate_medians.json.xz"}
 
 
 def _xz(data: bytes) -> bytes:
@@ -127,11 +121,9 @@ def _xz(data: bytes) -> bytes:
                          filters=[{"id": lzma.FILTER_LZMA2, "preset": 9 | lzma.PRESET_EXTREME, "dict_size": dict_size}])
 
 
-#: How a data file's bytes are stored, by its suffix: (compress, decompress). Both compressors are
-#: deterministic (gzip without a timestamp), so the same text always gives the same bytes.
-CODECS = {".xz": (_xz, lzma.decompress),
-          ".gz": (lambda data: gzip.compress(data, compresslevel=9, mtime=0), gzip.decompress),
-          "": (bytes, bytes)}
+#: How a file's bytes are stored, by its suffix: (compress, decompress); deterministic, so the same text always
+#: gives the same bytes.
+CODECS = {".xz": (_xz, lzma.decompress), "": (bytes, bytes)}
 
 
 def _codec(path) -> tuple:
@@ -155,21 +147,20 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def write_json(path: Path, obj) -> None:
-    """Write ``obj`` as JSON, atomically: indented to be read by people, compact when compressed (``.xz``,
-    ``.gz``)."""
+    """Write ``obj`` as JSON, atomically: indented to be read by people, compact when compressed (``.xz``)."""
     path = Path(path)
-    text = json.dumps(obj, separators=(",", ":")) if path.suffix in (".xz", ".gz") else json.dumps(obj, indent=1)
+    text = json.dumps(obj, separators=(",", ":")) if path.suffix == ".xz" else json.dumps(obj, indent=1)
     _write_atomic(path, text + "\n")
 
 
 def read_json(path: Path):
-    """The object in a JSON file (compressed as its suffix says: ``.xz``, ``.gz``)."""
+    """The object in a JSON file (compressed as its suffix says: ``.xz``)."""
     return json.loads(_codec(path)[1](Path(path).read_bytes()))
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
     """Write a list of dicts (same keys in every row, first row's order) as CSV, atomically (compressed as the
-    suffix says: ``.xz``, ``.gz``)."""
+    suffix says: ``.xz``)."""
     if not rows:
         return
     columns = list(rows[0])
@@ -190,7 +181,7 @@ def _csv_cell(value) -> str:
 
 
 def read_csv(path: Path) -> list[dict]:
-    """The rows of a CSV file (compressed as its suffix says: ``.xz``, ``.gz``), as dicts of strings (new dicts at
+    """The rows of a CSV file (compressed as its suffix says: ``.xz``), as dicts of strings (new dicts at
     every call: a caller may change them)."""
     path = Path(path)
     stat = path.stat()
@@ -206,42 +197,6 @@ def _parsed_csv(path: str, mtime_ns: int, size: int) -> tuple[tuple[str, ...], t
     reader = csv.DictReader(io.StringIO(text))
     rows = tuple(tuple(row.values()) for row in reader)
     return tuple(reader.fieldnames or ()), rows
-
-
-def compact_record(run_dir: Path) -> list[str]:
-    """Convert a record's data files in an older form (:data:`DATA_FILES`: gzip-compressed or uncompressed) to
-    the current one, and compress its notebook's figures; the names of the files that changed.
-
-    Each new file is checked to hold what the old one held (the same CSV text;
-    the same JSON object; a compressed JSON file's text too) before the old one
-    is removed, so the conversion never changes a number. The figures are
-    re-encoded by :func:`compress_notebook_figures`.
-    """
-    run_dir = Path(run_dir)
-    changed = []
-    for name, (current, *older) in DATA_FILES.items():
-        target = run_dir / current
-        for legacy in older:
-            source = run_dir / legacy
-            if not source.exists():
-                continue
-            if target.exists():
-                raise RuntimeError(f"{run_dir} has both {current} and {legacy}: which is the record's is not known")
-            original = _codec(source)[1](source.read_bytes())
-            if Path(legacy).suffix == ".json":  # indented: rewritten compact
-                write_json(target, json.loads(original))
-                same = read_json(target) == json.loads(original)
-            else:
-                _write_atomic(target, original.decode())
-                same = _codec(target)[1](target.read_bytes()) == original
-            if not same:
-                target.unlink()
-                raise RuntimeError(f"{target} does not hold what {source} holds; kept {source}")
-            source.unlink()
-            changed.append(legacy)
-    if compress_notebook_figures(run_dir):
-        changed.append("notebook.ipynb")
-    return changed
 
 
 def palette_png(data: bytes) -> bytes:
@@ -394,12 +349,9 @@ def load_record(run_dir: Path) -> dict:
     run_dir = Path(run_dir)
     record = {"path": str(run_dir), "params": json.loads((run_dir / "params.json").read_text()),
               "metrics": json.loads((run_dir / "metrics.json").read_text())}
-    for name, files in DATA_FILES.items():
-        path = next((run_dir / file for file in files if (run_dir / file).exists()), None)
-        if path is None:
-            record[name] = None
-        else:
-            record[name] = read_json(path) if ".json" in path.name else read_csv(path)
+    for name, file in DATA_FILES.items():
+        path = run_dir / file
+        record[name] = None if not path.exists() else read_json(path) if ".json" in file else read_csv(path)
     return record
 
 
@@ -416,14 +368,10 @@ def write_record(run_dir: Path, params: dict, metrics: dict, history: list[dict]
         raise RuntimeError(f"refusing to overwrite the complete record in {run_dir} with a "
                            f"{metrics['status']} one")
     write_json(run_dir / "params.json", params)
-    (history_file, *_), (steps_file, *_), (medians_file, *_) = DATA_FILES.values()
-    write_csv(run_dir / history_file, history)
-    write_csv(run_dir / steps_file, steps)
+    write_csv(run_dir / DATA_FILES["history"], history)
+    write_csv(run_dir / DATA_FILES["steps"], steps)
     if gate_medians:
-        write_json(run_dir / medians_file, gate_medians)
-    for _, *older in DATA_FILES.values():
-        for legacy in older:  # written by this run before it was stopped, by an older paperlib
-            (run_dir / legacy).unlink(missing_ok=True)
+        write_json(run_dir / DATA_FILES["gate_medians"], gate_medians)
     write_json(run_dir / "metrics.json", metrics)
 
 
