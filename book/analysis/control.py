@@ -21,7 +21,7 @@ from paperlib.harness import rules, studies
 from paperlib.harness.index import device_kind
 from paperlib.harness.protocols import protocol_name, record_protocol
 from paperlib.harness.paper_rows import constrained_densities, largest_gap, target_label
-from paperlib.harness.plots import plot_gate_histograms
+from paperlib.harness.plots import plot_gate_histograms, steps_frame
 from paperlib.harness.vocabulary import METRIC_LABELS
 from paperlib.paper.paper_results import paper_results
 
@@ -263,7 +263,7 @@ def first_feasible_epoch(record: dict) -> int | None:
 def violations(record: dict) -> pd.Series:
     """The largest violation over a constrained run's constraints at each logged step (points above the
     target; negative: every constraint holds with room), indexed by the step's epoch."""
-    steps = step_log(record)
+    steps = steps_frame(record)
     targets = [target for _, target in constrained_densities(record, record["history"][-1])]
     over = pd.concat([100 * (steps[f"constrained_density_{i}"] - target) for i, target in enumerate(targets)], axis=1)
     return over.max(axis=1).set_axis(steps["epoch"])
@@ -314,7 +314,7 @@ def plot_stability(runs: list[dict]) -> plt.Figure:
     for ax, grouping in zip(axes, ("model", "layer")):
         chosen = [run for run in constrained if run["params"]["grouping"] == grouping]
         for run in chosen:
-            steps, last, target = step_log(run), len(constraint_names(run)) - 1, run["params"]["target"]
+            steps, last, target = steps_frame(run), len(constraint_names(run)) - 1, run["params"]["target"]
             ax.plot(steps["epoch"], 100 * steps[f"constrained_density_{last}"], color=colours[target], lw=1)
             ax.axhline(100 * target, color=colours[target], ls="--", lw=0.8)
         name = f"block {constraint_names(chosen[0])[-1]} (last gated)" if grouping == "layer" and chosen else (
@@ -561,11 +561,6 @@ def ablation_checks(ablation: list[dict], runs: list[dict]) -> list[tuple[str, b
 # --------------------------------------------------------------------------- #
 # A run's step log and constraints
 # --------------------------------------------------------------------------- #
-
-def step_log(record: dict) -> pd.DataFrame:
-    """A run's step log (``steps.csv``: every logged step's epoch, densities and multipliers) as numbers."""
-    return pd.DataFrame(record["steps"] or []).apply(pd.to_numeric, errors="coerce")
-
 
 def constraint_names(record: dict) -> list[str]:
     """The names of a constrained run's constraints, in the order of its multipliers: ``model``, or each

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from paperlib.harness import rules, studies
+from paperlib.harness import plots, rules, studies
 from paperlib.harness.paper_rows import constrained_densities, largest_gap, target_label
 from paperlib.harness.vocabulary import short_number
 from paperlib.paper.models import display_name
@@ -114,7 +114,7 @@ def gain_table(runs: list[dict]) -> pd.DataFrame:
 def violation_change(run: dict) -> float:
     """The median change of a model-wise run's violation from one training step to the next, from its step log
     (logged every few steps; each change is divided by the steps between two rows)."""
-    steps = pd.DataFrame(run["steps"]).apply(pd.to_numeric, errors="coerce")
+    steps = plots.steps_frame(run)
     steps_per_epoch = math.ceil(run["metrics"]["data"]["num_train"] / run["params"]["batch_size"])
     per_step = steps["constrained_density_0"].diff().abs() / (steps["epoch"].diff() * steps_per_epoch)
     return float(per_step.median())
@@ -364,7 +364,7 @@ STYLES = {"paper": ("C0", "o"), "gradient_ascent": ("C1", "s"), "nupi": ("C2", "
 
 def _gap_curves(cell: Cell, run: dict) -> list[tuple[pd.Series, pd.Series]]:
     """(epochs, expected density − target in points) of each constrained layer of ``run``, from its step log."""
-    steps = pd.DataFrame(run["steps"]).apply(pd.to_numeric, errors="coerce")
+    steps = plots.steps_frame(run)
     targets = cell.target if isinstance(cell.target, list) else [cell.target] * len(final_multipliers(run))
     return [(steps["epoch"], 100 * (steps[f"constrained_density_{k}"] - target)) for k, target in enumerate(targets)]
 

@@ -7,7 +7,7 @@ import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
 import pandas as pd
 
-from paperlib.harness import studies
+from paperlib.harness import plots, studies
 
 from . import report
 
@@ -18,7 +18,7 @@ HISTOGRAM_GRIDS = list(studies.grids("fig:mnist_gate_histograms"))
 
 def _densities(run: dict) -> pd.Series:
     """The model's logged L0-density (%) at every step."""
-    return 100 * pd.DataFrame(run["steps"]).apply(pd.to_numeric, errors="coerce")["l0_density"]
+    return 100 * plots.steps_frame(run)["l0_density"]
 
 
 def restarts_rows(runs: list[dict]) -> pd.DataFrame:
@@ -48,7 +48,7 @@ def plot_restarts(runs: list[dict]) -> plt.Figure:
     targets = sorted({run["params"]["target"] for run in runs})
     fig, axes = plt.subplots(1, 2, figsize=(7, 3.2))
     for run in runs:
-        steps = pd.DataFrame(run["steps"]).apply(pd.to_numeric, errors="coerce")
+        steps = plots.steps_frame(run)
         colour = f"C{targets.index(run['params']['target'])}"
         style = "-" if run["params"]["dual_restarts"] else "--"
         axes[0].plot(steps["epoch"], 100 * steps["l0_density"], color=colour, ls=style, lw=1.2)

@@ -17,11 +17,12 @@ import pandas as pd
 
 from paperlib.harness import rules, studies
 from paperlib.harness.paper_rows import constrained_densities
+from paperlib.harness.plots import steps_frame
 from paperlib.paper.models import gate_counts
 from paperlib.paper.paper_results import paper_cell
 
 from .control import (ABLATION_GRID, condition_link, constraint_names, dense_run, dual_lr_rows, final_gaps,
-                      run_label, run_rows, short_layer_name, step_log)
+                      run_label, run_rows, short_layer_name)
 from .report import complete_records, notebook_link
 
 #: The cause test of layer-wise 20%: the gates' learning rate decayed with the weights'.
@@ -157,7 +158,7 @@ def cause_numbers(reference: dict, test: dict) -> dict:
 
 def _start_density(record: dict) -> float:
     """The model's expected L0-density at a run's first logged step."""
-    return step_log(record).iloc[0]["l0_density"]
+    return steps_frame(record).iloc[0]["l0_density"]
 
 
 def unpushed_under(record: dict) -> list[int]:
@@ -186,7 +187,7 @@ def inactive_misses(runs: list[dict]) -> list[dict]:
 def last_push(record: dict, index: int = 0) -> tuple[pd.Series, pd.Series]:
     """The last logged step at which constraint ``index``'s multiplier was positive, and the logged step
     after it (the first logged step twice if it never was): the epochs, densities and multipliers then."""
-    steps = step_log(record)
+    steps = steps_frame(record)
     pushing = steps.index[steps[f"lambda_{index}"] > 0]
     last = steps.index.get_loc(pushing[-1]) if len(pushing) else 0
     return steps.iloc[last], steps.iloc[min(last + 1, len(steps) - 1) if len(pushing) else 0]
@@ -222,9 +223,9 @@ def drift_rows(runs: list[dict], free_records: list[dict] = ()) -> pd.DataFrame:
     rows = []
     for run in runs:
         names, finals = constraint_names(run), constrained_densities(run, run["history"][-1])
-        steps, twin = step_log(run), free_twin(run, free_records)
+        steps, twin = steps_frame(run), free_twin(run, free_records)
         if twin is not None:
-            twin_steps, twin_finals = step_log(twin), constrained_densities(twin, twin["history"][-1])
+            twin_steps, twin_finals = steps_frame(twin), constrained_densities(twin, twin["history"][-1])
         for i in unpushed_under(run):
             (push, after), gate = last_push(run, i), _one_gate_points(run, i)
             gap = 100 * (finals[i][0] - finals[i][1])
@@ -253,8 +254,8 @@ def plot_free_drift(runs: list[dict], free_records: list[dict] = ()) -> plt.Figu
     fig, axes = plt.subplots(1, 2, figsize=(7, 3.6))
     handles, twinned = [], False
     for colour, run in enumerate(runs):
-        steps, twin = step_log(run), free_twin(run, free_records)
-        twin_steps = None if twin is None else step_log(twin)
+        steps, twin = steps_frame(run), free_twin(run, free_records)
+        twin_steps = None if twin is None else steps_frame(twin)
         twinned = twinned or twin is not None
         for i in unpushed_under(run):
             axes[0].plot(steps["epoch"], 100 * steps[f"constrained_density_{i}"], color=f"C{colour}", lw=1.2)
@@ -318,7 +319,7 @@ def first_push_rows(runs: list[dict]) -> pd.DataFrame:
     gates), and where it ends (final density and gap in points)."""
     rows = []
     for run in runs:
-        steps, finals = step_log(run), constrained_densities(run, run["history"][-1])
+        steps, finals = steps_frame(run), constrained_densities(run, run["history"][-1])
         for i, name in enumerate(constraint_names(run)):
             density, target = steps[f"constrained_density_{i}"], finals[i][1]
             reached = steps.index[density <= target]

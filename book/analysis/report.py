@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from paperlib.harness import presets, records, run_pages
+from paperlib.harness import plots, presets, records, run_pages
 from paperlib.harness.grids import complete_records, grid_records, grid_runs  # noqa: F401 (read as report's)
 
 
@@ -234,7 +234,7 @@ def plot_density_traces(runs: list[dict], label_key: str = "run_name") -> plt.Fi
     """Model L0-density and multiplier against epochs for several runs on shared axes (Figs. 2, 5)."""
     fig, axes = plt.subplots(1, 2, figsize=(7, 3.2))
     for i, run in enumerate(runs):
-        steps = pd.DataFrame(run["steps"] or []).apply(pd.to_numeric, errors="coerce")
+        steps = plots.steps_frame(run)
         if steps.empty:
             continue
         label = str(run["metrics"].get(label_key, run["params"]["run_name"]))
