@@ -156,7 +156,7 @@ def test_the_free_runs_at_both_gates_lrs_give_where_the_loss_alone_takes_the_mod
     slow["params"] |= {"method": "constrained", "gates_lr": 0.1}
     grids = {misses.FREE_GATES_GRID: [fast], control.ABLATION_GRID: [slow]}
     monkeypatch.setattr(misses, "complete_records", lambda grid: grids[grid])
-    monkeypatch.setattr(misses, "step_log", lambda run: pd.DataFrame({"l0_density": [0.92]}))
+    monkeypatch.setattr(misses, "steps_frame", lambda run: pd.DataFrame({"l0_density": [0.92]}))
     table = misses.free_runs()
     assert table["gates' lr"].tolist() == [6.0, 0.1] and table["run"].tolist() == ["model-wise 100%", "layer-wise 100%"]
     assert table[["start (%)", "final (%)", "error (%)"]].values.ravel().tolist() == pytest.approx(
