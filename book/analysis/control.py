@@ -21,7 +21,7 @@ from paperlib.harness import rules, studies
 from paperlib.harness.index import device_kind
 from paperlib.harness.protocols import protocol_name, record_protocol
 from paperlib.harness.paper_rows import constrained_densities, largest_gap, target_label
-from paperlib.harness.plots import plot_gate_histograms, steps_frame
+from paperlib.harness.plots import history_frame, plot_gate_histograms, steps_frame
 from paperlib.harness.vocabulary import METRIC_LABELS
 from paperlib.paper.paper_results import paper_results
 
@@ -359,7 +359,7 @@ def plot_layer_traces(runs: list[dict]) -> plt.Figure:
     fig, axes = plt.subplots(2, len(runs), figsize=(min(7, 2.4 * len(runs)), 4.6), sharex=True, sharey="row",
                              squeeze=False)
     for column, run in enumerate(runs):
-        frame = pd.DataFrame(run["history"]).apply(pd.to_numeric, errors="coerce")
+        frame = history_frame(run)
         layers = list(run["metrics"]["l0_density_per_layer"])
         for index, layer in enumerate(layers):
             axes[0, column].plot(frame["epoch"], 100 * frame[f"density[{layer}]"], lw=1.2,
@@ -478,7 +478,7 @@ def densest_run(runs: list[dict]) -> dict | None:
 def plot_dense_curve(dense: dict) -> plt.Figure:
     """The dense model's test error against epochs: where the schedule ends it."""
     fig, ax = plt.subplots(figsize=(6, 3))
-    history = pd.DataFrame(dense["history"]).apply(pd.to_numeric, errors="coerce")
+    history = history_frame(dense)
     ax.plot(history["epoch"], history["val_error"], marker=".")
     ax.set(xlabel="epoch", ylabel="test error (%)", ylim=(0, None),
            title=f"dense {dense['params']['model']}, {protocol_of(dense)}")

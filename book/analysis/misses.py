@@ -17,7 +17,7 @@ import pandas as pd
 
 from paperlib.harness import rules, studies
 from paperlib.harness.paper_rows import constrained_densities
-from paperlib.harness.plots import steps_frame
+from paperlib.harness.plots import history_frame, steps_frame
 from paperlib.paper.models import gate_counts
 from paperlib.paper.paper_results import paper_cell
 
@@ -84,7 +84,7 @@ def plot_gate_steps(run: dict) -> plt.Figure:
     dashed, and its multiplier on the right axis: the layer's density moves a whole gate at a time."""
     counts = gate_counts(run["params"]["model"])
     layers = list(run["metrics"]["l0_density_per_layer"])
-    frame = pd.DataFrame(run["history"]).apply(pd.to_numeric, errors="coerce")
+    frame = history_frame(run)
     targets = [target for _, target in constrained_densities(run, run["history"][-1])]
     columns = min(3, len(layers))
     rows = math.ceil(len(layers) / columns)
