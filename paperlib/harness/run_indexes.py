@@ -25,6 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import plots, protocols, records, run_pages, studies
+from .index import device_kind
 from .protocols import protocol_name, record_protocol
 
 #: The order of a split's parts, by parameter; values not listed come after, in the order found.
@@ -113,7 +114,7 @@ def run_row(run_dir: Path) -> dict:
     notes = []
     if metrics.get("git_commits_resumed_at"):
         notes.append("resumed")
-    if str(metrics.get("device", "cpu")).startswith("cuda"):
+    if device_kind(metrics.get("device")) == "GPU":
         notes.append("on GPU")
     return {"run": notebook_link(run_dir, run_pages.run_label(params)), "protocol": record_protocol(params),
             "epochs": f"{metrics['epochs_completed']} of {metrics['epochs_planned']}", "status": metrics["status"],

@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import presets, protocols, records, studies
+from .index import device_kind
 from .protocols import protocol_name, record_protocol
 from ..paper import paper_numbers
 from .vocabulary import METRIC_LABELS, WIDE_RESNET, short_number
@@ -33,7 +34,6 @@ DATASET_LABELS = {"mnist": "MNIST", "cifar10": "CIFAR-10", "cifar100": "CIFAR-10
 GROUPING_LABELS = {"model": "model-wise", "layer": "layer-wise"}
 DUAL_OPTIMIZER_LABELS = {"gradient_ascent": "gradient ascent", "nupi": "nuPI",
                          "augmented_lagrangian": "augmented Lagrangian"}
-DEVICE_LABELS = {"cpu": "CPU", "cuda": "GPU"}
 #: Short column names of a run page's table (:func:`run_table`); every value is a percentage.
 SHORT_COLUMNS = {"l0_density": "density", "params_pct": "params", "macs_pct": "MACs",
                  "val_error_best": "best err.", "val_error_final": "final err."}
@@ -162,7 +162,7 @@ def run_line(params: dict, metrics: dict) -> str:
         pairs["protocol"] = (f"{record_protocol(params)}, {metrics['epochs_completed']} of "
                              f"{metrics['epochs_planned']} epochs")
         pairs["seed"] = params["seed"]
-        device = DEVICE_LABELS.get(metrics.get("device"), metrics.get("device"))
+        device = device_kind(metrics.get("device"))
         pairs["ran on"] = (f"{device} ({metrics['device_name']})" if metrics.get("device_name") else device) + (
             f", {metrics['threads']} thread{'s' if metrics['threads'] != 1 else ''}" if metrics.get("threads") else "")
     pairs["record"] = f"`runs/{params['experiment']}/{params['run_name']}/`"
