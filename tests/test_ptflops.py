@@ -4,9 +4,8 @@ The paper's parameter and MAC counts come from ``ptflops.get_model_complexity_in
 with its ``pytorch`` backend. Our ``"paper"`` convention re-implements that
 backend's per-module rules; here the two must agree *exactly*, on the five dense
 architectures of App. J.1 and on purged models (App. D), whose plain layers have
-irregular widths and which contain this package's helper modules
-(:class:`~paperlib.paper.purge.SelectFeatures`, :class:`~paperlib.paper.purge.ScatterChannels`,
-:class:`~paperlib.paper.purge.Residual`): ptflops treats those as zero-cost, and so must we.
+irregular widths and whose forward selects features (``torch.index_select``) and adds residual
+branches back at their channels (``torch.index_add``): ptflops counts neither, and so must we.
 
 ptflops 0.7.5 also patches ``torch.nn.functional`` (``count_functional=True``, its
 default). An ``nn.ReLU`` or ``nn.MaxPool2d`` module calls ``F.relu`` /

@@ -178,7 +178,7 @@ def report(model: nn.Module, input_shape=None, leaves=None) -> list[dict]:
     gated = {name: m for name, m in model.named_modules() if isinstance(m, L0Layer)}
     rows = {name: m for name, m in model.named_modules() if name in gated or isinstance(m, (nn.Conv2d, nn.Linear))
             and not any(name.startswith(g + ".") for g in gated)}
-    counts = {}  # a layer purge wraps (Sequential(SelectFeatures, Linear)) counts for the layer
+    counts = {}  # a layer purge makes a Sequential (a GatedConv2d's conv and batch norm) counts for the layer
     for which, costs in (("dense", layer_costs(plain, shape)),
                          ("now", layer_costs(small, shape, sparse_weights=any(m.sparsity == "unstructured"
                                                                               for m in gated.values())))):
