@@ -330,6 +330,32 @@ def test_a_closed_channel_that_feeds_a_residual_sum_is_removed_and_the_rest_adde
     assert_same_outputs(model, purged, x)
 
 
+class SelfSum(nn.Module):
+    """A sum of a gated tensor and a function of it: both summands have the same channels, sliced alike."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.bn1, self.conv2, self.fc = nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.Conv2d(8, 4, 3), \
+            nn.Linear(4, 2)
+
+    def forward(self, x):
+        h = self.bn1(self.conv1(x))
+        return self.fc(F.adaptive_avg_pool2d(self.conv2(h + F.relu(h)), 1).flatten(1))
+
+
+def test_a_sum_of_one_gated_tensor_with_itself_is_sliced_not_cut():
+    torch.manual_seed(0)
+    model = sparsify(SelfSum(), include="conv1")
+    randomise_batch_norms_(model)
+    with torch.no_grad():
+        model.conv1.weight_log_alpha[:3] = CLOSED
+    x = torch.randn(2, 3, 16, 16)
+    purged = paperlib.purge(model.eval(), x)
+    assert purged.conv1.out_channels == purged.conv2.in_channels == 5 and purged.purge_report == {}
+    assert torch.index_add not in {n.target for n in purged.graph.nodes}
+    assert_same_outputs(model, purged, x)
+
+
 def test_unstructured_purge_keeps_shapes_and_counts_match_the_test_time_model():
     model = sparsify(build("resnet18"), sparsity="unstructured")
     assert all(m.bn is None for m in model.modules() if isinstance(m, GatedConv2d))

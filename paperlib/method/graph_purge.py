@@ -282,8 +282,8 @@ def _slice(traced: fx.GraphModule, graph: ChannelGraph, keep: dict, zero: dict) 
     for node in list(traced.graph.nodes):
         if node in graph.cuts:
             branch = graph.cuts[node]
-            if not keep[branch].all():  # other + branch, the branch's kept channels added at their places
-                other = node.args[1] if node.args[0] is branch else node.args[0]
+            other = node.args[1] if node.args[0] is branch else node.args[0]
+            if not keep[branch].all() and graph.find(branch) is not graph.find(other):  # else both are sliced alike
                 index = _index(traced, node, keep[branch])
                 with traced.graph.inserting_before(node):
                     added = traced.graph.call_function(torch.index_add, (other, 1, index, branch))
