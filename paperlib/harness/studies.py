@@ -278,6 +278,10 @@ FOLDERS = {
         "Magnitude-pruning variants of one dense model",
         "Pruned copies of one dense MNIST model by initialisation and pruning rule "
         "(`benchmarks/pruning_variants.py`); no notebooks."),
+    "settings_study": Folder(
+        "Gates' and dual settings for ConstrainedStep on torchvision models",
+        "resnet18 and mobilenet_v2 on CIFAR-10, 400 steps at a 50% density target, one JSON file a run "
+        "(`benchmarks/settings_study.py`); no notebooks."),
 }
 
 
