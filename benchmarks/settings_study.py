@@ -57,8 +57,8 @@ TARGET, STEPS, BATCH, HELD_OUT = 0.5, 400, 32, 2000
 FOLDER = Path("runs/settings_study")
 
 #: name -> (gates optimiser, gates lr, dual lr, clamp log_alpha[, Adam's betas, by default (0.9, 0.999)]).
-#: "paper": the paper's CIFAR-10 gates (SGD with momentum at lr 6, Table 6) and dual lr (7e-4); "readme": the README's and the page's until now; "docstring":
-#: ConstrainedStep's docstring example's.
+#: "paper": the paper's CIFAR-10 gates (SGD with momentum at lr 6, Table 6) and dual lr (7e-4); "readme": the
+#: README's and the page's until now; "docstring": ConstrainedStep's docstring example's.
 SETTINGS = {
     "paper": ("sgdm", 6.0, 7e-4, True),
     "sgdm2-dual0.1": ("sgdm", 2.0, 0.1, True),
