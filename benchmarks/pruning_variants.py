@@ -51,7 +51,7 @@ from authors_training import validation_error  # noqa: E402
 
 from paperlib.harness import paper_rows, records, training
 from paperlib.paper import pruning  # noqa: E402
-from paperlib.method.layers import init_weights_  # noqa: E402
+from paperlib.paper.models import init_weights_  # noqa: E402
 from paperlib.paper.models import gated_layer_names  # noqa: E402
 from paperlib.harness.presets import resolve_config  # noqa: E402
 

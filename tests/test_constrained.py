@@ -16,8 +16,8 @@ from paperlib.harness.data import load_dataset
 from paperlib.method.constrained import ConstrainedStep, weight_parameters
 from paperlib.method.gate_pass import ModelGates
 from paperlib.method.lagrangian import AugmentedLagrangian, GradientAscent, LagrangeMultipliers, NuPI, dual_optimizer
-from paperlib.method.layers import ConvBN, L0Conv2d, L0Layer, L0Linear
-from paperlib.paper.models import layer_densities, memory_format, model_density
+from paperlib.method.layers import ConvBN, L0Layer
+from paperlib.paper.models import LayerFactory, layer_densities, memory_format, model_density
 from paperlib.method.objective import ConstrainedObjective, PenalizedObjective, augmented_lagrangian_term, parameter_groups
 from paperlib.harness.presets import resolve_config
 
@@ -27,8 +27,9 @@ class Toy(nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.features = nn.Sequential(ConvBN(L0Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)), nn.ReLU())
-        self.head = nn.ModuleDict({"fc": L0Linear(8 * 6 * 6, 5)})
+        layers = LayerFactory(rho_init=0.5)
+        self.features = nn.Sequential(ConvBN(layers.conv(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)), nn.ReLU())
+        self.head = nn.ModuleDict({"fc": layers.linear(8 * 6 * 6, 5)})
 
     def forward(self, x):
         return self.head["fc"](self.features(x).flatten(1))

@@ -9,7 +9,8 @@ import torch.nn.functional as F
 
 from paperlib.method import gates
 from paperlib.method.gate_pass import ModelGates, gate_pass
-from paperlib.method.layers import ConvBN, L0Conv2d, L0Linear, closed_channel_stats_kept
+from paperlib.method.layers import ConvBN, closed_channel_stats_kept
+from paperlib.paper.models import LayerFactory
 from paperlib.paper.models import gated_layers, layer_densities, model_density
 from paperlib.method.objective import linear_term
 
@@ -19,10 +20,11 @@ class Mixed(nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.block1 = ConvBN(L0Conv2d(3, 6, 3, padding=1, bias=False), nn.BatchNorm2d(6))
-        self.conv2 = L0Conv2d(6, 4, 3, sparsity="unstructured")
-        self.fc1 = L0Linear(4 * 4 * 4, 5, sparsity="unstructured")
-        self.fc2 = L0Linear(5, 3)
+        structured, unstructured = LayerFactory(rho_init=0.5), LayerFactory(sparsity="unstructured", rho_init=0.5)
+        self.block1 = structured.conv_bn(3, 6, 3)
+        self.conv2 = unstructured.conv(6, 4, 3)
+        self.fc1 = unstructured.linear(4 * 4 * 4, 5)
+        self.fc2 = structured.linear(5, 3)
 
     def forward(self, x):
         x = F.relu(self.block1(x))

@@ -8,7 +8,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from paperlib.method import gates
-from paperlib.method.layers import ConvBN, L0Conv2d, L0Linear
+from paperlib.method.layers import ConvBN, GatedConv2d, GatedLinear
 from paperlib.paper.models import LayerFactory
 
 LN11 = math.log(11.0)
@@ -26,8 +26,8 @@ def _set_log_alpha(layer, seed=0):
 def make_layer(kind, sparsity, bias=True, rho_init=0.5):
     torch.manual_seed(0)
     if kind == "linear":
-        return L0Linear(5, 3, bias=bias, sparsity=sparsity, rho_init=rho_init)
-    return L0Conv2d(2, 4, 3, stride=1, padding=1, bias=bias, sparsity=sparsity, rho_init=rho_init)
+        return GatedLinear(nn.Linear(5, 3, bias=bias), sparsity=sparsity, rho_init=rho_init)
+    return GatedConv2d(nn.Conv2d(2, 4, 3, stride=1, padding=1, bias=bias), sparsity=sparsity, rho_init=rho_init)
 
 
 LAYER_CASES = [(k, s, b) for k in ("linear", "conv") for s in ("structured", "unstructured") for b in (True, False)]
@@ -46,7 +46,7 @@ def _expected_counts(layer):
             l2 = l2 + (P(layer.bias_log_alpha) * b ** 2).sum()
         return n, active, l2
     pj = P(layer.weight_log_alpha)
-    if isinstance(layer, L0Linear):
+    if isinstance(layer, GatedLinear):
         # one gate per input neuron j, shared by the out_features weights W[:, j]; bias not gated, not counted
         n = layer.in_features * layer.out_features
         active = sum(pj[j] * layer.out_features for j in range(layer.in_features))
@@ -132,14 +132,14 @@ def test_expected_l2_detach_gates(kind, sparsity, bias):
 def _reference_forward(layer, x, wz, bz):
     W = layer.weight * wz
     b = None if layer.bias is None else (layer.bias if bz is None else layer.bias * bz)
-    if isinstance(layer, L0Linear):
+    if isinstance(layer, GatedLinear):
         return F.linear(x, W, b)
     return F.conv2d(x, W, b, layer.stride, layer.padding)
 
 
 def _input(layer, batch=4):
     g = torch.Generator().manual_seed(3)
-    if isinstance(layer, L0Linear):
+    if isinstance(layer, GatedLinear):
         return torch.randn(batch, layer.in_features, generator=g)
     return torch.randn(batch, layer.in_channels, 6, 6, generator=g)
 
@@ -147,7 +147,7 @@ def _input(layer, batch=4):
 def _broadcast(layer, z):
     if layer.sparsity == "unstructured":
         return z
-    return z.view(1, -1) if isinstance(layer, L0Linear) else z.view(-1, 1, 1, 1)
+    return z.view(1, -1) if isinstance(layer, GatedLinear) else z.view(-1, 1, 1, 1)
 
 
 @pytest.mark.parametrize("kind,sparsity,bias", LAYER_CASES)
@@ -222,7 +222,7 @@ def test_structured_conv_gate_zero_zeroes_output_map_including_bias():
 
 def _convbn(bias=False):
     torch.manual_seed(0)
-    conv = L0Conv2d(3, 4, 3, padding=1, bias=bias, sparsity="structured")
+    conv = GatedConv2d(nn.Conv2d(3, 4, 3, padding=1, bias=bias), sparsity="structured")
     with torch.no_grad():
         # log_alpha = -/+30 make the training-mode sample deterministically 0 / 1
         # (|logit(u)| <= 13.8 because u is kept in [1e-6, 1 - 1e-6]).
@@ -315,17 +315,17 @@ def test_convbn_dense_conv_is_plain_conv_bn():
 @pytest.mark.parametrize("bad", ["Structured", "channel", "", None])
 def test_bad_sparsity_string_raises(bad):
     with pytest.raises(ValueError, match="sparsity"):
-        L0Linear(4, 3, sparsity=bad)
+        GatedLinear(nn.Linear(4, 3), sparsity=bad)
     with pytest.raises(ValueError, match="sparsity"):
-        L0Conv2d(2, 3, 3, sparsity=bad)
+        GatedConv2d(nn.Conv2d(2, 3, 3), sparsity=bad)
     with pytest.raises(ValueError, match="sparsity"):
         LayerFactory(sparsity=bad).linear(4, 3)
 
 
 def test_factory_builds_gated_or_dense_layers():
     gated = LayerFactory(gated=True, sparsity="unstructured", rho_init=0.2)
-    assert isinstance(gated.linear(4, 3), L0Linear) and gated.linear(4, 3).sparsity == "unstructured"
-    assert isinstance(gated.conv(2, 3, 3), L0Conv2d)
+    assert isinstance(gated.linear(4, 3), GatedLinear) and gated.linear(4, 3).sparsity == "unstructured"
+    assert isinstance(gated.conv(2, 3, 3), GatedConv2d)
     assert type(gated.dense.linear(4, 3)) is nn.Linear
     assert type(gated.dense.conv(2, 3, 3)) is nn.Conv2d
     unit = gated.conv_bn(2, 3, 3, stride=2)
@@ -348,7 +348,7 @@ def test_a_per_layer_rho_init_overrides_the_factorys():
 def test_gated_linear_weights_are_he_normal_over_the_chosen_fan_divided_by_one_minus_rho(init, fan):
     """std = sqrt(2 / fan) / (1 - rho_init): fan-in by default, fan-out as the authors' code (errata)."""
     torch.manual_seed(0)
-    layer = L0Linear(1200, 300, rho_init=0.2, init=init)
+    layer = LayerFactory(rho_init=0.2, linear_init=init).linear(1200, 300)
     assert layer.weight.std().item() == pytest.approx(math.sqrt(2 / fan) / 0.8, rel=0.01)
     assert layer.weight.mean().item() == pytest.approx(0.0, abs=1e-3)
 
@@ -364,13 +364,13 @@ def test_linear_init_reaches_gated_linear_layers_only():
     conv = factory.conv(200, 20, 5)  # fan-in 200 * 25 = 5000, fan-out 20 * 25 = 500
     assert conv.weight.std().item() == pytest.approx(math.sqrt(2 / 5000) / 0.8, rel=0.02)
     with pytest.raises(ValueError, match="fan_in"):
-        L0Linear(4, 3, init="xavier")
+        LayerFactory(linear_init="xavier").linear(4, 3)
 
 
 @pytest.mark.parametrize("rho", [0.05, 0.3, 0.7])
 def test_gate_initialisation_follows_rho_init(rho):
     torch.manual_seed(0)
-    layer = L0Linear(400, 50, sparsity="structured", rho_init=rho)
+    layer = GatedLinear(nn.Linear(400, 50), sparsity="structured", rho_init=rho)
     la = layer.weight_log_alpha.detach()
     assert la.mean().item() == pytest.approx(math.log((1 - rho) / rho), abs=5e-3)
     assert la.std().item() == pytest.approx(1e-2, rel=0.2)
@@ -393,10 +393,10 @@ def test_clamp_log_alpha_on_layer():
     dict(kernel_size=(1, 3), padding=(0, 1), padding_mode="circular", bias=False),
 ])
 @pytest.mark.parametrize("sparsity", ["structured", "unstructured"])
-def test_l0conv2d_takes_the_arguments_of_conv2d(options, sparsity):
-    """With its median gates absorbed, an L0Conv2d is the nn.Conv2d of the same arguments."""
+def test_gated_conv2d_takes_the_arguments_of_conv2d(options, sparsity):
+    """With its median gates absorbed, a GatedConv2d is the nn.Conv2d of the same arguments."""
     torch.manual_seed(0)
-    layer = L0Conv2d(4, 4, sparsity=sparsity, **options).eval()
+    layer = GatedConv2d(nn.Conv2d(4, 4, **options), sparsity=sparsity).eval()
     plain = nn.Conv2d(4, 4, **options)
     weight, bias = layer.gated_weight_and_bias(median=True)
     with torch.no_grad():

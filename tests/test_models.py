@@ -7,17 +7,17 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from paperlib.method.layers import L0Conv2d, L0Layer, L0Linear
+from paperlib.method.layers import GatedConv2d, GatedLinear, L0Layer
 from paperlib.paper.models import (MLP, MODEL_NAMES, build_model, gate_counts, gated_layer_names, gated_layers,
                              layer_densities, memory_format, model_density)
 
 # Number of sparsifiable layers (App. J.3-J.6) and output classes of the paired dataset.
 EXPECTED = {
-    "mlp": dict(gated=3, classes=10, input=(1, 28, 28), params=266_000, kind=L0Linear),
+    "mlp": dict(gated=3, classes=10, input=(1, 28, 28), params=266_000, kind=GatedLinear),
     "lenet5": dict(gated=4, classes=10, input=(1, 28, 28), params=431_000, kind=None),
-    "wrn-28-10": dict(gated=12, classes=10, input=(3, 32, 32), params=36_500_000, kind=L0Conv2d),
-    "resnet18": dict(gated=16, classes=200, input=(3, 64, 64), params=11_300_000, kind=L0Conv2d),
-    "resnet50": dict(gated=48, classes=1000, input=(3, 224, 224), params=25_500_000, kind=L0Conv2d),
+    "wrn-28-10": dict(gated=12, classes=10, input=(3, 32, 32), params=36_500_000, kind=GatedConv2d),
+    "resnet18": dict(gated=16, classes=200, input=(3, 64, 64), params=11_300_000, kind=GatedConv2d),
+    "resnet50": dict(gated=48, classes=1000, input=(3, 224, 224), params=25_500_000, kind=GatedConv2d),
 }
 
 _CACHE: dict = {}
@@ -48,7 +48,7 @@ def test_gated_layer_count(name):
     if kind is not None:
         assert all(isinstance(layer, kind) for layer in layers)
     else:  # LeNet5: two convs then two linear layers, in forward order
-        assert [type(layer) for layer in layers] == [L0Conv2d, L0Conv2d, L0Linear, L0Linear]
+        assert [type(layer) for layer in layers] == [GatedConv2d, GatedConv2d, GatedLinear, GatedLinear]
     assert all(layer.sparsity == "structured" for layer in layers)
 
 
@@ -210,7 +210,7 @@ def test_a_channels_last_model_trains_in_channels_last_from_its_first_convolutio
         return hook
 
     for module_name, module in model.named_modules():
-        if isinstance(module, (L0Conv2d, nn.Conv2d, nn.MaxPool2d)):
+        if isinstance(module, (GatedConv2d, nn.Conv2d, nn.MaxPool2d)):
             module.register_forward_hook(record(module_name))
     channels = 1 if name == "lenet5" else 3
     size = 28 if name == "lenet5" else 32
@@ -241,7 +241,7 @@ def test_a_channels_last_training_step_matches_nchw_up_to_rounding(sparsity):
 
 def test_gate_counts_are_the_channels_or_neurons_each_gated_layer_switches():
     model = build_model("wrn-16-1", 10)
-    independent = {name: (module.weight.shape[0] if isinstance(module, L0Conv2d) else module.weight.shape[1])
+    independent = {name: (module.weight.shape[0] if isinstance(module, GatedConv2d) else module.weight.shape[1])
                    for name, module in model.named_modules() if isinstance(module, L0Layer)}
     assert gate_counts("wrn-16-1") == independent
     assert list(independent.values()) == [16, 16, 32, 32, 64, 64]

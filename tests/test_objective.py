@@ -5,7 +5,8 @@ import torch
 import torch.nn as nn
 
 from paperlib.method.gate_pass import ModelGates
-from paperlib.method.layers import ConvBN, L0Conv2d, L0Layer, L0Linear
+from paperlib.method.layers import ConvBN, L0Layer
+from paperlib.paper.models import LayerFactory
 from paperlib.paper.models import MLP, gated_layers, layer_densities, model_density
 from paperlib.method.lagrangian import AugmentedLagrangian, GradientAscent, NuPIMultipliers, dual_optimizer
 from paperlib.method.objective import (
@@ -173,10 +174,10 @@ def test_lambda_from_louizos():
 def test_parameter_groups_partition():
     torch.manual_seed(0)
     model = nn.Sequential(
-        L0Linear(6, 5, sparsity="structured"),
+        LayerFactory(rho_init=0.5).linear(6, 5),
         nn.Linear(5, 4),
-        L0Linear(4, 3, sparsity="unstructured"),
-        ConvBN(L0Conv2d(3, 4, 3, bias=False), nn.BatchNorm2d(4)),
+        LayerFactory(sparsity="unstructured", rho_init=0.5).linear(4, 3),
+        ConvBN(LayerFactory(rho_init=0.5).conv(3, 4, 3, bias=False), nn.BatchNorm2d(4)),
         ConvBN(nn.Conv2d(4, 4, 3), nn.BatchNorm2d(4)),
     )
     gated_w, other, gate_params = parameter_groups(model)

@@ -18,7 +18,7 @@ from fake_models import randomise_batch_norms_, run_without_paperlib
 
 from paperlib.method.counting import count_macs, count_params
 from paperlib.method.gates import BETA, median_gates
-from paperlib.method.layers import L0Conv2d, L0Layer
+from paperlib.method.layers import GatedConv2d, L0Layer
 from paperlib.paper.models import LeNet5, build_model, gated_layers
 from paperlib.paper.purge import keep_first, pruned_architecture, purge, purge_groups
 
@@ -103,7 +103,7 @@ def test_purged_model_matches_gated_model(gated_models, name, input_shape, off_l
 
 def _purged_widths(model: nn.Module, purged: nn.Module) -> list[int]:
     """Width of each gated layer's counterpart (same name) along its gated dimension."""
-    return [purged.get_submodule(name).out_channels if isinstance(layer, L0Conv2d)
+    return [purged.get_submodule(name).out_channels if isinstance(layer, GatedConv2d)
             else purged.get_submodule(name).in_features for name, layer in model.named_modules()
             if isinstance(layer, L0Layer)]
 

@@ -10,13 +10,14 @@ import torch.nn.functional as F
 
 from paperlib.method.constrained import ConstrainedStep, weight_parameters
 from paperlib.method.gates import initial_density
-from paperlib.method.layers import L0Linear
+from paperlib.paper.models import LayerFactory
 
 
 def _model():
     """Two gated layers whose gates start at an expected density of 35.5% (rho_init 0.9, eq. 11)."""
     torch.manual_seed(0)
-    return nn.Sequential(L0Linear(6, 8, rho_init=0.9), nn.ReLU(), L0Linear(8, 3, rho_init=0.9))
+    layers = LayerFactory(rho_init=0.9)
+    return nn.Sequential(layers.linear(6, 8), nn.ReLU(), layers.linear(8, 3))
 
 
 def _roll(step, model, steps: int) -> list:

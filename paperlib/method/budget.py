@@ -23,8 +23,8 @@ from torch.fx.passes.shape_prop import TensorMetadata
 from .channels import _BATCH_NORMS, _PRODUCTS, ChannelGraph, is_depthwise, trace
 from .counting import _module_macs, _one_example, count_macs, count_params
 from .graph_purge import _channels, _propagate, at_test_time, purge
-from .layers import ConvBN, L0Layer, LinearGates
-from .sparsify import GatedConv2d, default_layers
+from .layers import ConvBN, GatedConv2d, GatedLinear, L0Layer
+from .sparsify import default_layers
 
 
 def _traced(model: nn.Module, input_shape, leaves, reader: str):
@@ -45,7 +45,7 @@ def _gate_sites(model: nn.Module, layers: list) -> tuple[dict, dict]:
     for i, layer in enumerate(layers):
         name = names[id(layer)]
         bn = isinstance(layer, GatedConv2d) and (layer.bn_name or layer.bn is not None and f"{name}.1")
-        sites[isinstance(layer, LinearGates)][bn or name] = i
+        sites[isinstance(layer, GatedLinear)][bn or name] = i
     return sites
 
 

@@ -88,9 +88,9 @@ class ConstrainedStep:
 
         import torch, torch.nn as nn, torch.nn.functional as F
         from paperlib import ConstrainedStep, weight_parameters
-        from paperlib.method.layers import L0Linear
+        from paperlib.method.layers import GatedLinear
 
-        model = nn.Sequential(nn.Flatten(), L0Linear(784, 300), nn.ReLU(), L0Linear(300, 10))
+        model = nn.Sequential(nn.Flatten(), GatedLinear(nn.Linear(784, 300)), nn.ReLU(), GatedLinear(nn.Linear(300, 10)))
         step = ConstrainedStep(model, torch.optim.Adam(weight_parameters(model), lr=1e-3),
                                target=0.3, gates_lr=0.1, dual_lr=0.05)
         x, y = torch.randn(32, 1, 28, 28), torch.randint(0, 10, (32,))  # in practice, a loader's batches
@@ -152,7 +152,7 @@ class ConstrainedStep:
         layers = gated_modules(model)
         if not layers:
             raise ValueError(f"{type(model).__name__} has no gated layers (paperlib.method.layers.L0Layer modules, such as "
-                             f"L0Linear and L0Conv2d): put gates on it first")
+                             f"GatedLinear and GatedConv2d): put gates on it first")
         if (target is None) == (penalty is None):
             raise ValueError("pass either target (constrained densities) or penalty (a fixed lambda_pen), not "
                              + ("both" if target is not None else "neither"))

@@ -17,7 +17,7 @@ Both are computed by running one forward pass on a single zero input and reading
 shapes (and each attention's). With ``sparse_weights`` (unstructured models, App. L) a weight or bias entry that is
 exactly zero costs neither a parameter nor a MAC.
 
-Gated layers (:mod:`paperlib.method.layers`, :mod:`paperlib.sparsify`) are counted according to ``gates``:
+Gated layers (:mod:`paperlib.method.layers`) are counted according to ``gates``:
 
 * ``"dense"``: as the plain layers they gate, every gate open;
 * ``"expected"``: each entry weighted by the probability that its gate is non-zero (eq. 8), so that ``count_params`` is
@@ -38,15 +38,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from .layers import ConvBN, L0Conv2d, L0Layer, L0Linear
-from .sparsify import GatedConv2d, GatedLinear
+from .layers import ConvBN, GatedConv2d, GatedLinear, L0Layer
 
 CONVENTIONS = ("paper", "plain")
 GATES = ("dense", "expected", "test")
 _ACTIVATIONS = (nn.ReLU, nn.ReLU6, nn.PReLU, nn.ELU, nn.LeakyReLU)  # ptflops' one operation per output element
 _POOLS = (nn.MaxPool2d, nn.AvgPool2d, nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d)
-_CONV_LIKE = (nn.Conv2d, L0Conv2d)
-_LINEAR_LIKE = (nn.Linear, L0Linear, GatedLinear)
+_CONV_LIKE = (nn.Conv2d, GatedConv2d)
+_LINEAR_LIKE = (nn.Linear, GatedLinear)
 
 
 def _entries(tensor: torch.Tensor | None, sparse_weights: bool, keep: torch.Tensor | None = None) -> int | float:
@@ -81,7 +80,7 @@ def gate_keeps(model: nn.Module, gates: str) -> tuple[dict[int, torch.Tensor], d
         by_param[id(layer.weight)] = weight_keep.expand_as(layer.weight)
         if layer.bias is not None and bias_keep is not None:
             by_param[id(layer.bias)] = bias_keep.expand_as(layer.bias)
-        bn = layer.bn if isinstance(layer, GatedConv2d) else bn_of.get(id(layer))
+        bn = bn_of.get(id(layer), getattr(layer, "bn", None))
         if bn is not None and layer.sparsity == "structured":
             by_bn[id(bn)] = values[0]
             by_param.update({id(p): values[0] for p in bn.parameters()})
@@ -92,9 +91,9 @@ def _module_macs(module: nn.Module, inp: torch.Tensor, out: torch.Tensor, conven
                  sparse_weights: bool, keeps: tuple[dict, dict] = ({}, {})) -> int | float:
     paper = convention == "paper"
     by_param, by_bn = keeps
-    if isinstance(module, ConvBN):  # its L0Conv2d runs through forward_with_mask, unseen by hooks
+    if isinstance(module, ConvBN):  # its GatedConv2d runs through forward_with_mask, unseen by hooks
         module = module.conv
-    if isinstance(module, (*_CONV_LIKE, GatedConv2d)):
+    if isinstance(module, _CONV_LIKE):
         positions = out.shape[0] * math.prod(out.shape[2:])  # output positions per channel
         weight, bias = module.weight, module.bias
         macs = positions * _entries(weight, sparse_weights, by_param.get(id(weight)))
@@ -182,7 +181,7 @@ def _one_example(model: nn.Module, input_shape, reader: str = "count_macs") -> t
 def _first_layer(module: nn.Module, x: torch.Tensor, inp: torch.Tensor, shape: tuple) -> str | None:
     """Whether the first weighted layer the forward reaches can read one example of ``shape``: an error (it cannot),
     "batch" (a linear layer reading the input directly, and ``shape`` looks like (batch, features)), or None."""
-    conv = module.conv if isinstance(module, (ConvBN, GatedConv2d)) else module
+    conv = module.conv if isinstance(module, ConvBN) else module
     if isinstance(conv, _CONV_LIKE):
         channels = conv.weight.shape[1] * conv.groups
         if x.dim() != 4 or x.shape[1] != channels:
@@ -234,14 +233,13 @@ def count_macs(model: nn.Module, input_shape: tuple[int, ...] | None = None, con
                 raise ValueError(f"input_shape {shape} does not fit {type(model).__name__}: {first[0]}; "
                                  f"pass one example's shape, without the batch dimension")
 
-    counted = [m for m in model.modules() if len(list(m.children())) == 0 or isinstance(m, GatedLinear)
-               or isinstance(m, GatedConv2d) and m.sparsity == "unstructured"
-               or isinstance(m, ConvBN) and isinstance(m.conv, L0Conv2d)]
+    counted = [m for m in model.modules() if len(list(m.children())) == 0 or isinstance(m, L0Layer)
+               or isinstance(m, ConvBN) and isinstance(m.conv, GatedConv2d)]
     handles = [m.register_forward_hook(hook) for m in counted]
     handles += [m.register_forward_hook(multihead_hook, with_kwargs=True) for m in model.modules()
                 if isinstance(m, nn.MultiheadAttention)]
     handles += [m.register_forward_pre_hook(first_hook) for m in model.modules()
-                if isinstance(m, (*_CONV_LIKE, GatedConv2d, ConvBN, *_LINEAR_LIKE))]
+                if isinstance(m, (*_CONV_LIKE, ConvBN, *_LINEAR_LIKE))]
     was_training = model.training
     try:
         model.eval()
@@ -278,6 +276,6 @@ def count_params(model: nn.Module, sparse_weights: bool = False, gates: str | No
         for name, param in module.named_parameters(recurse=False):
             if id(param) in gate_ids:
                 continue
-            counted_sparsely = sparse_weights and isinstance(module, (nn.Conv2d, nn.Linear, L0Conv2d, L0Linear))
+            counted_sparsely = sparse_weights and isinstance(module, (nn.Conv2d, nn.Linear, L0Layer))
             total += _entries(param, counted_sparsely, keeps.get(id(param)))
     return total

@@ -7,7 +7,7 @@ where the model has one (``small.layer1[0].conv1``), else in plain ``nn.Module``
 
 1. the *test-time model* (:func:`at_test_time`): every gated layer becomes the plain layer it computes with its median
    gates (eq. 9). A gate's value is absorbed into the weights it multiplies, or, where a convolution took its batch norm
-   in (:class:`~paperlib.method.sparsify.GatedConv2d`, :class:`~paperlib.method.layers.ConvBN`), into that batch
+   in (:class:`~paperlib.method.layers.GatedConv2d`, :class:`~paperlib.method.layers.ConvBN`), into that batch
    norm's scale and shift, and the batch norm goes back to its place. A closed channel is then exactly zero;
 2. the test-time model is traced with ``torch.fx`` on ``example_input`` (by default a zero batch of the model's
    ``input_shape``) and its channels grouped (:mod:`paperlib.method.channels`). In a group that is not pinned, a
@@ -46,8 +46,8 @@ import torch.nn as nn
 from torch.fx.passes.shape_prop import ShapeProp
 
 from .channels import ChannelGraph, Selector, is_depthwise, trace
-from .layers import ConvBN, L0Conv2d, L0Layer, L0Linear
-from .sparsify import GatedConv2d, GatedLinear, _set_module
+from .layers import ConvBN, GatedConv2d, GatedLinear, L0Layer
+from .sparsify import _set_module
 
 _ADDS = (operator.add, operator.iadd, torch.add)
 
@@ -201,18 +201,18 @@ def at_test_time(model: nn.Module) -> tuple[nn.Module, dict]:
         for name, module in list(plain.named_modules()):
             conv = module.conv if isinstance(module, ConvBN) else None
             if isinstance(module, L0Layer) and module.sparsity == "structured":
-                gates[name] = (not isinstance(module, (GatedLinear, L0Linear)), module.group_gate_values().ne(0).cpu())
-            if isinstance(conv, L0Conv2d) and conv.sparsity == "structured":  # ConvBN zeroes its closed channels
+                gates[name] = (isinstance(module, GatedConv2d), module.group_gate_values().ne(0).cpu())
+            if isinstance(conv, GatedConv2d) and conv.sparsity == "structured":  # ConvBN zeroes its closed channels
                 module.bn = _scaled_batch_norm(module.bn, conv.group_gate_values().ne(0).float())
             if isinstance(module, GatedConv2d) and module.bn is not None:
                 bn = _scaled_batch_norm(module.bn, module.group_gate_values(median=True))
-                _set_module(plain, name, module.conv if module.bn_name else nn.Sequential(module.conv, bn))
+                conv = _plain_conv(module, module.weight, module.bias)
+                _set_module(plain, name, conv if module.bn_name else nn.Sequential(conv, bn))
                 if module.bn_name:
                     _set_module(plain, module.bn_name, bn)
-            elif isinstance(module, (GatedConv2d, L0Conv2d)):
-                source = module.conv if isinstance(module, GatedConv2d) else module
-                _set_module(plain, name, _plain_conv(source, *module.gated_weight_and_bias(median=True)))
-            elif isinstance(module, (GatedLinear, L0Linear)):
+            elif isinstance(module, GatedConv2d):
+                _set_module(plain, name, _plain_conv(module, *module.gated_weight_and_bias(median=True)))
+            elif isinstance(module, GatedLinear):
                 weight, bias = module.gated_weight_and_bias(median=True)
                 linear = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device="meta")
                 _set_module(plain, name, _filled(linear, weight, bias))
@@ -228,7 +228,7 @@ def _filled(layer: nn.Module, weight: torch.Tensor, bias: torch.Tensor | None) -
 
 
 def _plain_conv(source: nn.Module, weight: torch.Tensor, bias: torch.Tensor | None, **changes) -> nn.Conv2d:
-    """An ``nn.Conv2d`` with the geometry of ``source`` (``nn.Conv2d`` or :class:`L0Conv2d`) and these tensors."""
+    """An ``nn.Conv2d`` with the geometry of ``source`` (``nn.Conv2d`` or :class:`GatedConv2d`) and these tensors."""
     out_channels, in_per_group = weight.shape[:2]
     groups = changes.get("groups", getattr(source, "groups", 1))
     conv = nn.Conv2d(in_per_group * groups, out_channels, weight.shape[2:], stride=source.stride,
@@ -339,12 +339,8 @@ def _index(traced: fx.GraphModule, node: fx.Node, mask: torch.Tensor) -> fx.Node
 
 def _dense_names(model: nn.Module) -> dict[str, str]:
     """Each entry of a sparsified model's state dict -> its name in the model before ``sparsify``."""
-    prefixes = {}
-    for name, module in model.named_modules():
-        if isinstance(module, (GatedConv2d, GatedLinear)):
-            prefixes[f"{name}.{'conv' if isinstance(module, GatedConv2d) else 'linear'}."] = f"{name}."
-        if isinstance(module, GatedConv2d) and module.bn_name:
-            prefixes[f"{name}.bn."] = f"{module.bn_name}."
+    prefixes = {f"{name}.bn.": f"{module.bn_name}." for name, module in model.named_modules()
+                if isinstance(module, GatedConv2d) and module.bn_name}
     return {key: next((dense + key[len(p):] for p, dense in prefixes.items() if key.startswith(p)), key)
             for key in model.state_dict()}
 

@@ -1,18 +1,28 @@
-"""Layers with hard-concrete gates (paper §2, App. B and App. L).
+"""Gated layers: hard-concrete gates on a convolution's or a linear layer's weights (paper §2, App. B and App. L).
+
+:class:`GatedLinear` and :class:`GatedConv2d` put gates on an existing ``nn.Linear`` or ``nn.Conv2d`` and take its
+weight and bias as their own, under their names (``fc.weight``; the gates are ``fc.weight_log_alpha``). They are the one
+family of gated layers: :func:`paperlib.method.sparsify.sparsify` makes them on anyone's model, and the paper's models
+(:mod:`paperlib.paper.models`) are built from them. Each gate's ``log_alpha`` starts at N(log((1 - rho_init) /
+rho_init), 0.01^2) (App. A.2), by default at ``rho_init`` = :data:`~paperlib.method.gates.RHO_INIT`.
 
 Two sparsity kinds are supported:
 
 * ``"structured"`` (the paper's main setting, §2 "Parameter grouping"):
-  :class:`L0Linear` has one gate per *input neuron* and :class:`L0Conv2d` one gate
-  per *output feature map*.
+  :class:`GatedLinear` has one gate per *input feature* and :class:`GatedConv2d` one gate
+  per *output channel*.
 * ``"unstructured"`` (App. L): one gate per weight entry and one per bias entry.
+
+A gate multiplies the weights it gates (theta = theta_tilde * z, §2), except in a structured :class:`GatedConv2d` that
+took in the batch norm after it (``bn``, as :func:`~paperlib.method.sparsify.sparsify` does): that one gates the batch
+norm's output, ``bn(conv(x)) * z``, so that a closed channel outputs exactly zero.
 
 Each layer knows how many parameters its gates can switch off (:attr:`num_sparsifiable_params`) and how many are active
 in expectation (:meth:`expected_active_params`), so that the L0-density of eq. 3 is their ratio. Counting follows the
 authors' code: a convolution's bias belongs to its output-channel group (it is switched off with the channel), while a
 structured linear layer's bias is never gated and is left out of both counts.
 
-A gated convolution that feeds a batch-norm layer is wrapped in
+A gated convolution that feeds a batch-norm layer in the paper's models is wrapped in
 :class:`ConvBN`, which zeroes the batch-norm output of inactive channels so that
 removing those channels at purge time (App. D) leaves the output unchanged.
 """
@@ -24,8 +34,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import gates
-from .vocabulary import LINEAR_INITS, SPARSITY_KINDS
-
+from .vocabulary import SPARSITY_KINDS
 
 
 def _check_sparsity(sparsity: str) -> None:
@@ -33,32 +42,14 @@ def _check_sparsity(sparsity: str) -> None:
         raise ValueError(f"sparsity must be one of {SPARSITY_KINDS}; got {sparsity!r}")
 
 
-def init_weights_(weight: torch.Tensor, bias: torch.Tensor | None, mode: str = "fan_in") -> None:
-    """He-normal weights (standard deviation sqrt(2 / fan)) and biases drawn from N(0, 0.01^2).
-
-    Every layer uses fan-in, the initialisation both the authors' and Louizos et al.'s code intended. The authors' gated
-    linear layer asks for fan-out, a mode inherited from Louizos et al.'s code, where the weight is stored transposed as
-    (in, out) so that it meant fan-in there. In PyTorch's (out, in) layout it scales each linear layer's weights by
-    sqrt(in / out), e.g. sqrt(10) for the MLP's output layer (book/errata.md). ``mode="fan_out"`` reproduces it.
-    """
-    if mode not in LINEAR_INITS:
-        raise ValueError(f"initialisation mode must be one of {LINEAR_INITS}; got {mode!r}")
-    with torch.no_grad():
-        nn.init.kaiming_normal_(weight, mode=mode)
-        if bias is not None:
-            bias.normal_(0.0, 1e-2)
-
-
 class L0Layer(nn.Module):
-    """Behaviour shared by :class:`L0Linear` and :class:`L0Conv2d`.
+    """What :class:`GatedLinear` and :class:`GatedConv2d` share: the gates on the ``weight`` and ``bias`` of ``layer``
+    (an ``nn.Linear`` or ``nn.Conv2d``), which become this module's own parameters.
 
-    Subclasses define ``weight``, ``bias`` (or None), ``weight_log_alpha``,
-    ``bias_log_alpha`` (unstructured with bias only, else None) and
-    :meth:`_group_view`, which reshapes per-gate values so that they broadcast
-    against ``weight``.
+    ``structured_shape`` is the shape of the structured gates; an unstructured layer has one gate per weight entry
+    (``weight_log_alpha``) and one per bias entry (``bias_log_alpha``, else None). Subclasses define
+    :meth:`_group_view`, which reshapes per-gate values so that they broadcast against ``weight``.
     """
-
-    sparsity: str
 
     #: Whether a structured gate also switches off its group's bias entry (a convolution's output channel), or the bias
     #: is never gated (a linear layer's input neuron).
@@ -67,6 +58,20 @@ class L0Layer(nn.Module):
     #: The training forward's gated (weight, bias, channel mask), when :mod:`paperlib.method.gate_pass` computed them
     #: for every layer at once; None: the layer samples its own gates.
     pass_params: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None] | None = None
+
+    def __init__(self, layer: nn.Module, sparsity: str, rho_init: float, structured_shape: tuple[int, ...]):
+        super().__init__()
+        _check_sparsity(sparsity)
+        self.sparsity = sparsity
+        self.weight, self.bias = layer.weight, layer.bias
+        self.weight_log_alpha = nn.Parameter(torch.empty(structured_shape if sparsity == "structured"
+                                                         else tuple(self.weight.shape)))
+        gates.init_log_alpha_(self.weight_log_alpha, rho_init)
+        self.bias_log_alpha = None
+        if sparsity == "unstructured" and self.bias is not None:
+            self.bias_log_alpha = nn.Parameter(torch.empty(self.bias.shape))
+            gates.init_log_alpha_(self.bias_log_alpha, rho_init)
+        self.to(self.weight.device)
 
     # ----- gate values -------------------------------------------------------
     def gate_tensors(self, median: bool, uniforms: tuple | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -188,33 +193,18 @@ class L0Layer(nn.Module):
         for p in self.gate_parameters():
             gates.clamp_log_alpha_(p)
 
-    # ----- construction ------------------------------------------------------
-    def _init_gates(self, gate_shape: tuple[int, ...], rho_init: float) -> None:
-        self.weight_log_alpha = nn.Parameter(torch.empty(gate_shape))
-        gates.init_log_alpha_(self.weight_log_alpha, rho_init)
-        if self.sparsity == "unstructured" and self.bias is not None:
-            self.bias_log_alpha = nn.Parameter(torch.empty(self.bias.shape))
-            gates.init_log_alpha_(self.bias_log_alpha, rho_init)
-        else:
-            self.bias_log_alpha = None
 
-    def _compensate_init_shrinkage(self, rho_init: float) -> None:
-        """Divide the initial weights by (1 - rho_init), as the authors' code does.
+class GatedLinear(L0Layer):
+    """An ``nn.Linear`` with hard-concrete gates: one per input feature, shared by the ``out_features`` weights leaving
+    it, the bias not gated (structured, the paper's MLP); or one per weight and per bias entry (unstructured).
 
-        Gates start around 1 - rho_init in their code's reasoning, so this keeps the effective initial weights of gated
-        and dense models alike. The paper is silent on this detail. Their code divides the biases of convolutions only;
-        this also divides the gated biases of unstructured linear layers (book/errata.md).
-        """
-        with torch.no_grad():
-            self.weight.div_(1.0 - rho_init)
-            if self.bias is not None and (isinstance(self, L0Conv2d) or self.sparsity == "unstructured"):
-                self.bias.div_(1.0 - rho_init)
+    >>> GatedLinear(nn.Linear(4, 2))(torch.randn(3, 4)).shape
+    torch.Size([3, 2])
+    """
 
-
-class LinearGates(L0Layer):
-    """What every gated linear layer shares: ``F.linear`` with its gated weights, and a structured gate per input
-    feature, which scales that column of the weight (the paper's MLP, §5.2). :class:`L0Linear` owns its weights;
-    :class:`~paperlib.method.sparsify.GatedLinear` gates an existing ``nn.Linear``'s."""
+    def __init__(self, linear: nn.Linear, sparsity: str = "structured", rho_init: float = gates.RHO_INIT):
+        super().__init__(linear, sparsity, rho_init, (linear.in_features,))
+        self.in_features, self.out_features = linear.in_features, linear.out_features
 
     @property
     def group_size(self) -> int:
@@ -227,63 +217,36 @@ class LinearGates(L0Layer):
         weight, bias, _ = self._forward_params()
         return F.linear(x, weight, bias)
 
-
-class L0Linear(LinearGates):
-    """Fully connected layer with hard-concrete gates.
-
-    Structured: one gate per input neuron, shared by the ``out_features`` weights leaving that neuron; the bias is not
-    gated. Unstructured: one gate per entry. ``init="fan_out"`` initialises the weights as the authors' code does
-    (:func:`init_weights_`).
-    """
-
-    def __init__(self, in_features: int, out_features: int, bias: bool = True,
-                 sparsity: str = "structured", rho_init: float = 0.5, init: str = "fan_in"):
-        super().__init__()
-        _check_sparsity(sparsity)
-        self.in_features, self.out_features, self.sparsity = in_features, out_features, sparsity
-        self.weight = nn.Parameter(torch.empty(out_features, in_features))
-        self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
-        init_weights_(self.weight, self.bias, mode=init)
-        self._init_gates((in_features,) if sparsity == "structured" else (out_features, in_features), rho_init)
-        self._compensate_init_shrinkage(rho_init)
-
     def extra_repr(self) -> str:
         return f"{self.in_features}, {self.out_features}, bias={self.bias is not None}, sparsity={self.sparsity}"
 
 
-class L0Conv2d(L0Layer):
-    """2-D convolution with hard-concrete gates.
+class GatedConv2d(L0Layer):
+    """An ``nn.Conv2d`` (any: groups, depthwise, dilation, padding modes, bias or not) with hard-concrete gates, and
+    the batch norm after it, if any.
 
-    Structured: one gate per output feature map, shared by that filter's weights
-    and its bias. Unstructured: one gate per weight and per bias entry.
-    ``kernel_size``, ``stride``, ``padding``, ``dilation``, ``groups`` and
-    ``padding_mode`` are those of ``nn.Conv2d`` (ints or pairs).
-    :func:`paperlib.method.sparsify.sparsify` gates an existing ``nn.Conv2d`` instead.
+    Structured: one gate per output channel, shared by that filter's weights and its bias; with ``bn``, the gate
+    multiplies the batch norm's output instead. Unstructured: one gate per weight and per bias entry; ``bn`` is then
+    None. ``bn_name`` is where the batch norm sat in the model, so that :func:`paperlib.method.graph_purge.purge` can
+    put it back.
 
-    >>> L0Conv2d(4, 6, (3, 5), padding=(1, 2), dilation=(1, 2), groups=2)(torch.randn(1, 4, 8, 8)).shape
-    torch.Size([1, 6, 8, 4])
+    >>> layer = GatedConv2d(nn.Conv2d(3, 8, 3, groups=1, dilation=2), nn.BatchNorm2d(8))
+    >>> layer(torch.randn(2, 3, 9, 9)).shape
+    torch.Size([2, 8, 5, 5])
     """
 
     bias_in_group = True
+    _GEOMETRY = ("in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation", "groups",
+                 "padding_mode", "_reversed_padding_repeated_twice")
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int], stride=1,
-                 padding=0, bias: bool = True, sparsity: str = "structured", rho_init: float = 0.5,
-                 dilation=1, groups: int = 1, padding_mode: str = "zeros"):
-        super().__init__()
-        _check_sparsity(sparsity)
-        # nn.Conv2d checks the geometry (divisibility by groups, padding mode) and says what is wrong
-        geometry = nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, False,
-                             padding_mode, device="meta")
-        self._padding_repeated = geometry._reversed_padding_repeated_twice
-        self.in_channels, self.out_channels, self.sparsity = in_channels, out_channels, sparsity
-        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
-        self.dilation, self.groups, self.padding_mode = dilation, groups, padding_mode
-        kernel = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
-        self.weight = nn.Parameter(torch.empty(out_channels, in_channels // groups, *kernel))
-        self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
-        init_weights_(self.weight, self.bias)
-        self._init_gates((out_channels,) if sparsity == "structured" else tuple(self.weight.shape), rho_init)
-        self._compensate_init_shrinkage(rho_init)
+    def __init__(self, conv: nn.Conv2d, bn: nn.BatchNorm2d | None = None, sparsity: str = "structured",
+                 rho_init: float = gates.RHO_INIT, bn_name: str | None = None):
+        if bn is not None and sparsity != "structured":
+            raise ValueError("only a structured GatedConv2d takes in its batch norm")
+        super().__init__(conv, sparsity, rho_init, (conv.out_channels,))
+        self.bn, self.bn_name = bn, bn_name
+        for name in self._GEOMETRY:
+            setattr(self, name, getattr(conv, name))
 
     @property
     def group_size(self) -> int:
@@ -293,9 +256,12 @@ class L0Conv2d(L0Layer):
         return per_gate.view(-1, 1, 1, 1)
 
     def forward_params(self, weight_z: torch.Tensor, bias_z: torch.Tensor | None):
-        """(weight, bias, channel mask); structured: the mask is 1 for output channels with a non-zero gate, else 0."""
+        """(weight, bias, channel mask). Structured: the mask is 1 for output channels with a non-zero gate, else 0;
+        with a batch norm taken in, (the channel gates, None, None)."""
         if self.sparsity == "unstructured":
             return super().forward_params(weight_z, bias_z)
+        if self.bn is not None:
+            return weight_z, None, None
         bias = None if self.bias is None else self.bias * weight_z
         return self.weight * self._group_view(weight_z), bias, weight_z.ne(0).to(weight_z.dtype)
 
@@ -305,21 +271,17 @@ class L0Conv2d(L0Layer):
         The mask (1: non-zero gate, 0: closed) comes from the same gate sample as the output (structured only; None for
         unstructured layers, whose channels are never removed).
         """
-        weight, bias, mask = self._forward_params()
-        return self._convolve(x, weight, bias), mask
-
-    def _convolve(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        if self.padding_mode != "zeros":  # as nn.Conv2d: pad first, then convolve without padding
-            x = F.pad(x, self._padding_repeated, mode=self.padding_mode)
-            return F.conv2d(x, weight, bias, self.stride, 0, self.dilation, self.groups)
-        return F.conv2d(x, weight, bias, self.stride, self.padding, self.dilation, self.groups)
+        first, second, mask = self._forward_params()
+        if self.bn is None:
+            return nn.Conv2d._conv_forward(self, x, first, second), mask
+        return self.bn(nn.Conv2d._conv_forward(self, x, self.weight, self.bias)) * first.view(1, -1, 1, 1), mask
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.forward_with_mask(x)[0]
 
     def extra_repr(self) -> str:
         extra = "".join(f", {name}={getattr(self, name)!r}" for name, default in
-                        (("dilation", 1), ("groups", 1), ("padding_mode", "zeros")) if getattr(self, name) != default)
+                        (("dilation", (1, 1)), ("groups", 1), ("padding_mode", "zeros")) if getattr(self, name) != default)
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
                 f"padding={self.padding}{extra}, bias={self.bias is not None}, sparsity={self.sparsity}")
 
@@ -327,7 +289,7 @@ class L0Conv2d(L0Layer):
 class ConvBN(nn.Module):
     """A convolution followed by batch normalisation, gated or not.
 
-    When the convolution is a structured :class:`L0Conv2d`, the batch-norm output of channels whose gate is zero is set
+    When the convolution is a structured :class:`GatedConv2d`, the batch-norm output of channels whose gate is zero is set
     to zero and their running statistics are left untouched, as the authors' ``L0BatchNorm2d`` does. Without this a
     switched-off channel would still emit the batch-norm shift ``beta``, and removing it at purge time (App. D) would
     change the output.
@@ -338,7 +300,7 @@ class ConvBN(nn.Module):
         self.conv, self.bn = conv, bn
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not isinstance(self.conv, L0Conv2d):
+        if not isinstance(self.conv, GatedConv2d):
             return self.bn(self.conv(x))
         out, mask = self.conv.forward_with_mask(x)
         if mask is None:
@@ -352,7 +314,7 @@ class ConvBN(nn.Module):
 
     def gated_batch_norm(self) -> nn.BatchNorm2d | None:
         """The batch norm whose closed channels keep their running statistics, if any."""
-        gated = isinstance(self.conv, L0Conv2d) and self.conv.sparsity == "structured"
+        gated = isinstance(self.conv, GatedConv2d) and self.conv.sparsity == "structured"
         return self.bn if gated and self.bn.track_running_stats else None
 
 

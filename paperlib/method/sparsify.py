@@ -6,8 +6,8 @@ MobileNetV2, a VGG, a ConvNeXt, the MLPs of a vision transformer), in place,
 keeping its weights:
 
 * ``sparsity="structured"`` (§2, "Parameter grouping"): one gate per *output channel* of a convolution
-  (:class:`GatedConv2d`, any ``nn.Conv2d``: groups, depthwise, dilation, padding modes, bias or not) and one per *input
-  feature* of a linear layer (:class:`GatedLinear`), as the paper's MLP has;
+  (:class:`~paperlib.method.layers.GatedConv2d`) and one per *input feature* of a linear layer
+  (:class:`~paperlib.method.layers.GatedLinear`), as the paper's MLP has;
 * ``sparsity="unstructured"`` (App. L): one gate per weight and per bias entry.
 
 Which layers? The model is traced with ``torch.fx`` and its channels grouped (:mod:`paperlib.method.channels`). A
@@ -23,19 +23,14 @@ predicates ``f(name, module)``) add layers to that rule or take them out.
 
 A structured convolution followed by its batch norm takes the batch norm in (the batch norm's place in the model becomes
 an ``nn.Identity``) and gates its output: ``bn(conv(x)) * z``, so a closed channel outputs exactly zero and the batch
-norm's statistics are those of the ungated convolution. Without a batch norm, ``conv(x) * z`` equals a convolution with
-gated weights and bias, the gating of :class:`paperlib.method.layers.L0Conv2d`.
+norm's statistics are those of the ungated convolution. Without a batch norm, the gates multiply the weights and bias.
 
-The gated layers hold the model's own layers (``layer1.0.conv1.conv.weight`` is ``layer1.0.conv1.weight``):
+The gated layers are those the paper's models are built from (:mod:`paperlib.method.layers`), and keep the model's
+weights under their names (``layer1.0.conv1.weight``; a batch norm taken in is ``layer1.0.conv1.bn``):
 :func:`~paperlib.method.graph_purge.load_dense_state_dict` loads a checkpoint of the model before :func:`sparsify`
 into it, and :func:`~paperlib.method.graph_purge.dense_state_dict` gives the model's state dict as it was before, its
-gates folded in at test time.
-
-The gated layers are :class:`paperlib.method.layers.L0Layer`\\ s: densities (eq. 3),
-expected L2 (eq. 13), the gate pass of :mod:`paperlib.method.gate_pass` and
-:func:`paperlib.method.counting.count_params` work on them as on the paper's models.
-A group's parameters, for the densities, are those of the paper: a filter and
-its bias; an input feature's column of weights.
+gates folded in at test time. A group's parameters, for the densities, are those of the paper: a filter and its bias;
+an input feature's column of weights.
 """
 
 from collections.abc import Iterable
@@ -47,94 +42,7 @@ import torch.nn as nn
 
 from . import gates
 from .channels import ChannelGraph, Selector, select_modules, trace
-from .layers import L0Layer, LinearGates, _check_sparsity
-
-
-class GatedConv2d(L0Layer):
-    """An ``nn.Conv2d`` (and the batch norm after it, if any) with hard-concrete gates.
-
-    Structured: one gate per output channel, applied to the output of ``bn`` when there is one, else of ``conv``.
-    Unstructured: one gate per weight and per bias entry; ``bn`` is then None. ``bn_name`` is where the batch norm sat
-    in the model, so that :func:`paperlib.method.graph_purge.purge` can put it back.
-
-    >>> layer = GatedConv2d(nn.Conv2d(3, 8, 3, groups=1, dilation=2), nn.BatchNorm2d(8))
-    >>> layer(torch.randn(2, 3, 9, 9)).shape
-    torch.Size([2, 8, 5, 5])
-    """
-
-    bias_in_group = True
-
-    def __init__(self, conv: nn.Conv2d, bn: nn.BatchNorm2d | None = None, sparsity: str = "structured",
-                 rho_init: float = 0.3, bn_name: str | None = None):
-        super().__init__()
-        _check_sparsity(sparsity)
-        if bn is not None and sparsity != "structured":
-            raise ValueError("only a structured GatedConv2d takes in its batch norm")
-        self.conv, self.bn, self.sparsity, self.bn_name = conv, bn, sparsity, bn_name
-        self._init_gates((conv.out_channels,) if sparsity == "structured" else tuple(conv.weight.shape), rho_init)
-        self.to(conv.weight.device)
-
-    @property
-    def weight(self) -> nn.Parameter:
-        return self.conv.weight
-
-    @property
-    def bias(self) -> nn.Parameter | None:
-        return self.conv.bias
-
-    @property
-    def group_size(self) -> int:
-        return self.conv.weight[0].numel() + (1 if self.conv.bias is not None else 0)
-
-    def _group_view(self, per_gate: torch.Tensor) -> torch.Tensor:
-        return per_gate.view(-1, 1, 1, 1)
-
-    def forward_params(self, weight_z: torch.Tensor, bias_z: torch.Tensor | None):
-        """Structured: (the channel gates, None, None); unstructured: (gated weight, gated bias, None)."""
-        if self.sparsity == "structured":
-            return weight_z, None, None
-        return super().forward_params(weight_z, bias_z)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        first, second, _ = self._forward_params()
-        if self.sparsity == "unstructured":
-            return self.conv._conv_forward(x, first, second)
-        out = self.conv(x)
-        if self.bn is not None:
-            out = self.bn(out)
-        return out * first.view(1, -1, 1, 1)
-
-    def extra_repr(self) -> str:
-        return f"sparsity={self.sparsity}"
-
-
-class GatedLinear(LinearGates):
-    """An ``nn.Linear`` with hard-concrete gates: one per input feature (structured) or per entry (unstructured).
-
-    As in :class:`paperlib.method.layers.L0Linear`, a structured layer's bias has no gate.
-
-    >>> GatedLinear(nn.Linear(4, 2))(torch.randn(3, 4)).shape
-    torch.Size([3, 2])
-    """
-
-    def __init__(self, linear: nn.Linear, sparsity: str = "structured", rho_init: float = 0.3):
-        super().__init__()
-        _check_sparsity(sparsity)
-        self.linear, self.sparsity = linear, sparsity
-        self._init_gates((linear.in_features,) if sparsity == "structured" else tuple(linear.weight.shape),
-                         rho_init)
-        self.to(linear.weight.device)
-
-    @property
-    def weight(self) -> nn.Parameter:
-        return self.linear.weight
-
-    @property
-    def bias(self) -> nn.Parameter | None:
-        return self.linear.bias
-
-    def extra_repr(self) -> str:
-        return f"sparsity={self.sparsity}"
+from .layers import GatedConv2d, GatedLinear, L0Layer, _check_sparsity
 
 
 def default_layers(model: nn.Module, graph: ChannelGraph | None = None) -> list[str]:
@@ -180,7 +88,7 @@ def _selected(selectors: Iterable[Selector] | Selector | None, candidates: dict[
 
 
 def sparsify(model: nn.Module, sparsity: str = "structured", include: Iterable[Selector] | Selector | None = None,
-             exclude: Iterable[Selector] | Selector | None = None, rho_init: float = 0.3,
+             exclude: Iterable[Selector] | Selector | None = None, rho_init: float = gates.RHO_INIT,
              leaves: Iterable[Selector] | Selector | Literal["auto"] | None = None) -> nn.Module:
     """Put hard-concrete gates on ``model``'s convolutions and linear layers, in place; returns ``model``.
 
@@ -197,8 +105,8 @@ def sparsify(model: nn.Module, sparsity: str = "structured", include: Iterable[S
 
     >>> import torchvision
     >>> model = sparsify(torchvision.models.resnet18(num_classes=10), exclude="fc")
-    >>> model.layer1[0].conv1.conv, model.layer1[0].bn1
-    (Conv2d(64, 64, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1), bias=False), Identity())
+    >>> model.layer1[0].conv1.weight.shape, type(model.layer1[0].conv1.bn).__name__, model.layer1[0].bn1
+    (torch.Size([64, 64, 3, 3]), 'BatchNorm2d', Identity())
     >>> sum(isinstance(m, GatedConv2d) for m in model.modules())
     8
     """

@@ -31,7 +31,9 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn as nn
 
-from ..method.layers import ConvBN, L0Conv2d, L0Layer, L0Linear, init_weights_
+from ..method.gates import RHO_INIT
+from ..method.layers import ConvBN, GatedConv2d, GatedLinear, L0Layer
+from ..method.vocabulary import LINEAR_INITS
 
 #: The paper's models (App. J); any ``wrn-DEPTH-WIDTH`` is a model too (:func:`is_model_name`).
 MODEL_NAMES = ("mlp", "lenet5", "wrn-28-10", "resnet18", "resnet50")
@@ -67,21 +69,38 @@ def per_layer_rho_init(rho_init: float | Sequence[float], num_layers: int, model
     return values
 
 
+def init_weights_(weight: torch.Tensor, bias: torch.Tensor | None, mode: str = "fan_in") -> None:
+    """He-normal weights (standard deviation sqrt(2 / fan)) and biases drawn from N(0, 0.01^2).
+
+    Every layer uses fan-in, the initialisation both the authors' and Louizos et al.'s code intended. The authors' gated
+    linear layer asks for fan-out, a mode inherited from Louizos et al.'s code, where the weight is stored transposed as
+    (in, out) so that it meant fan-in there. In PyTorch's (out, in) layout it scales each linear layer's weights by
+    sqrt(in / out), e.g. sqrt(10) for the MLP's output layer (book/errata.md). ``mode="fan_out"`` reproduces it.
+    """
+    if mode not in LINEAR_INITS:
+        raise ValueError(f"initialisation mode must be one of {LINEAR_INITS}; got {mode!r}")
+    with torch.no_grad():
+        nn.init.kaiming_normal_(weight, mode=mode)
+        if bias is not None:
+            bias.normal_(0.0, 1e-2)
+
+
 @dataclass(frozen=True)
 class LayerFactory:
-    """Makes a model's layers: gated (:class:`~paperlib.method.layers.L0Linear`,
-    :class:`~paperlib.method.layers.L0Conv2d`) or plain, with one sparsity and rho_init.
+    """Makes a model's layers, gated (:class:`~paperlib.method.layers.GatedLinear`,
+    :class:`~paperlib.method.layers.GatedConv2d`, the layers :func:`~paperlib.method.sparsify.sparsify` makes) or
+    plain, with one sparsity and rho_init.
 
     A model's builder hands one factory to every block, in the manner of torchvision's ``norm_layer``, instead of
     threading ``gated, sparsity, rho_init`` through every constructor. :attr:`dense` makes the layers that are never
-    gated (stems, shortcuts and classifiers, App. J.4-J.6). Plain layers are initialised by fan-in
-    (:func:`~paperlib.method.layers.init_weights_`); ``linear_init`` applies to gated linear layers only, as in the
-    authors' code, whose plain linear layers use fan-in.
+    gated (stems, shortcuts and classifiers, App. J.4-J.6). Layers are initialised by fan-in (:func:`init_weights_`);
+    ``linear_init`` applies to gated linear layers only, as in the authors' code, whose plain linear layers use fan-in.
+    A gated layer's weights are then divided by 1 - rho_init, as the authors' code does (:meth:`_gated`).
     """
 
     gated: bool = True
     sparsity: str = "structured"
-    rho_init: float | list[float] = 0.5
+    rho_init: float | list[float] = RHO_INIT
     linear_init: str = "fan_in"
 
     @property
@@ -91,27 +110,51 @@ class LayerFactory:
 
     def linear(self, in_features: int, out_features: int, rho_init: float | None = None) -> nn.Module:
         """A linear layer; ``rho_init`` overrides the factory's (one value per layer, App. A.2)."""
-        if self.gated:
-            return L0Linear(in_features, out_features, sparsity=self.sparsity,
-                            rho_init=self.rho_init if rho_init is None else rho_init, init=self.linear_init)
-        layer = nn.Linear(in_features, out_features)
-        init_weights_(layer.weight, layer.bias)
-        return layer
+        if not self.gated:
+            layer = nn.Linear(in_features, out_features)
+            init_weights_(layer.weight, layer.bias)
+            return layer
+        layer = _uninitialised(nn.Linear, in_features, out_features)
+        init_weights_(layer.weight, layer.bias, mode=self.linear_init)
+        return self._gated(GatedLinear, layer, rho_init)
 
     def conv(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1, padding: int = 0,
              bias: bool = True, rho_init: float | None = None) -> nn.Module:
         """A 2-D convolution; ``rho_init`` overrides the factory's."""
-        if self.gated:
-            return L0Conv2d(in_channels, out_channels, kernel_size, stride, padding, bias=bias,
-                            sparsity=self.sparsity, rho_init=self.rho_init if rho_init is None else rho_init)
-        layer = nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, bias=bias)
+        if not self.gated:
+            layer = nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, bias=bias)
+            init_weights_(layer.weight, layer.bias)
+            return layer
+        layer = _uninitialised(nn.Conv2d, in_channels, out_channels, kernel_size, stride, padding, bias=bias)
         init_weights_(layer.weight, layer.bias)
+        return self._gated(GatedConv2d, layer, rho_init)
+
+    def _gated(self, gated: type, layer: nn.Module, rho_init: float | None) -> nn.Module:
+        """``layer`` with gates, its initial weights divided by (1 - rho_init), as the authors' code does.
+
+        Gates start around 1 - rho_init in their code's reasoning, so this keeps the effective initial weights of gated
+        and dense models alike. The paper is silent on this detail. Their code divides the biases of convolutions only;
+        this also divides the gated biases of unstructured linear layers (book/errata.md).
+        """
+        rho_init = self.rho_init if rho_init is None else rho_init
+        layer = gated(layer, sparsity=self.sparsity, rho_init=rho_init)
+        with torch.no_grad():
+            layer.weight.div_(1.0 - rho_init)
+            if layer.bias is not None and (gated is GatedConv2d or self.sparsity == "unstructured"):
+                layer.bias.div_(1.0 - rho_init)
         return layer
 
     def conv_bn(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1) -> ConvBN:
         """A "same"-padded convolution without bias, followed by batch norm (:class:`ConvBN`)."""
         conv = self.conv(in_channels, out_channels, kernel_size, stride, padding=kernel_size // 2, bias=False)
         return ConvBN(conv, nn.BatchNorm2d(out_channels))
+
+
+def _uninitialised(layer: type, *args, **kwargs) -> nn.Module:
+    """``layer(*args, **kwargs)`` on the default device with its weights left uninitialised: nothing is drawn from
+    the random generator, so that the draws of :func:`init_weights_` and the gates' come in the order the records'
+    models drew them."""
+    return layer(*args, **kwargs, device="meta").to_empty(device=torch.empty(0).device)
 
 
 class MLP(nn.Sequential):
@@ -198,7 +241,7 @@ class WideResNet(nn.Module):
     """WideResNet-depth-width for 32x32 inputs (App. J.4); 12 gated convs for 28-10."""
 
     def __init__(self, depth: int = 28, width: int = 10, num_classes: int = 10,
-                 layers: LayerFactory = LayerFactory(rho_init=0.3)):
+                 layers: LayerFactory = LayerFactory()):
         super().__init__()
         if (depth - 4) % 6 != 0:
             raise ValueError(f"WideResNet depth must be 6n + 4; got depth={depth}")
@@ -295,7 +338,7 @@ class ResNet(nn.Module):
     """
 
     def __init__(self, block: type, blocks_per_stage: list[int], num_classes: int, small_input: bool,
-                 layers: LayerFactory = LayerFactory(rho_init=0.3)):
+                 layers: LayerFactory = LayerFactory()):
         super().__init__()
         self.stem = layers.dense.conv_bn(3, 64, 3 if small_input else 7, 2)
         self.stem_relu = nn.ReLU()
@@ -329,12 +372,12 @@ class ResNet(nn.Module):
         return self.fc(x)
 
 
-def resnet18(num_classes: int = 200, layers: LayerFactory = LayerFactory(rho_init=0.3)) -> ResNet:
+def resnet18(num_classes: int = 200, layers: LayerFactory = LayerFactory()) -> ResNet:
     """ResNet18 for 64x64 TinyImageNet images: 16 gated convs (App. J.5)."""
     return ResNet(BasicBlock, [2, 2, 2, 2], num_classes, small_input=True, layers=layers)
 
 
-def resnet50(num_classes: int = 1000, layers: LayerFactory = LayerFactory(rho_init=0.3)) -> ResNet:
+def resnet50(num_classes: int = 1000, layers: LayerFactory = LayerFactory()) -> ResNet:
     """ResNet50 in torchvision's layout for 224x224 ImageNet images: 48 gated convs (App. J.6)."""
     return ResNet(Bottleneck, [3, 4, 6, 3], num_classes, small_input=False, layers=layers)
 
@@ -360,7 +403,7 @@ def from_torchvision_resnet(state_dict: dict) -> dict:
 
 
 def build_model(name: str, num_classes: int | None = None, gated: bool = True,
-                sparsity: str = "structured", rho_init: float | Sequence[float] = 0.5,
+                sparsity: str = "structured", rho_init: float | Sequence[float] = RHO_INIT,
                 linear_init: str = "fan_in") -> nn.Module:
     """Build one of the paper's models by name.
 
