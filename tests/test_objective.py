@@ -6,14 +6,12 @@ import torch.nn as nn
 
 from paperlib.method.gate_pass import ModelGates
 from paperlib.method.layers import ConvBN, L0Layer
-from paperlib.paper.models import LayerFactory
-from paperlib.paper.models import MLP, gated_layers, layer_densities, model_density
+from paperlib.paper.models import MLP, LayerFactory, gated_layers, layer_densities, model_density
 from paperlib.method.lagrangian import AugmentedLagrangian, GradientAscent, NuPIMultipliers, dual_optimizer
 from paperlib.method.objective import (
     ConstrainedObjective,
     PenalizedObjective,
     augmented_lagrangian_term,
-    lambda_from_louizos,
     linear_term,
     num_groups,
     parameter_groups,
@@ -158,17 +156,6 @@ def test_penalized_validation(mlp):
     assert obj.state_dict() == {}
     with pytest.raises(ValueError, match="lambda_pen"):
         PenalizedObjective(mlp, [0.1, 0.2], grouping="layer")
-
-
-def test_lambda_from_louizos():
-    assert lambda_from_louizos(0.1, 50000, 266200) == pytest.approx(0.5324, abs=1e-12)
-    # identity: (lambda / N) * E[#active] == lambda_pen * E[#active] / #params, for any E[#active]
-    lam, n_train, n_params = 0.37, 60000, 431080
-    lam_pen = lambda_from_louizos(lam, n_train, n_params)
-    for active in (0.0, 1.0, 1234.5, 431080.0):
-        assert lam / n_train * active == pytest.approx(lam_pen * active / n_params, rel=1e-12, abs=1e-15)
-    with pytest.raises(ValueError):
-        lambda_from_louizos(-0.1, 50000, 266200)
 
 
 def test_parameter_groups_partition():

@@ -2,15 +2,14 @@
 
 The paper constrains the expected L0-density of the gated groups (eq. 3); :class:`ExpectedCost` is the expected
 parameter count or MACs (``"plain"``, :mod:`paperlib.method.counting`) of the whole purged model, differentiable in the
-gates. On the test-time model's channel graph (:func:`~paperlib.method.graph_purge.purge`'s), a channel is non-zero
-with the probability P(z != 0) (eq. 8) of the gate that last closed it, through a product the product of its factors',
-through a sum 1 - prod(1 - p); it stays where also some layer reads it (a linear layer, one feature per channel,
-through its input gates). A
-convolution or linear layer costs its weights per input-output pair times the expected counts of its kept inputs
-and outputs: different layers' gates are independent, so the expectation of the product is the product of the
-expectations. Batch norms and depthwise convolutions cost per kept channel; what purge does not slice is a constant.
-Where one gate reaches a channel twice (a sum of two branches of one gated tensor) the expectation is an upper
-bound; and purge keeps one channel of a layer whose gates are all closed, which the expectation counts as gone.
+gates. On the test-time model's channel graph (:func:`~paperlib.method.graph_purge.purge`'s), a channel is non-zero with
+the probability P(z != 0) (eq. 8) of the gate that last closed it, through a product the product of its factors',
+through a sum 1 - prod(1 - p); it stays where also some layer reads it (a linear layer, one feature per channel, through
+its input gates). A convolution or linear layer costs its weights per input-output pair times the expected counts of its
+kept inputs and outputs: different layers' gates are independent, so the expectation of the product is the product of
+the expectations. Batch norms and depthwise convolutions cost per kept channel; what purge does not slice is a constant.
+Where one gate reaches a channel twice (a sum of two branches of one gated tensor) the expectation is an upper bound;
+and purge keeps one channel of a layer whose gates are all closed, which the expectation counts as gone.
 """
 
 import math

@@ -1,25 +1,19 @@
 """The channels of a traced model: which tensors share a channel index, and which channels are exactly zero.
 
-:func:`paperlib.method.sparsify.sparsify` and :func:`paperlib.method.graph_purge.purge`
-read a model through its ``torch.fx`` graph, as Torch-Pruning reads its
-dependency graph. Two tensors belong to the same *channel group* when channel
-``c`` of one is computed from channel ``c`` of the other and from nothing else:
-through a batch norm, an activation, pooling, dropout, a depthwise convolution,
-flattening, or an element-wise sum or product of two such tensors. A group's
-channels are created by its *sources* (convolutions with ``groups=1`` and
-linear layers, which mix the channels of their input) and read by its *sinks*
-(the same layers, one group further on). So in a ResNet block, conv1's
-output channels form a group read by conv2, while conv2's output joins the
-block's input through the residual sum, and with it every tensor of the stage.
+:func:`paperlib.method.sparsify.sparsify` and :func:`paperlib.method.graph_purge.purge` read a model through its
+``torch.fx`` graph, as Torch-Pruning reads its dependency graph. Two tensors belong to the same *channel group* when
+channel ``c`` of one is computed from channel ``c`` of the other and from nothing else: through a batch norm, an
+activation, pooling, dropout, a depthwise convolution, flattening, or an element-wise sum or product of two such
+tensors. A group's channels are created by its *sources* (convolutions with ``groups=1`` and linear layers, which mix
+the channels of their input) and read by its *sinks* (the same layers, one group further on). So in a ResNet block,
+conv1's output channels form a group read by conv2, while conv2's output joins the block's input through the residual
+sum, and with it every tensor of the stage.
 
-A concatenation along the channels (``torch.cat([a, b], 1)``, Inception's
-branches) starts a group of its own whose channels are its inputs', in
-segments: its inputs' groups stay apart, take on its pins, and a channel of
-``a`` goes where neither ``a``'s readers nor the concatenation's read it. A
-closed channel that a batch norm, a sigmoid or a sum meets after the
-concatenation (DenseNet's pre-activation) is no longer zero where it is read:
-such input groups are marked as leaking, and the default rule of
-:func:`paperlib.method.sparsify.sparsify` does not gate them.
+A concatenation along the channels (``torch.cat([a, b], 1)``, Inception's branches) starts a group of its own whose
+channels are its inputs', in segments: its inputs' groups stay apart, take on its pins, and a channel of ``a`` goes
+where neither ``a``'s readers nor the concatenation's read it. A closed channel that a batch norm, a sigmoid or a sum
+meets after the concatenation (DenseNet's pre-activation) is no longer zero where it is read: such input groups are
+marked as leaking, and the default rule of :func:`paperlib.method.sparsify.sparsify` does not gate them.
 
 A channel runs along dimension 1 (``(N, C)``, ``(N, C, H, W)``), except the features a linear layer computes from a
 tensor of three or four dimensions (the MLP of a transformer or of a ConvNeXt block), which run along the last
@@ -190,8 +184,9 @@ class ChannelGraph:
 
     >>> import torchvision
     >>> graph = ChannelGraph(torch.fx.symbolic_trace(torchvision.models.resnet18()))
-    >>> [n.target for n in graph.group_of("layer1.0.conv1").sources]
-    ['layer1.0.conv1']
+    >>> conv1 = next(n for n in graph.module.graph.nodes if n.target == "layer1.0.conv1")
+    >>> [n.target for n in graph.group(conv1).sources], [layer.target for layer, _ in graph.group(conv1).sinks]
+    (['layer1.0.conv1'], ['layer1.0.conv2'])
     """
 
     def __init__(self, graph_module: fx.GraphModule, cuts: dict | None = None):
@@ -259,11 +254,6 @@ class ChannelGraph:
     def group(self, node) -> Group:
         """The group of a tensor node."""
         return self._group[self.find(node)]
-
-    def group_of(self, module_name: str, output: bool = True) -> Group:
-        """The group of a module's output (or, ``output=False``, of its input), by the module's name."""
-        node = next(n for n in self.module.graph.nodes if n.op == "call_module" and n.target == module_name)
-        return self.group(node if output else node.args[0])
 
     # ----- building ------------------------------------------------------------
     @staticmethod

@@ -90,7 +90,8 @@ class ConstrainedStep:
         from paperlib import ConstrainedStep, weight_parameters
         from paperlib.method.layers import GatedLinear
 
-        model = nn.Sequential(nn.Flatten(), GatedLinear(nn.Linear(784, 300)), nn.ReLU(), GatedLinear(nn.Linear(300, 10)))
+        layers = [nn.Flatten(), GatedLinear(nn.Linear(784, 300)), nn.ReLU(), GatedLinear(nn.Linear(300, 10))]
+        model = nn.Sequential(*layers)
         step = ConstrainedStep(model, torch.optim.Adam(weight_parameters(model), lr=1e-3),
                                target=0.3, gates_lr=0.1, dual_lr=0.05)
         x, y = torch.randn(32, 1, 28, 28), torch.randint(0, 10, (32,))  # in practice, a loader's batches
@@ -100,39 +101,34 @@ class ConstrainedStep:
 
     Arguments:
 
-    * ``optimizer``: the weights' optimiser (every parameter but the gates:
-      :func:`weight_parameters`), or None to train the gates alone.
-    * ``target``: the target density eps, a float for the whole model or a list
-      with one float per gated layer (in ``model.modules()`` order). Or, instead,
-      ``penalty``: the fixed lambda_pen of the penalized objective, a float or one
-      per layer.
-    * ``grouping``: ``"model"`` or ``"layer"``; by default ``"layer"`` for a list,
-      ``"model"`` for a float (a float with ``"layer"`` is every layer's).
-    * ``measure`` (beyond the paper): what the target bounds. ``"density"``, the paper's expected L0-density of
-      the gated groups; ``"params"`` or ``"macs"``, the expected parameters or MACs (``"plain"``) of the whole
-      purged model, the ungated parts included (:class:`~paperlib.method.budget.ExpectedCost`), model-wise,
-      with a target in (0, 1] (a share of the dense model's) or a number of them (e.g. ``2e6``). They read
-      the model's graph on one example of ``input_shape`` (default ``model.input_shape``; ``leaves`` as for
-      :func:`~paperlib.method.sparsify.sparsify`). :attr:`StepRecord.densities` is then that share.
-    * ``gates_optimizer``: the gates' optimiser over every ``log_alpha``, or
-      ``gates_lr``: the learning rate of Adam on them (their own, App. H.1).
-    * ``dual_lr``: the multipliers' step size for the paper's projected gradient
-      ascent with dual restarts, or, instead, ``dual_optimizer``:
-      :class:`~paperlib.method.lagrangian.GradientAscent` ``(lr, restarts=False)``,
+    * ``optimizer``: the weights' optimiser (every parameter but the gates: :func:`weight_parameters`), or None to train
+      the gates alone.
+    * ``target``: the target density eps, a float for the whole model or a list with one float per gated layer (in
+      ``model.modules()`` order). Or, instead, ``penalty``: the fixed lambda_pen of the penalized objective, a float or
+      one per layer.
+    * ``grouping``: ``"model"`` or ``"layer"``; by default ``"layer"`` for a list, ``"model"`` for a float (a float with
+      ``"layer"`` is every layer's).
+    * ``measure`` (beyond the paper): what the target bounds. ``"density"``, the paper's expected L0-density of the
+      gated groups; ``"params"`` or ``"macs"``, the expected parameters or MACs (``"plain"``) of the whole purged model,
+      the ungated parts included (:class:`~paperlib.method.budget.ExpectedCost`), model-wise, with a target in (0, 1] (a
+      share of the dense model's) or a number of them (e.g. ``2e6``). They read the model's graph on one example of
+      ``input_shape`` (default ``model.input_shape``; ``leaves`` as for :func:`~paperlib.method.sparsify.sparsify`).
+      :attr:`StepRecord.densities` is then that share.
+    * ``gates_optimizer``: the gates' optimiser over every ``log_alpha``, or ``gates_lr``: the learning rate of Adam on
+      them (their own, App. H.1).
+    * ``dual_lr``: the multipliers' step size for the paper's projected gradient ascent with dual restarts, or, instead,
+      ``dual_optimizer``: :class:`~paperlib.method.lagrangian.GradientAscent` ``(lr, restarts=False)``,
       :class:`~paperlib.method.lagrangian.NuPI` ``(lr, kp, ema)`` or
-      :class:`~paperlib.method.lagrangian.AugmentedLagrangian` ``(rho)`` (also
-      ``paperlib.GradientAscent``, ...).
-    * ``weight_decay``: adds 0.5 * weight_decay * the expected L2 norm of the
-      gated layers' weights (eq. 13) to the objective, with the gate probabilities
-      detached when ``detach_gates`` (App. H.2); give the weights' optimiser no
+      :class:`~paperlib.method.lagrangian.AugmentedLagrangian` ``(rho)`` (also ``paperlib.GradientAscent``, ...).
+    * ``weight_decay``: adds 0.5 * weight_decay * the expected L2 norm of the gated layers' weights (eq. 13) to the
+      objective, with the gate probabilities detached when ``detach_gates`` (App. H.2); give the weights' optimiser no
       weight decay of its own on those weights.
-    * ``clamp_log_alpha``: clamp every ``log_alpha`` after the gates' step
-      (:mod:`paperlib.method.gates`).
-    * ``compile_gates``: run the gate pass through ``torch.compile``: ``"auto"``
-      (on CUDA), ``"always"``, ``"never"``, or a bool.
-    * ``stall_steps``, ``stall_margin``: a constraint whose multiplier has been 0 while its density (or share)
-      was more than ``stall_margin`` under its target for ``stall_steps`` steps (read every 50 steps) does not
-      bind: a warning says so, once per constraint, and what to change. None: never.
+    * ``clamp_log_alpha``: clamp every ``log_alpha`` after the gates' step (:mod:`paperlib.method.gates`).
+    * ``compile_gates``: run the gate pass through ``torch.compile``: ``"auto"`` (on CUDA), ``"always"``, ``"never"``,
+      or a bool.
+    * ``stall_steps``, ``stall_margin``: a constraint whose multiplier has been 0 while its density (or share) was more
+      than ``stall_margin`` under its target for ``stall_steps`` steps (read every 50 steps) does not bind: a warning
+      says so, once per constraint, and what to change. None: never.
 
     Numbers may be Python, numpy or 0-d torch numbers, and a list one per layer a 1-d tensor or array. A target must lie
     in (0, 1], a penalty and ``weight_decay`` be >= 0, and the learning rates > 0,
@@ -222,11 +218,9 @@ class ConstrainedStep:
     def roll(self, loss_fn: Callable[[], torch.Tensor | tuple]) -> StepRecord:
         """One step: gates sampled, ``loss_fn()`` under them, backward, the primal steps, then the dual step.
 
-        ``loss_fn`` runs the model's forward and returns the task loss, or a
-        tuple whose first element is the loss (the whole tuple is kept in
-        :attr:`StepRecord.output`), e.g.
-        ``step.roll(lambda: F.cross_entropy(model(x), y))``. The model must be
-        in training mode (in eval mode the gated layers use their median gates).
+        ``loss_fn`` runs the model's forward and returns the task loss, or a tuple whose first element is the loss (the
+        whole tuple is kept in :attr:`StepRecord.output`), e.g. ``step.roll(lambda: F.cross_entropy(model(x), y))``. The
+        model must be in training mode (in eval mode the gated layers use their median gates).
         """
         if not callable(loss_fn):
             raise TypeError(f"loss_fn must be a function of no arguments returning the loss; got "

@@ -3,11 +3,9 @@
 A gated layer can sample its own gates (:mod:`paperlib.method.layers`), and the objective can ask each layer for its
 expected L0 (eq. 3) and expected L2 (eq. 13) norms. Done that way, a training step draws noise once per layer, computes
 every gate's P(z != 0) twice, and dispatches a dozen small operations per layer and per quantity, forward and backward:
-on a GPU each is a kernel launch, and the step of a gated model dispatched 3.6-5.5 times the operations of the dense
-one.
+on a GPU each is a kernel launch, and a gated model's step dispatched 3.6-5.5 times the dense one's operations.
 
-:class:`ModelGates` computes, once per step and for all layers together,
-everything the gates contribute:
+:class:`ModelGates` computes, once per step and for all layers together, everything the gates contribute:
 
 * one draw of uniform noise for every gate of the model (the same numbers, in the same order, as the layers' own draws),
   the gates of eq. 7, and the gated weights, biases and channel masks that the layers' forward uses;

@@ -1,32 +1,21 @@
 """Gated layers: hard-concrete gates on a convolution's or a linear layer's weights (paper §2, App. B and App. L).
 
-:class:`GatedLinear` and :class:`GatedConv2d` put gates on an existing ``nn.Linear`` or ``nn.Conv2d`` and take its
-weight and bias as their own, under their names (``fc.weight``; the gates are ``fc.weight_log_alpha``). They are the one
-family of gated layers: :func:`paperlib.method.sparsify.sparsify` makes them on anyone's model, and the paper's models
-(:mod:`paperlib.paper.models`) are built from them. Each gate's ``log_alpha`` starts at N(log((1 - rho_init) /
-rho_init), 0.01^2) (App. A.2), by default at ``rho_init`` = :data:`~paperlib.method.gates.RHO_INIT`.
-
-Two sparsity kinds are supported:
-
-* ``"structured"`` (the paper's main setting, §2 "Parameter grouping"):
-  :class:`GatedLinear` has one gate per *input feature* and :class:`GatedConv2d` one gate
-  per *output channel*.
-* ``"unstructured"`` (App. L): one gate per weight entry and one per bias entry.
-
-A gate multiplies the weights it gates (theta = theta_tilde * z, §2), except in a structured :class:`GatedConv2d` that
-took in the batch norm after it (``bn``, as :func:`~paperlib.method.sparsify.sparsify` does): that one gates the batch
-norm's output, ``bn(conv(x)) * z``, so that a closed channel outputs exactly zero.
+:class:`GatedLinear` and :class:`GatedConv2d` gate an ``nn.Linear`` or ``nn.Conv2d`` and take its weight and bias
+as their own, under their names (``fc.weight``; the gates are ``fc.weight_log_alpha``). They are the one family of gated
+layers: :func:`~paperlib.method.sparsify.sparsify` puts them on anyone's model, and the paper's models
+(:mod:`paperlib.paper.models`) are built from them, with ``rho_init`` = :data:`~paperlib.method.gates.RHO_INIT` unless
+told otherwise. ``"structured"`` sparsity (§2, "Parameter grouping") has one gate per *input feature* of a linear layer
+and per *output channel* of a convolution; ``"unstructured"`` (App. L) one per weight and per bias entry. A gate
+multiplies what it gates (theta = theta_tilde * z, §2), except in a structured :class:`GatedConv2d` that took in the
+batch norm after it (``bn``, as ``sparsify`` does): there it multiplies the batch norm's output, ``bn(conv(x)) * z``.
 
 Each layer knows how many parameters its gates can switch off (:attr:`num_sparsifiable_params`) and how many are active
 in expectation (:meth:`expected_active_params`), so that the L0-density of eq. 3 is their ratio. Counting follows the
 authors' code: a convolution's bias belongs to its output-channel group (it is switched off with the channel), while a
-structured linear layer's bias is never gated and is left out of both counts.
-
-A gated convolution that feeds a batch-norm layer in the paper's models is wrapped in
-:class:`ConvBN`, which zeroes the batch-norm output of inactive channels so that
+structured linear layer's bias is never gated and is left out of both counts. A gated convolution of the paper's models
+that feeds a batch norm is wrapped in :class:`ConvBN`, which zeroes the batch-norm output of inactive channels so that
 removing those channels at purge time (App. D) leaves the output unchanged.
 """
-
 import contextlib
 
 import torch
@@ -47,8 +36,9 @@ class L0Layer(nn.Module):
     (an ``nn.Linear`` or ``nn.Conv2d``), which become this module's own parameters.
 
     ``structured_shape`` is the shape of the structured gates; an unstructured layer has one gate per weight entry
-    (``weight_log_alpha``) and one per bias entry (``bias_log_alpha``, else None). Subclasses define
-    :meth:`_group_view`, which reshapes per-gate values so that they broadcast against ``weight``.
+    (``weight_log_alpha``) and one per bias entry (``bias_log_alpha``, else None). Subclasses define :attr:`group_size`,
+    the parameters one structured gate switches off (App. B), and :meth:`_group_view`, which reshapes per-gate values
+    so that they broadcast against ``weight``.
     """
 
     #: Whether a structured gate also switches off its group's bias entry (a convolution's output channel), or the bias
@@ -85,10 +75,6 @@ class L0Layer(nn.Module):
                      else gates.median_gates(log_alpha) if median else gates.sample_gates(log_alpha, uniform=u)
                      for log_alpha, u in zip((self.weight_log_alpha, self.bias_log_alpha), uniforms))
 
-    def gate_values(self, median: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Gates broadcast to the weight's shape and to the bias's shape (None: the bias is not gated or absent)."""
-        return self._broadcast_gates(*self.gate_tensors(median))
-
     def _broadcast_gates(self, weight_z: torch.Tensor, bias_z: torch.Tensor | None):
         if self.sparsity == "unstructured":
             return weight_z, bias_z
@@ -97,7 +83,7 @@ class L0Layer(nn.Module):
 
     def gated_weight_and_bias(self, median: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Weight and bias multiplied by their gates: theta = theta_tilde * z (§2)."""
-        return self._apply_gates(*self.gate_values(median))
+        return self._apply_gates(*self._broadcast_gates(*self.gate_tensors(median)))
 
     def _apply_gates(self, weight_z: torch.Tensor, bias_z: torch.Tensor | None):
         """The product with gates broadcast to the parameters' shapes, laid out in memory like the weight.
@@ -130,11 +116,6 @@ class L0Layer(nn.Module):
         return self.gate_tensors(median)[0]
 
     # ----- expected L0 and L2 ------------------------------------------------
-    @property
-    def group_size(self) -> int:
-        """Number of parameters switched off by one structured gate (App. B)."""
-        raise NotImplementedError
-
     @property
     def num_sparsifiable_params(self) -> int:
         """#(theta_g) of eq. 3: parameters that some gate can switch off."""
@@ -195,8 +176,8 @@ class L0Layer(nn.Module):
 
 
 class GatedLinear(L0Layer):
-    """An ``nn.Linear`` with hard-concrete gates: one per input feature, shared by the ``out_features`` weights leaving
-    it, the bias not gated (structured, the paper's MLP); or one per weight and per bias entry (unstructured).
+    """An ``nn.Linear`` with gates: one per input feature, shared by the weights leaving it (structured; the bias is
+    not gated), or one per weight and per bias entry (unstructured).
 
     >>> GatedLinear(nn.Linear(4, 2))(torch.randn(3, 4)).shape
     torch.Size([3, 2])
@@ -222,13 +203,11 @@ class GatedLinear(L0Layer):
 
 
 class GatedConv2d(L0Layer):
-    """An ``nn.Conv2d`` (any: groups, depthwise, dilation, padding modes, bias or not) with hard-concrete gates, and
-    the batch norm after it, if any.
-
-    Structured: one gate per output channel, shared by that filter's weights and its bias; with ``bn``, the gate
-    multiplies the batch norm's output instead. Unstructured: one gate per weight and per bias entry; ``bn`` is then
-    None. ``bn_name`` is where the batch norm sat in the model, so that :func:`paperlib.method.graph_purge.purge` can
-    put it back.
+    """An ``nn.Conv2d`` (any: groups, depthwise, dilation, padding modes, bias or not) with gates, and the batch norm
+    after it, if any: one gate per output channel, shared by its filter and bias (structured; with ``bn``, the gate
+    multiplies the batch norm's output instead), or one per weight and per bias entry (unstructured, without ``bn``).
+    ``bn_name`` is where the batch norm sat in the model, so that :func:`~paperlib.method.graph_purge.purge` can put it
+    back.
 
     >>> layer = GatedConv2d(nn.Conv2d(3, 8, 3, groups=1, dilation=2), nn.BatchNorm2d(8))
     >>> layer(torch.randn(2, 3, 9, 9)).shape
@@ -237,7 +216,7 @@ class GatedConv2d(L0Layer):
 
     bias_in_group = True
     _GEOMETRY = ("in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation", "groups",
-                 "padding_mode", "_reversed_padding_repeated_twice")
+                 "output_padding", "padding_mode", "_reversed_padding_repeated_twice")
 
     def __init__(self, conv: nn.Conv2d, bn: nn.BatchNorm2d | None = None, sparsity: str = "structured",
                  rho_init: float = gates.RHO_INIT, bn_name: str | None = None):
@@ -266,11 +245,8 @@ class GatedConv2d(L0Layer):
         return self.weight * self._group_view(weight_z), bias, weight_z.ne(0).to(weight_z.dtype)
 
     def forward_with_mask(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Convolve and also return which output channels have a non-zero gate.
-
-        The mask (1: non-zero gate, 0: closed) comes from the same gate sample as the output (structured only; None for
-        unstructured layers, whose channels are never removed).
-        """
+        """The output, and which output channels have a non-zero gate in the same sample (1, else 0; None when
+        unstructured, or with a batch norm taken in: channels a purge never removes, or that output exact zeros)."""
         first, second, mask = self._forward_params()
         if self.bn is None:
             return nn.Conv2d._conv_forward(self, x, first, second), mask
@@ -280,19 +256,15 @@ class GatedConv2d(L0Layer):
         return self.forward_with_mask(x)[0]
 
     def extra_repr(self) -> str:
-        extra = "".join(f", {name}={getattr(self, name)!r}" for name, default in
-                        (("dilation", (1, 1)), ("groups", 1), ("padding_mode", "zeros")) if getattr(self, name) != default)
-        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
-                f"padding={self.padding}{extra}, bias={self.bias is not None}, sparsity={self.sparsity}")
+        return f"{nn.Conv2d.extra_repr(self)}, sparsity={self.sparsity}"
 
 
 class ConvBN(nn.Module):
     """A convolution followed by batch normalisation, gated or not.
 
-    When the convolution is a structured :class:`GatedConv2d`, the batch-norm output of channels whose gate is zero is set
-    to zero and their running statistics are left untouched, as the authors' ``L0BatchNorm2d`` does. Without this a
-    switched-off channel would still emit the batch-norm shift ``beta``, and removing it at purge time (App. D) would
-    change the output.
+    When the convolution is a structured :class:`GatedConv2d`, the batch-norm output of channels whose gate is zero is
+    zero and their running statistics are left untouched, as the authors' ``L0BatchNorm2d`` does. Without this a closed
+    channel would still emit the batch-norm shift ``beta``, and purging it (App. D) would change the output.
     """
 
     def __init__(self, conv: nn.Module, bn: nn.BatchNorm2d):
@@ -305,12 +277,9 @@ class ConvBN(nn.Module):
         out, mask = self.conv.forward_with_mask(x)
         if mask is None:
             return self.bn(out)
-        if self.training and self.conv.pass_params is None:  # the gate pass keeps the statistics of every layer
-            with closed_channel_stats_kept([self.bn], [mask]):
-                out = self.bn(out)
-        else:
-            out = self.bn(out)
-        return out * mask.view(1, -1, 1, 1)
+        own_pass = self.training and self.conv.pass_params is None  # else the gate pass keeps every layer's statistics
+        with closed_channel_stats_kept([self.bn], [mask]) if own_pass else contextlib.nullcontext():
+            return self.bn(out) * mask.view(1, -1, 1, 1)
 
     def gated_batch_norm(self) -> nn.BatchNorm2d | None:
         """The batch norm whose closed channels keep their running statistics, if any."""

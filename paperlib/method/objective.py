@@ -14,10 +14,9 @@ shape is what ``torch.compile`` takes best; a training step uses the objectives 
   (:class:`~paperlib.method.lagrangian.AugmentedLagrangian`, :func:`augmented_lagrangian_term`).
 * :class:`PenalizedObjective`: sum_g lambda_pen_g d_g, the linear term with zero offsets.
 
-Weight decay on gated layers is the expected L2 norm of eq. 13 (computed by
-:mod:`paperlib.method.gate_pass`), with the gate probabilities detached by default
-(App. H.2); other parameters get ordinary weight decay from the optimiser
-(see :func:`parameter_groups`).
+Weight decay on gated layers is the expected L2 norm of eq. 13 (computed by :mod:`paperlib.method.gate_pass`), with the
+gate probabilities detached by default (App. H.2); other parameters get ordinary weight decay from the optimiser (see
+:func:`parameter_groups`).
 """
 
 from collections.abc import Sequence
@@ -113,8 +112,8 @@ class ConstrainedObjective:
 class PenalizedObjective:
     """loss + lambda_pen * density, or loss + sum_g lambda_pen_g * density_g (App. B).
 
-    The densities are normalised by the number of parameters (App. C); use
-    :func:`lambda_from_louizos` to translate Louizos et al.'s lambda / N.
+    The densities are normalised by the number of parameters (App. C): Louizos et al.'s lambda / N on the expected
+    number of active parameters is lambda_pen = lambda * #params / N.
     """
 
     def __init__(self, model: nn.Module, lambdas: float | Sequence[float], grouping: str = "model"):
@@ -136,17 +135,6 @@ class PenalizedObjective:
 
     def load_state_dict(self, state: dict) -> None:
         pass
-
-
-def lambda_from_louizos(lmbda: float, train_set_size: int, num_sparsifiable_params: int) -> float:
-    """Convert Louizos et al.'s penalty lambda / N into this package's normalisation (App. C).
-
-    They penalise (lambda / N) * E[#active params]; we penalise lambda_pen * E[#active params] / #params, so lambda_pen
-    = lambda * #params / N. For layer-wise grouping pass each layer's own number of sparsifiable parameters.
-    """
-    if lmbda < 0:
-        raise ValueError(f"lambda must be >= 0; got {lmbda!r}")
-    return lmbda * num_sparsifiable_params / train_set_size
 
 
 def parameter_groups(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter], list[nn.Parameter]]:

@@ -1,9 +1,8 @@
 """Hard-concrete gates on anyone's model: :func:`sparsify`.
 
-:func:`sparsify` puts the gates of :mod:`paperlib.method.gates` on the layers of a
-model built with plain ``torch.nn`` layers (a torchvision ResNet, a
-MobileNetV2, a VGG, a ConvNeXt, the MLPs of a vision transformer), in place,
-keeping its weights:
+:func:`sparsify` puts the gates of :mod:`paperlib.method.gates` on the layers of a model built with plain ``torch.nn``
+layers (a torchvision ResNet, a MobileNetV2, a VGG, a ConvNeXt, the MLPs of a vision transformer), in place, keeping its
+weights:
 
 * ``sparsity="structured"`` (§2, "Parameter grouping"): one gate per *output channel* of a convolution
   (:class:`~paperlib.method.layers.GatedConv2d`) and one per *input feature* of a linear layer
@@ -25,12 +24,11 @@ A structured convolution followed by its batch norm takes the batch norm in (the
 an ``nn.Identity``) and gates its output: ``bn(conv(x)) * z``, so a closed channel outputs exactly zero and the batch
 norm's statistics are those of the ungated convolution. Without a batch norm, the gates multiply the weights and bias.
 
-The gated layers are those the paper's models are built from (:mod:`paperlib.method.layers`), and keep the model's
-weights under their names (``layer1.0.conv1.weight``; a batch norm taken in is ``layer1.0.conv1.bn``):
-:func:`~paperlib.method.graph_purge.load_dense_state_dict` loads a checkpoint of the model before :func:`sparsify`
-into it, and :func:`~paperlib.method.graph_purge.dense_state_dict` gives the model's state dict as it was before, its
-gates folded in at test time. A group's parameters, for the densities, are those of the paper: a filter and its bias;
-an input feature's column of weights.
+The gated layers are those the paper's models are built from (:mod:`paperlib.method.layers`); they keep the model's
+weights under their names (``layer1.0.conv1.weight``; a batch norm taken in is ``layer1.0.conv1.bn``), so that
+:func:`~paperlib.method.graph_purge.load_dense_state_dict` loads a checkpoint of the model before :func:`sparsify`, and
+:func:`~paperlib.method.graph_purge.dense_state_dict` gives it back, the gates folded in at test time. A group's
+parameters, for the densities, are the paper's: a filter and its bias; an input feature's column of weights.
 """
 
 from collections.abc import Iterable
@@ -92,16 +90,12 @@ def sparsify(model: nn.Module, sparsity: str = "structured", include: Iterable[S
              leaves: Iterable[Selector] | Selector | Literal["auto"] | None = None) -> nn.Module:
     """Put hard-concrete gates on ``model``'s convolutions and linear layers, in place; returns ``model``.
 
-    ``sparsity`` is ``"structured"`` (output channels of convolutions, input
-    features of linear layers) or ``"unstructured"`` (every weight). The layers
-    are those of :func:`default_layers`, plus ``include`` and minus
-    ``exclude`` (module names, or predicates ``f(name, module) -> bool``).
-    ``leaves`` selects submodules that ``torch.fx`` is not to enter, for a
-    forward it cannot trace (:func:`paperlib.method.channels.trace`; ``"auto"``:
-    those it cannot trace, with a warning that names them); pass the same to
-    :func:`paperlib.method.graph_purge.purge`.
-    Each gate's ``log_alpha`` starts at N(log((1 - rho_init) / rho_init),
-    0.01^2) (App. A.2); the weights are kept as they are.
+    ``sparsity`` is ``"structured"`` (output channels of convolutions, input features of linear layers) or
+    ``"unstructured"`` (every weight). The layers are those of :func:`default_layers`, plus ``include`` and minus
+    ``exclude`` (module names, or predicates ``f(name, module) -> bool``). ``leaves`` selects submodules that
+    ``torch.fx`` is not to enter, for a forward it cannot trace (:func:`paperlib.method.channels.trace`; ``"auto"``:
+    those it cannot trace, with a warning that names them); pass the same to :func:`paperlib.method.graph_purge.purge`.
+    Each gate's ``log_alpha`` starts at N(log((1 - rho_init) / rho_init), 0.01^2) (App. A.2); the weights are kept.
 
     >>> import torchvision
     >>> model = sparsify(torchvision.models.resnet18(num_classes=10), exclude="fc")
