@@ -8,6 +8,8 @@ density constraint (its docstring has a complete training loop), :func:`purge` r
 dense model, and :func:`count_params` / :func:`count_macs` count the gated, test-time or purged model.
 ``ConstrainedStep(measure="params" | "macs")`` bounds the purged model's expected parameters or MACs instead of the
 density, and :func:`report` says per layer what is gated, what is not and why, and what purging leaves.
+:func:`load_dense_state_dict` loads a checkpoint of the model before ``sparsify`` into the sparsified one, and
+:func:`dense_state_dict` gives the stock architecture's state dict back, the gates folded in at their test-time values.
 
 >>> import torch, torchvision, paperlib
 >>> model = paperlib.sparsify(torchvision.models.resnet18(num_classes=10))
@@ -27,6 +29,7 @@ __version__ = "0.1.0"
 # while ``from paperlib.paper.purge import keep_first`` still reads the module.
 from .method.constrained import ConstrainedStep, StepRecord, weight_parameters  # noqa: E402  (after __version__)
 from .method.counting import count_macs, count_params  # noqa: E402
+from .method.graph_purge import dense_state_dict, load_dense_state_dict  # noqa: E402
 from .method.lagrangian import AugmentedLagrangian, GradientAscent, NuPI  # noqa: E402
 from .paper.purge import purge  # noqa: E402
 from .method.sparsify import sparsify  # noqa: E402
@@ -46,4 +49,5 @@ def report(model, input_shape=None, leaves=None):
 
 
 __all__ = ["AugmentedLagrangian", "ConstrainedStep", "GradientAscent", "NuPI", "StepRecord", "count_macs",
-           "count_params", "purge", "report", "sparsify", "weight_parameters", "__version__"]
+           "count_params", "dense_state_dict", "load_dense_state_dict", "purge", "report", "sparsify",
+           "weight_parameters", "__version__"]

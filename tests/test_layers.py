@@ -407,3 +407,37 @@ def test_gated_conv2d_takes_the_arguments_of_conv2d(options, sparsity):
     assert layer.weight.shape == plain.weight.shape
     assert torch.allclose(layer(x), plain(x), atol=1e-6)
     assert layer.group_size == plain.weight[0].numel() + (plain.bias is not None)
+
+
+@pytest.mark.parametrize("sparsity", ["structured", "unstructured"])
+def test_a_gated_layer_takes_the_plain_layers_weight_and_bias_as_its_own(sparsity):
+    """The same tensors, under the plain layer's names, the gates added beside them: one gate per input feature or
+    output channel (structured), or per entry."""
+    torch.manual_seed(0)
+    linear, conv = nn.Linear(5, 3), nn.Conv2d(2, 4, 3)
+    gated_linear, gated_conv = GatedLinear(linear, sparsity), GatedConv2d(conv, sparsity=sparsity)
+    for plain, gated, groups in ((linear, gated_linear, 5), (conv, gated_conv, 4)):
+        assert gated.weight is plain.weight and gated.bias is plain.bias
+        gates_added = ["weight_log_alpha"] + (["bias_log_alpha"] if sparsity == "unstructured" else [])
+        assert list(gated.state_dict()) == list(plain.state_dict()) + gates_added
+        assert gated.weight_log_alpha.shape == ((groups,) if sparsity == "structured" else plain.weight.shape)
+        x = torch.randn(2, 2, 6, 6) if plain is conv else torch.randn(2, 5)
+        with torch.no_grad():
+            gated.weight_log_alpha.fill_(30.0)  # every median gate exactly 1: the plain layer's output
+            if gated.bias_log_alpha is not None:
+                gated.bias_log_alpha.fill_(30.0)
+            assert torch.equal(gated.eval()(x), plain(x))
+
+
+def test_every_gated_layer_starts_at_the_one_rho_init_default():
+    """GatedLinear, GatedConv2d, sparsify and the paper's models: log_alpha ~ N(log((1 - RHO_INIT) / RHO_INIT), 0.01^2)."""
+    from paperlib.method.sparsify import sparsify
+    from paperlib.paper.models import build_model
+
+    torch.manual_seed(0)
+    centre = math.log((1 - gates.RHO_INIT) / gates.RHO_INIT)
+    layers = [GatedLinear(nn.Linear(400, 2)), GatedConv2d(nn.Conv2d(2, 400, 1)),
+              *[m for m in sparsify(nn.Sequential(nn.Linear(400, 3), nn.ReLU(), nn.Linear(3, 2))).modules()
+                if isinstance(m, GatedLinear)][:1], build_model("mlp").fc1]
+    for layer in layers:
+        assert layer.weight_log_alpha.detach().mean().item() == pytest.approx(centre, abs=3e-3)

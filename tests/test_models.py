@@ -1,6 +1,7 @@
 """The paper's architectures (App. J): builders, gated-layer counts, densities."""
 
 import copy
+import math
 
 import pytest
 import torch
@@ -247,3 +248,38 @@ def test_gate_counts_are_the_channels_or_neurons_each_gated_layer_switches():
     assert list(independent.values()) == [16, 16, 32, 32, 64, 64]
     assert gate_counts("lenet5") == {"conv1": 20, "conv2": 50, "fc1": 800, "fc2": 500}
     assert gated_layer_names("lenet5") == ["conv1", "conv2", "fc1", "fc2"]
+
+
+def test_the_paper_models_draw_their_initial_tensors_in_the_order_the_records_drew_them():
+    """Layer after layer: the He-normal weight, the N(0, 0.01^2) bias, the gates' N(log((1 - rho) / rho), 0.01^2), then
+    the weights divided by 1 - rho (a structured linear layer's bias not). Replayed from the same seed with torch's own
+    draws, the gated LeNet5 is equal bit for bit, under the same names in the same order: the committed records' runs
+    and their checkpoints stay reproducible."""
+    rho = 0.3
+    torch.manual_seed(0)
+    state = build_model("lenet5", gated=True, rho_init=rho, linear_init="fan_out").state_dict()
+    torch.manual_seed(0)
+    expected = {}
+    for name, shape, conv in (("conv1", (20, 1, 5, 5), True), ("conv2", (50, 20, 5, 5), True),
+                              ("fc1", (500, 800), False), ("fc2", (10, 500), False)):
+        weight, bias = torch.empty(shape), torch.empty(shape[0])
+        nn.init.kaiming_normal_(weight, mode="fan_in" if conv else "fan_out")
+        bias.normal_(0.0, 1e-2)
+        log_alpha = torch.empty(shape[0 if conv else 1]).normal_(math.log((1 - rho) / rho), 1e-2)
+        expected.update({f"{name}.weight": weight / (1 - rho), f"{name}.bias": bias / (1 - rho) if conv else bias,
+                         f"{name}.weight_log_alpha": log_alpha})
+    assert list(state) == list(expected)
+    for key, tensor in expected.items():
+        assert torch.equal(state[key], tensor), key
+
+
+def test_a_wide_resnet_block_keeps_the_state_dict_names_its_checkpoints_have():
+    """A gated convolution sits in its ConvBN unit as ``conv``, its gates beside its weight: the names under which
+    the trainings' checkpoints were saved."""
+    with torch.device("meta"):
+        state = build_model("wrn-16-1").state_dict()
+    assert [k for k in state if k.startswith("stage1.0.")] == [
+        "stage1.0.bn1.weight", "stage1.0.bn1.bias", "stage1.0.bn1.running_mean", "stage1.0.bn1.running_var",
+        "stage1.0.bn1.num_batches_tracked", "stage1.0.conv1.conv.weight", "stage1.0.conv1.conv.weight_log_alpha",
+        "stage1.0.conv1.bn.weight", "stage1.0.conv1.bn.bias", "stage1.0.conv1.bn.running_mean",
+        "stage1.0.conv1.bn.running_var", "stage1.0.conv1.bn.num_batches_tracked", "stage1.0.conv2.weight"]

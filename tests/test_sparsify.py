@@ -22,7 +22,7 @@ import paperlib
 from paperlib.method.channels import untraceable
 from paperlib.method.counting import count_macs, count_params
 from paperlib.method.layers import L0Layer
-from paperlib.method.graph_purge import dense_state_dict, load_dense_state_dict
+from paperlib import dense_state_dict, load_dense_state_dict
 from paperlib.method.sparsify import GatedConv2d, GatedLinear, default_layers, sparsify
 
 SHAPE = (3, 32, 32)
