@@ -27,7 +27,8 @@ __version__ = "0.1.0"
 # The method, for any model (torch only). ``purge`` and ``sparsify`` are also the names of modules: binding the
 # functions here, after their modules were imported, makes ``paperlib.purge`` and ``paperlib.sparsify`` the functions,
 # while ``from paperlib.paper.purge import keep_first`` still reads the module.
-from .method.constrained import ConstrainedStep, StepRecord, weight_parameters  # noqa: E402  (after __version__)
+from .method.constrained import (ConstrainedStep, StepRecord, gate_parameters,  # noqa: E402  (after __version__)
+                                 weight_parameters)
 from .method.counting import count_macs, count_params  # noqa: E402
 from .method.graph_purge import dense_state_dict, load_dense_state_dict  # noqa: E402
 from .method.lagrangian import AugmentedLagrangian, GradientAscent, NuPI  # noqa: E402
@@ -49,5 +50,5 @@ def report(model, input_shape=None, leaves=None):
 
 
 __all__ = ["AugmentedLagrangian", "ConstrainedStep", "GradientAscent", "NuPI", "StepRecord", "count_macs",
-           "count_params", "dense_state_dict", "load_dense_state_dict", "purge", "report", "sparsify",
-           "weight_parameters", "__version__"]
+           "count_params", "dense_state_dict", "gate_parameters", "load_dense_state_dict", "purge", "report",
+           "sparsify", "weight_parameters", "__version__"]

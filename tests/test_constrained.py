@@ -13,7 +13,7 @@ import torch.nn.functional as F
 import paperlib
 from paperlib.harness import methods, records, training
 from paperlib.harness.data import load_dataset
-from paperlib.method.constrained import ConstrainedStep, weight_parameters
+from paperlib.method.constrained import ConstrainedStep, gate_parameters, weight_parameters
 from paperlib.method.gate_pass import ModelGates
 from paperlib.method.lagrangian import AugmentedLagrangian, GradientAscent, LagrangeMultipliers, NuPI, dual_optimizer
 from paperlib.method.layers import ConvBN, L0Layer
@@ -423,6 +423,18 @@ def test_what_is_no_model_or_optimiser_is_named():
         ConstrainedStep(model, weight_parameters(model), target=0.5, gates_lr=0.1, dual_lr=0.1)
     with pytest.raises(TypeError, match="model must be an nn.Module; got list"):
         weight_parameters(list(model.parameters()))
+
+
+def test_the_weights_and_the_gates_split_the_parameters_and_a_gates_optimizer_of_ones_own_is_taken():
+    model = _toy()
+    weights, gates = weight_parameters(model), gate_parameters(model)
+    assert {id(p) for p in weights}.isdisjoint(id(p) for p in gates)
+    assert len(weights) + len(gates) == len(list(model.parameters()))
+    assert all(p is layer.weight_log_alpha for p, layer in zip(gates, (m for m in model.modules()
+                                                                       if isinstance(m, L0Layer))))
+    own = torch.optim.Adam(gate_parameters(model), lr=0.1, betas=(0.5, 0.999))
+    step = ConstrainedStep(model, torch.optim.SGD(weights, lr=0.1), target=0.5, gates_optimizer=own, dual_lr=0.1)
+    assert step.gates_optimizer is own
 
 
 def test_a_step_on_a_model_in_eval_mode_is_refused():

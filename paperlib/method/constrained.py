@@ -77,6 +77,18 @@ def weight_parameters(model: nn.Module) -> list[nn.Parameter]:
     return [p for p in model.parameters() if id(p) not in gates]
 
 
+def gate_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """Every gate's ``log_alpha`` in ``model``, layer by layer: what a gates' optimiser of your own takes.
+
+    Example::
+
+        gates = torch.optim.Adam(paperlib.gate_parameters(model), lr=0.1, betas=(0.5, 0.999))
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module; got {type(model).__name__}")
+    return [p for _, layer in gated_modules(model) for p in layer.gate_parameters()]
+
+
 def _held(optimizer: torch.optim.Optimizer) -> set[int]:
     return {id(p) for group in optimizer.param_groups for p in group["params"]}
 
