@@ -441,3 +441,20 @@ def test_every_gated_layer_starts_at_the_one_rho_init_default():
                 if isinstance(m, GatedLinear)][:1], build_model("mlp").fc1]
     for layer in layers:
         assert layer.weight_log_alpha.detach().mean().item() == pytest.approx(centre, abs=3e-3)
+
+
+def test_a_checkpoints_l0conv2d_loads_as_a_gated_conv2d_that_convolves_alike():
+    """Checkpoints pickle the model; those written before the one family name L0Conv2d and L0Linear and hold the old
+    attributes (int geometry, ``_padding_repeated``, no ``bn``): they load as the new classes, with the same outputs."""
+    from paperlib.method import layers
+
+    torch.manual_seed(0)
+    layer = GatedConv2d(nn.Conv2d(3, 4, 3, stride=2, padding=1)).eval()
+    old = {k: v for k, v in layer.__dict__.items()
+           if k not in ("bn", "bn_name", "output_padding", "_reversed_padding_repeated_twice")}
+    old.update(kernel_size=3, stride=2, padding=1, dilation=1, _padding_repeated=(1, 1, 1, 1))
+    restored = layers.L0Conv2d.__new__(layers.L0Conv2d)
+    restored.__setstate__(old)
+    x = torch.randn(2, 3, 8, 8)
+    assert isinstance(restored, GatedConv2d) and layers.L0Linear is GatedLinear
+    assert torch.equal(restored(x), layer(x)) and repr(restored) == repr(layer)
