@@ -12,9 +12,8 @@ batch norm after it (``bn``, as ``sparsify`` does): there it multiplies the batc
 Each layer knows how many parameters its gates can switch off (:attr:`num_sparsifiable_params`) and how many are active
 in expectation (:meth:`expected_active_params`), so that the L0-density of eq. 3 is their ratio. Counting follows the
 authors' code: a convolution's bias belongs to its output-channel group (it is switched off with the channel), while a
-structured linear layer's bias is never gated and is left out of both counts. A gated convolution of the paper's models
-that feeds a batch norm is wrapped in :class:`ConvBN`, which zeroes the batch-norm output of inactive channels so that
-removing those channels at purge time (App. D) leaves the output unchanged.
+structured linear layer's bias is never gated and is left out of both counts. The paper's models wrap a gated
+convolution that feeds a batch norm in :class:`ConvBN`.
 """
 import contextlib
 
@@ -87,12 +86,9 @@ class L0Layer(nn.Module):
         return self._apply_gates(*self._broadcast_gates(*self.gate_tensors(median)))
 
     def _apply_gates(self, weight_z: torch.Tensor, bias_z: torch.Tensor | None):
-        """The product with gates broadcast to the parameters' shapes, laid out in memory like the weight.
-
-        Where the two layouts describe the same tensor (LeNet5's first convolution has one input channel, so NCHW and
-        channels_last both fit it) the product could come out NCHW, and that one layout would make the convolution and
-        everything after it up to the next one run in the slower layout.
-        """
+        """The product with gates broadcast to the parameters' shapes, laid out in memory like the weight: where NCHW
+        and channels_last describe the same tensor (LeNet5's conv1 has one input channel) it could come out NCHW, and
+        the convolution and everything after it up to the next one would run in the slower layout."""
         bias = self.bias if (self.bias is None or bias_z is None) else self.bias * bias_z
         weight = self.weight * weight_z
         if weight.stride() != self.weight.stride():
@@ -101,10 +97,8 @@ class L0Layer(nn.Module):
         return weight, bias
 
     def forward_params(self, weight_z: torch.Tensor, bias_z: torch.Tensor | None):
-        """What the forward computes with, from the gates of :meth:`gate_tensors`: (weight, bias, channel mask).
-
-        The mask (which output channels have a non-zero gate) exists for structured convolutions only, else it is None.
-        """
+        """What the forward computes with, from the gates of :meth:`gate_tensors`: (weight, bias, channel mask); the
+        mask (which output channels have a non-zero gate) exists for structured convolutions only, else it is None."""
         return *self._apply_gates(*self._broadcast_gates(weight_z, bias_z)), None
 
     def _forward_params(self):
@@ -130,11 +124,8 @@ class L0Layer(nn.Module):
                      for log_alpha in (self.weight_log_alpha, self.bias_log_alpha))
 
     def expected_active_params(self, probs: tuple | None = None) -> torch.Tensor:
-        """E[||theta_g||_0] = sum_j P(z_j != 0) * (parameters gated by z_j) (eq. 8); its share of the layer's parameters
-        is the L0-density of eq. 3.
-
-        ``probs`` are the layer's :meth:`gate_probabilities` when the caller has them.
-        """
+        """E[||theta_g||_0] = sum_j P(z_j != 0) * (parameters gated by z_j) (eq. 8), whose share of the layer's
+        parameters is the L0-density of eq. 3; ``probs`` are the layer's :meth:`gate_probabilities` if known."""
         prob_w, prob_b = probs or self.gate_probabilities()
         if self.sparsity == "structured":
             return prob_w.sum() * self.group_size
@@ -145,12 +136,9 @@ class L0Layer(nn.Module):
         return self.expected_active_params() / self.num_sparsifiable_params
 
     def expected_l2(self, detach_gates: bool = True, probs: tuple | None = None) -> torch.Tensor:
-        """E[||theta_hat||_2^2] = sum_j P(z_j != 0) * theta_tilde_j^2 (§2, eq. 13).
-
-        With ``detach_gates`` (the paper's fix, App. H.2) the probabilities are constants, so weight decay cannot switch
-        gates off. Ungated biases of structured linear layers enter with probability one. ``probs`` are the layer's
-        :meth:`gate_probabilities` when the caller has them.
-        """
+        """E[||theta_hat||_2^2] = sum_j P(z_j != 0) * theta_tilde_j^2 (§2, eq. 13). With ``detach_gates`` (the paper's
+        fix, App. H.2) the probabilities are constants, so weight decay cannot switch gates off. Ungated biases of
+        structured linear layers enter with probability one. ``probs`` are the layer's :meth:`gate_probabilities`."""
         prob_w, prob_b = probs or self.gate_probabilities()
         if detach_gates:
             prob_w = prob_w.detach()
@@ -262,8 +250,8 @@ class GatedConv2d(L0Layer):
     def __setstate__(self, state: dict) -> None:  # also a checkpoint's L0Conv2d, pickled before the one family
         state = {"bn": None, "bn_name": None, "output_padding": (0, 0),
                  "_reversed_padding_repeated_twice": state.pop("_padding_repeated", None), **state}
-        state.update({k: _pair(state[k]) for k in ("kernel_size", "stride", "padding", "dilation")
-                      if not isinstance(state[k], str)})
+        state |= {k: _pair(state[k]) for k in ("kernel_size", "stride", "padding", "dilation")
+                  if not isinstance(state[k], str)}
         super().__setstate__(state)
 
 
