@@ -71,9 +71,7 @@ def weight_parameters(model: nn.Module) -> list[nn.Parameter]:
 
         optimizer = torch.optim.Adam(paperlib.weight_parameters(model), lr=1e-3)
     """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be an nn.Module; got {type(model).__name__}")
-    gates = {id(p) for _, layer in gated_modules(model) for p in layer.gate_parameters()}
+    gates = {id(p) for p in gate_parameters(model)}  # which checks that model is a module
     return [p for p in model.parameters() if id(p) not in gates]
 
 
