@@ -458,3 +458,18 @@ def test_a_checkpoints_l0conv2d_loads_as_a_gated_conv2d_that_convolves_alike():
     x = torch.randn(2, 3, 8, 8)
     assert isinstance(restored, GatedConv2d) and layers.L0Linear is GatedLinear
     assert torch.equal(restored(x), layer(x)) and repr(restored) == repr(layer)
+
+
+def test_a_copied_gated_convolution_keeps_its_batch_norm_and_computes_the_same():
+    """A deepcopy (what purge makes first) goes through __setstate__: its defaults for old checkpoints must not hide
+    the batch norm the layer took in."""
+    import copy
+
+    layer = GatedConv2d(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8)).eval()
+    with torch.no_grad():
+        layer.bn.running_mean.normal_()
+        layer.bn.weight.normal_()
+    twin = copy.deepcopy(layer)
+    assert isinstance(twin.bn, nn.BatchNorm2d) and twin.bn is not layer.bn
+    x = torch.randn(2, 3, 9, 9)
+    torch.testing.assert_close(twin(x), layer(x))
