@@ -124,8 +124,10 @@ class ConstrainedStep:
       share of the dense model's) or a number of them (e.g. ``2e6``). They read the model's graph on one example of
       ``input_shape`` (default ``model.input_shape``; ``leaves`` as for :func:`~paperlib.method.sparsify.sparsify`).
       :attr:`StepRecord.densities` is then that share.
-    * ``gates_optimizer``: the gates' optimiser over every ``log_alpha``, or ``gates_lr``: the learning rate of Adam on
-      them (their own, App. H.1).
+    * ``gates_optimizer``: the gates' optimiser over every ``log_alpha`` (:func:`gate_parameters`), or ``gates_lr``:
+      the learning rate of Adam on them (their own, App. H.1). No learning rate is a default: in
+      ``benchmarks/settings_study.py`` no setting landed on both resnet18 and mobilenet_v2; on resnet18 Adam with
+      ``betas=(0.5, 0.999)`` at lr 0.1 and ``dual_lr=0.03`` did (the README says more).
     * ``dual_lr``: the multipliers' step size for the paper's projected gradient ascent with dual restarts, or, instead,
       ``dual_optimizer``: :class:`~paperlib.method.lagrangian.GradientAscent` ``(lr, restarts=False)``,
       :class:`~paperlib.method.lagrangian.NuPI` ``(lr, kp, ema)`` or
