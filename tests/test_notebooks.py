@@ -86,10 +86,11 @@ def test_notebook_runs_in_smoke_mode(name, smoke_env, tmp_path, monkeypatch):
             continue
         assert 0 <= metrics["val_error_final"] <= 100
         assert metrics["params"] > 0 and metrics["macs"] > 0
-        for key in ("target", "l0_density", "params_pct", "macs_pct", "val_error_best", "epochs_completed",
-                    "wall_time_s", "device", "data_source", "seed", "git_commit", "paperlib_version",
-                    "torch_version"):
+        for key in ("l0_density", "params_pct", "macs_pct", "val_error_best", "epochs_completed",
+                    "wall_time_s", "device", "data_source", "git_commit", "paperlib_version", "torch_version"):
             assert key in metrics, key
+        params = json.loads((path.parent / "params.json").read_text())  # the parameters live there, once
+        assert {"target", "seed", "method", "model"} <= set(params) and not {"target", "seed"} & set(metrics)
 
 
 @pytest.mark.parametrize("name", sorted(NOTEBOOKS))
