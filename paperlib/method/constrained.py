@@ -76,12 +76,7 @@ def weight_parameters(model: nn.Module) -> list[nn.Parameter]:
 
 
 def gate_parameters(model: nn.Module) -> list[nn.Parameter]:
-    """Every gate's ``log_alpha`` in ``model``, layer by layer: what a gates' optimiser of your own takes.
-
-    Example::
-
-        gates = torch.optim.Adam(paperlib.gate_parameters(model), lr=0.1, betas=(0.5, 0.999))
-    """
+    """Every gate's ``log_alpha`` in ``model``, layer by layer: for a ``gates_optimizer`` of one's own."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module; got {type(model).__name__}")
     return [p for _, layer in gated_modules(model) for p in layer.gate_parameters()]
@@ -125,9 +120,8 @@ class ConstrainedStep:
       ``input_shape`` (default ``model.input_shape``; ``leaves`` as for :func:`~paperlib.method.sparsify.sparsify`).
       :attr:`StepRecord.densities` is then that share.
     * ``gates_optimizer``: the gates' optimiser over every ``log_alpha`` (:func:`gate_parameters`), or ``gates_lr``:
-      the learning rate of Adam on them (their own, App. H.1). No learning rate is a default: in
-      ``benchmarks/settings_study.py`` no setting landed on both resnet18 and mobilenet_v2; on resnet18 Adam with
-      ``betas=(0.5, 0.999)`` at lr 0.1 and ``dual_lr=0.03`` did (the README says more).
+      the learning rate of Adam on them (their own, App. H.1). No default: ``benchmarks/settings_study.py`` found no
+      setting that lands on both resnet18 and mobilenet_v2 (the README says more).
     * ``dual_lr``: the multipliers' step size for the paper's projected gradient ascent with dual restarts, or, instead,
       ``dual_optimizer``: :class:`~paperlib.method.lagrangian.GradientAscent` ``(lr, restarts=False)``,
       :class:`~paperlib.method.lagrangian.NuPI` ``(lr, kp, ema)`` or

@@ -33,15 +33,16 @@ import torch
 from .vocabulary import DUAL_OPTIMIZERS
 
 
-def _positive(value, name: str) -> float:
-    """``value`` as a float, refused unless it is a finite number > 0 (Python, numpy or a 0-d tensor)."""
+def _checked(spec, field: str, name: str, accepts: str = "a step size > 0", ok=lambda v: v > 0) -> None:
+    """Set ``spec.field`` to its value as a float, refused unless finite and ``ok`` (Python, numpy or 0-d tensor)."""
+    value = getattr(spec, field)
     try:
         number = float(value)
     except (TypeError, ValueError):
         raise TypeError(f"{name} must be a number; got {type(value).__name__}") from None
-    if isinstance(value, bool) or not (math.isfinite(number) and number > 0):
-        raise ValueError(f"{name} must be a step size > 0 (finite); got {value!r}")
-    return number
+    if isinstance(value, bool) or not (math.isfinite(number) and ok(number)):
+        raise ValueError(f"{name} must be {accepts} (finite); got {value!r}")
+    object.__setattr__(spec, field, number)
 
 
 @dataclass(frozen=True)
@@ -52,8 +53,7 @@ class GradientAscent:
     restarts: bool = True
 
     def __post_init__(self):
-        object.__setattr__(self, "lr", _positive(self.lr, "the dual learning rate lr"))
-        object.__setattr__(self, "restarts", bool(self.restarts))
+        _checked(self, "lr", "the dual learning rate lr")
 
     def multipliers(self, count: int, device=None) -> "LagrangeMultipliers":
         return LagrangeMultipliers(count, self.lr, self.restarts, device=device)
@@ -68,13 +68,9 @@ class NuPI:
     ema: float = 0.0
 
     def __post_init__(self):
-        object.__setattr__(self, "lr", _positive(self.lr, "the dual learning rate lr"))
-        if not (math.isfinite(float(self.kp)) and float(self.kp) >= 0):
-            raise ValueError(f"nuPI's proportional gain kp must be >= 0 (finite); got {self.kp!r}")
-        if not 0.0 <= float(self.ema) < 1.0:
-            raise ValueError(f"nuPI's EMA coefficient ema must be in [0, 1); got {self.ema!r}")
-        object.__setattr__(self, "kp", float(self.kp))
-        object.__setattr__(self, "ema", float(self.ema))
+        _checked(self, "lr", "the dual learning rate lr")
+        _checked(self, "kp", "nuPI's proportional gain kp", ">= 0", lambda v: v >= 0)
+        _checked(self, "ema", "nuPI's EMA coefficient ema", "in [0, 1)", lambda v: 0 <= v < 1)
 
     def multipliers(self, count: int, device=None) -> "NuPIMultipliers":
         return NuPIMultipliers(count, self.lr, self.kp, self.ema, device=device)
@@ -87,11 +83,7 @@ class AugmentedLagrangian:
     rho: float
 
     def __post_init__(self):
-        object.__setattr__(self, "rho", _positive(self.rho, "the penalty coefficient rho"))
-
-    @property
-    def lr(self) -> float:
-        return self.rho
+        _checked(self, "rho", "the penalty coefficient rho")
 
     def multipliers(self, count: int, device=None) -> "LagrangeMultipliers":
         return LagrangeMultipliers(count, self.rho, dual_restarts=False, device=device)

@@ -250,8 +250,7 @@ class GatedConv2d(L0Layer):
     def __setstate__(self, state: dict) -> None:  # also a checkpoint's L0Conv2d, pickled before the one family
         padding = state.pop("_padding_repeated", None)
         defaults = {"bn": None, "bn_name": None, "output_padding": (0, 0), "_reversed_padding_repeated_twice": padding}
-        # a default must not shadow a submodule: the batch norm lives in _modules, where __getattr__ finds it
-        state = {**{k: v for k, v in defaults.items() if k not in state.get("_modules", {})}, **state}
+        state = {**{k: v for k, v in defaults.items() if k not in state.get("_modules", {})}, **state}  # bn: a module
         state |= {k: _pair(state[k]) for k in ("kernel_size", "stride", "padding", "dilation")
                   if not isinstance(state[k], str)}
         super().__setstate__(state)
