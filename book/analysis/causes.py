@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from paperlib.harness import index, rules
+from paperlib.harness.plots import steps_frame
 from paperlib.harness.protocols import protocol_name
 
 from . import misses, style
@@ -188,7 +189,7 @@ def after_reaching(run: dict) -> pd.DataFrame:
     """One row per block (constraint) of a layer-wise record, read from its step log: the epoch it first reaches its
     target, for how many epochs its multiplier stays positive after that, its density when the multiplier is first 0
     after it, its lowest density within the next epoch, and its final density (densities in %)."""
-    steps = pd.DataFrame(run["steps"]).apply(pd.to_numeric, errors="coerce")
+    steps = steps_frame(run)
     count, target = sum(c.startswith("lambda_") for c in steps), run["params"]["target"]
     rows = []
     for i, target in enumerate(target if isinstance(target, list) else [target] * count):
@@ -218,7 +219,7 @@ def plot_first_epochs(runs: dict, epochs: float = 3.0) -> plt.Figure:
     names = constraint_names(first)
     fig, axes = plt.subplots(2, 3, figsize=(style.DISPLAYED_WIDTH, 4.4), sharex=True, sharey=True)
     for (label, run), colour in zip(runs.items(), ("tab:blue", *style.OTHER_COLOURS)):
-        steps = pd.DataFrame(run["steps"]).apply(pd.to_numeric, errors="coerce")
+        steps = steps_frame(run)
         steps = steps[steps["epoch"] <= epochs]
         released = after_reaching(run)
         for i, ax in enumerate(axes.flat[:len(names)]):
