@@ -81,3 +81,26 @@ def test_causes_are_listed_by_their_outcome():
                           "outcome by the declared rule": [causes.NOT_CAUSE, causes.INCOMPLETE, causes.NOT_CAUSE,
                                                            causes.CONTRIBUTES]})
     assert causes.by_outcome(tests) == {"ruled out": "a; c", "found": "none", "contributing": "d", "open": "b"}
+
+
+def _history_run(per_epoch: list[list[float]], target: float) -> dict:
+    """A layer-wise record's per-epoch history (a train row per epoch, and an evaluation row that must be skipped)."""
+    names = [f"stage{s}.{b}.conv1.conv" for s in (1, 2) for b in (0, 1)][:len(per_epoch[0])]
+    history = []
+    for epoch, row in enumerate(per_epoch, start=1):
+        history.append({"epoch": epoch, "phase": "train", **{f"density[{n}]": d for n, d in zip(names, row)}})
+        history.append({"epoch": epoch, "phase": "test", **{f"density[{n}]": 0.0 for n in names}})
+    return {"history": history, "params": {"target": target}, "metrics": {"l0_density_per_layer": dict.fromkeys(names)}}
+
+
+def test_the_schedule_table_reads_the_longer_run_at_the_shorter_ones_end_and_at_its_own(monkeypatch):
+    monkeypatch.setattr(causes.rules, "free_gates_records", lambda: [])
+    monkeypatch.setattr(causes, "blocks", lambda run, free: Blocks([None] * 2, [0.0, -3.0], [ON, UNDER]))
+    monkeypatch.setattr(causes, "constraint_names", lambda run: ["a", "b"])
+    longer = _history_run([[0.6, 0.5], [0.62, 0.55], [0.65, 0.6]], 0.65)
+    shorter = _history_run([[0.4, 0.3], [0.45, 0.35]], 0.65)
+    rows = causes.schedule_rows({0.65: longer}, {0.65: shorter}, at_epoch=2)
+    assert rows["20 epochs, final (%)"].round(6).tolist() == [45.0, 35.0]
+    assert rows["40 epochs, at epoch 2 (%)"].round(6).tolist() == [62.0, 55.0]
+    assert rows["40 epochs, final (%)"].round(6).tolist() == [65.0, 60.0]
+    assert rows["outcome (40 epochs)"].tolist() == [ON, UNDER]
