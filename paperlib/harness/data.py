@@ -1,13 +1,10 @@
 """Datasets and fast loaders for the paper's experiments (App. J).
 
-Everything is read from one data root (:func:`data_root`).  MNIST, CIFAR-10,
-CIFAR-100 and TinyImageNet are held in memory as ``uint8`` tensors of shape
-``(N, C, H, W)`` and served by :class:`TensorLoader`, which cuts batches by
-tensor indexing and augments whole batches at once: on a CPU this is far faster
-than a per-sample ``Dataset`` + ``DataLoader``.  Image trees (JPEG) are decoded
-once and cached to a ``.pt`` file (see :func:`load_dataset`).  ImageNet is too
-large for memory and uses a standard ``torch.utils.data.DataLoader`` over a
-``torchvision`` ``ImageFolder``.
+Everything is read from one data root (:func:`data_root`). MNIST, CIFAR-10, CIFAR-100 and TinyImageNet are held in
+memory as ``uint8`` tensors ``(N, C, H, W)`` and served by :class:`TensorLoader`, which cuts batches by indexing and
+augments whole batches at once: on a CPU far faster than a per-sample ``Dataset`` + ``DataLoader``. Image trees
+(JPEG) are decoded once and cached to a ``.pt`` file (:func:`load_dataset`). ImageNet is too large for memory and
+uses a ``DataLoader`` over a ``torchvision`` ``ImageFolder``.
 
 On-disk layouts under the data root::
 
@@ -19,11 +16,9 @@ On-disk layouts under the data root::
     tiny-imagenet-200/val/images/*.JPEG + val/val_annotations.txt
     imagenet/{train,val}/<wnid>/*.JPEG
 
-Transforms (App. J): MNIST is only normalised; CIFAR-10/100 use a random 32x32
-crop after zero padding by 4 plus a horizontal flip; TinyImageNet a flip plus a
-random 64x64 crop after zero padding by 4; ImageNet the standard
-RandomResizedCrop(224) + flip for training and resize 256 / center crop 224 for
-evaluation.
+Transforms (App. J): MNIST is only normalised; CIFAR-10/100 use a random 32x32 crop after zero padding by 4 plus a
+horizontal flip; TinyImageNet a flip plus a random 64x64 crop after zero padding by 4; ImageNet the standard
+RandomResizedCrop(224) + flip for training and resize 256 / center crop 224 for evaluation.
 """
 
 from __future__ import annotations
@@ -58,11 +53,8 @@ DEFAULT_DATA_ROOT = Path("~/.cache/paperlib/data")
 CACHE_DIR_NAME = "paperlib-cache"
 CACHE_FORMAT_VERSION = 1
 
-# Normalisation statistics (per channel, on the [0, 1] scale).  MNIST and the
-# CIFAR values are the usual ones (also those of the authors' released code:
-# CIFAR-10 mean (125.3, 123.0, 113.9)/255, std (63.0, 62.1, 66.7)/255; CIFAR-100
-# mean (129.3, 124.1, 112.4)/255, std (68.2, 65.4, 70.4)/255).  TinyImageNet is
-# mapped to [-1, 1]; ImageNet uses the torchvision ImageNet statistics.
+# Normalisation statistics (per channel, on the [0, 1] scale): the usual MNIST and CIFAR values (also the
+# authors'); TinyImageNet is mapped to [-1, 1]; ImageNet uses torchvision's statistics.
 MNIST_MEAN, MNIST_STD = (0.1307,), (0.3081,)
 CIFAR10_MEAN = (125.3 / 255, 123.0 / 255, 113.9 / 255)
 CIFAR10_STD = (63.0 / 255, 62.1 / 255, 66.7 / 255)
@@ -71,12 +63,7 @@ CIFAR100_STD = (68.2 / 255, 65.4 / 255, 70.4 / 255)
 TINYIMAGENET_MEAN, TINYIMAGENET_STD = (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
-MNIST_FILES = (
-    "train-images-idx3-ubyte",
-    "train-labels-idx1-ubyte",
-    "t10k-images-idx3-ubyte",
-    "t10k-labels-idx1-ubyte",
-)
+MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 CIFAR10_BATCHES = "cifar-10-batches-py"
 CIFAR10_FILES = tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch", "batches.meta")
 CIFAR10_JPEG = "cifar10-jpeg"
@@ -88,29 +75,17 @@ JPEG_SUFFIXES = (".jpg", ".jpeg")
 
 
 def data_root() -> Path:
-    """The single data root: ``$PAPERLIB_DATA`` if set (and non-empty), else
-    ``~/.cache/paperlib/data``.  A relative ``PAPERLIB_DATA`` is relative to the
-    working directory (on the offline machines: ``../shared/data`` from the
-    repository root)."""
+    """``$PAPERLIB_DATA`` if set and non-empty (relative to the working directory: ``../shared/data`` from the
+    repository root on the offline machines), else ``~/.cache/paperlib/data``."""
     value = os.environ.get(DATA_ENV_VAR)
     return Path(value).expanduser() if value else DEFAULT_DATA_ROOT.expanduser()
 
 
-# --------------------------------------------------------------------------- #
-# Containers
-# --------------------------------------------------------------------------- #
-
-
 @dataclass(frozen=True)
 class Augment:
-    """Training augmentation applied by :class:`TensorLoader` to whole batches.
-
-    ``crop_padding``: pad each image with ``crop_padding`` zero pixels on every
-    side and take a random crop of the original size (0 disables it).
-    ``hflip``: mirror each image left-right with probability 1/2.
-    The crop comes first; App. J lists TinyImageNet's flip before its crop, which
-    gives the same distribution of outputs (the crop offsets are symmetric).
-    """
+    """Training augmentation of whole batches: pad by ``crop_padding`` zero pixels and crop back to size at random
+    (0: off), then mirror left-right with probability 1/2 (``hflip``). App. J lists TinyImageNet's flip before its
+    crop, which gives the same distribution (the crop offsets are symmetric)."""
 
     crop_padding: int = 0
     hflip: bool = False
@@ -143,15 +118,9 @@ class ImageTensors:
 
 @dataclass(frozen=True)
 class DatasetPair:
-    """Train and validation splits of one dataset plus the metadata a run records.
-
-    ``train``/``val`` are :class:`ImageTensors` for the in-memory datasets and
-    ``torchvision`` ``ImageFolder`` datasets (with their transforms) for ImageNet.
-    ``source`` names the on-disk format that was read, ``val_split`` the split the
-    validation error is measured on, ``location`` the directory read.
-    ``train_augment`` is the in-memory training augmentation (``None`` for
-    ImageNet, whose augmentation lives in ``train.transform``).
-    """
+    """Train and validation splits of one dataset and what a run records of them: :class:`ImageTensors`, or
+    ``ImageFolder`` datasets with their transforms for ImageNet (whose ``train_augment`` is None); ``source``, the
+    on-disk format read; ``val_split``, the split the validation error is measured on; ``location``, the folder."""
 
     name: str
     train: ImageTensors | Dataset
@@ -166,59 +135,31 @@ class DatasetPair:
     train_augment: Augment | None
     location: Path
 
-    def loader(
-        self,
-        split: str,
-        batch_size: int,
-        *,
-        seed: int = 0,
-        device: torch.device | str = "cpu",
-        max_batches: int | None = None,
-        num_workers: int = 2,
-        memory_format: torch.memory_format = torch.contiguous_format,
-        rank: int = 0,
-        world_size: int = 1,
-    ) -> TensorLoader | DeviceLoader:
-        """A loader over ``split`` ("train": shuffled and augmented; "val":
-        in order, not augmented).  ``num_workers`` is only used for ImageNet.
-        Batches come in ``memory_format`` (``channels_last`` for conv models).
-        ``rank``/``world_size``: this process's slice of every global batch of
-        ``batch_size`` examples (:meth:`_EpochLoader.shard`)."""
+    def loader(self, split: str, batch_size: int, *, seed: int = 0, device: torch.device | str = "cpu",
+               max_batches: int | None = None, num_workers: int = 2,
+               memory_format: torch.memory_format = torch.contiguous_format, rank: int = 0,
+               world_size: int = 1) -> TensorLoader | DeviceLoader:
+        """A loader over ``split`` ("train": shuffled and augmented; "val": in order), batches in ``memory_format``;
+        ``rank``/``world_size``: this process's slice of every global batch (:meth:`_EpochLoader.shard`);
+        ``num_workers``: ImageNet only."""
         if split not in ("train", "val"):
             raise ValueError(f"split must be 'train' or 'val', got {split!r}")
         data = self.train if split == "train" else self.val
         is_train = split == "train"
         if isinstance(data, ImageTensors):
-            return TensorLoader(
-                data.images,
-                data.labels,
-                batch_size,
-                shuffle=is_train,
-                seed=seed,
-                augment=self.train_augment if is_train else Augment(),
-                mean=self.mean,
-                std=self.std,
-                device=device,
-                max_batches=max_batches,
-                memory_format=memory_format,
-                rank=rank,
-                world_size=world_size,
-            )
-        return DeviceLoader(
-            data, batch_size, shuffle=is_train, seed=seed, device=device,
-            max_batches=max_batches, num_workers=num_workers, memory_format=memory_format,
-            rank=rank, world_size=world_size,
-        )
+            return TensorLoader(data.images, data.labels, batch_size, shuffle=is_train, seed=seed,
+                                augment=self.train_augment if is_train else Augment(), mean=self.mean, std=self.std,
+                                device=device, max_batches=max_batches, memory_format=memory_format, rank=rank,
+                                world_size=world_size)
+        return DeviceLoader(data, batch_size, shuffle=is_train, seed=seed, device=device, max_batches=max_batches,
+                            num_workers=num_workers, memory_format=memory_format, rank=rank, world_size=world_size)
 
     @functools.cached_property
     def content_sha256(self) -> str:
-        """SHA-256 of the data read, independent of where it lies on disk.
+        """SHA-256 of the data read, wherever it lies: equal for two runs exactly when they read the same examples.
 
-        In-memory splits: the uint8 images and int64 labels of the training split,
-        then the validation split, as stored (C, H, W order). ImageNet (read lazily):
-        every file's path relative to the dataset folder and its size in bytes, in
-        the order the split reads them. Two runs report the same value exactly when they read the same
-        examples.
+        In memory: the training split's uint8 images and int64 labels as stored, then the validation split's.
+        ImageNet (read lazily): every file's path relative to the dataset folder and its size, in reading order.
         """
         digest = hashlib.sha256()
         for split in (self.train, self.val):
@@ -232,19 +173,11 @@ class DatasetPair:
 
     def describe(self) -> dict:
         """A JSON-serialisable, machine-independent summary for run records (no paths)."""
-        return {
-            "dataset": self.name,
-            "source": self.source,
-            "content_sha256": self.content_sha256,
-            "num_train": len(self.train),
-            "num_val": len(self.val),
-            "val_split": self.val_split,
-            "num_classes": self.num_classes,
-            "input_shape": list(self.input_shape),
-            "mean": list(self.mean),
-            "std": list(self.std),
-            "train_augment": None if self.train_augment is None else vars(self.train_augment).copy(),
-        }
+        return {"dataset": self.name, "source": self.source, "content_sha256": self.content_sha256,
+                "num_train": len(self.train), "num_val": len(self.val), "val_split": self.val_split,
+                "num_classes": self.num_classes, "input_shape": list(self.input_shape), "mean": list(self.mean),
+                "std": list(self.std),
+                "train_augment": None if self.train_augment is None else vars(self.train_augment).copy()}
 
 
 def _image_files(split: Dataset) -> list[str]:
@@ -254,19 +187,10 @@ def _image_files(split: Dataset) -> list[str]:
     return [path for path, _ in split.samples]
 
 
-# --------------------------------------------------------------------------- #
-# Batch transforms
-# --------------------------------------------------------------------------- #
-
-
 def random_crop(images: Tensor, offsets: Tensor, padding: int) -> Tensor:
-    """Crop each image to its own size after zero padding by ``padding`` pixels.
-
-    ``images``: ``(B, C, H, W)``; ``offsets``: int64 ``(B, 2)`` with the (row,
-    column) of each crop's top-left corner in the padded image, in ``[0, 2 *
-    padding]``.  Equivalent to torchvision's ``RandomCrop(size, padding)`` per
-    sample, done for the whole batch with two gathers.
-    """
+    """Crop each image of ``(B, C, H, W)`` ``images`` to its size after zero padding by ``padding``, its top-left
+    corner at its row of int64 ``(B, 2)`` ``offsets`` (in ``[0, 2 * padding]``): torchvision's ``RandomCrop(size,
+    padding)`` per sample, done for the whole batch with two gathers."""
     b, c, h, w = images.shape
     padded = F.pad(images, (padding, padding, padding, padding))
     rows = offsets[:, 0, None] + torch.arange(h, device=images.device)  # (B, H)
@@ -287,11 +211,6 @@ def normalize(images: Tensor, mean: Sequence[float], std: Sequence[float]) -> Te
     return (images.float() / 255 - mean_t) / std_t
 
 
-# --------------------------------------------------------------------------- #
-# Loaders
-# --------------------------------------------------------------------------- #
-
-
 def _epoch_seed(seed: int, epoch: int) -> int:
     """A well-mixed 63-bit seed for one epoch, derived from the run seed."""
     digest = hashlib.sha256(f"paperlib-loader/{seed}/{epoch}".encode()).digest()
@@ -299,20 +218,16 @@ def _epoch_seed(seed: int, epoch: int) -> int:
 
 
 class _EpochLoader:
-    """Epoch/position bookkeeping shared by the loaders.
+    """Epoch and position bookkeeping shared by the loaders.
 
-    The sample order of an epoch comes from a generator seeded by ``(seed,
-    epoch)``.  ``state_dict()`` records the epoch and the number of batches
-    already yielded in it; the position advances *before* a batch is yielded, so
-    a checkpoint taken while the consumer holds a batch resumes with the next one.
+    An epoch's sample order comes from a generator seeded by ``(seed, epoch)``. ``state_dict()`` holds the epoch
+    and the number of batches handed out in it; the position advances *before* a batch is yielded, so a checkpoint
+    taken while the consumer holds a batch resumes with the next one.
 
-    Sharding (several processes, :mod:`paperlib.harness.distributed`): ``batch_size`` is
-    the *global* batch; every process draws the same permutation and process
-    ``rank`` of ``world_size`` takes its contiguous slice of each global batch
-    (:meth:`shard`), so together the processes see exactly the batches of the
-    one-process run, and the position (``state_dict``) is the same on every
-    process. ``share`` is the fraction of the current global batch this
-    process holds (for the gradient weighting of unequal last batches).
+    Several processes (:mod:`paperlib.harness.distributed`): ``batch_size`` is the *global* batch; every process
+    draws the same permutation and takes its contiguous slice of each global batch (:meth:`shard`), so together
+    they see the batches of the one-process run. ``share`` is the fraction of the current global batch this
+    process holds (to weight the gradients of unequal last batches).
     """
 
     def __init__(self, num_examples: int, batch_size: int, seed: int, max_batches: int | None,
@@ -341,12 +256,8 @@ class _EpochLoader:
         return full if self.max_batches is None else min(full, self.max_batches)
 
     def shard(self, batch: int) -> tuple[int, int]:
-        """Positions ``[start, stop)`` in the epoch's order of this process's slice of global batch ``batch``.
-
-        The global batch ``[b * batch_size, (b + 1) * batch_size)`` (cut at the
-        end of the data) is split into ``world_size`` contiguous slices whose
-        sizes differ by at most one; with one process it is the whole batch.
-        """
+        """Positions ``[start, stop)`` in the epoch's order of this process's slice of global batch ``batch``: the
+        batch (cut at the end of the data) in ``world_size`` contiguous slices whose sizes differ by at most one."""
         low = batch * self.batch_size
         size = min(self.batch_size, self.num_examples - low)
         start = low + size * self.rank // self.world_size
@@ -372,56 +283,33 @@ class _EpochLoader:
             self._next_batch = batch + 1
 
     def state_dict(self) -> dict:
-        return {
-            "seed": self.seed,
-            "epoch": self.epoch,
-            "batch": self._next_batch,
-            "batch_size": self.batch_size,
-            "num_examples": self.num_examples,
-        }
+        return {"seed": self.seed, "epoch": self.epoch, "batch": self._next_batch, "batch_size": self.batch_size,
+                "num_examples": self.num_examples}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore a position saved by :meth:`state_dict` (same data and batch size)."""
         if (state["batch_size"], state["num_examples"]) != (self.batch_size, self.num_examples):
-            raise ValueError(
-                f"loader state is for batch_size={state['batch_size']}, {state['num_examples']} examples; "
-                f"this loader has batch_size={self.batch_size}, {self.num_examples} examples"
-            )
+            raise ValueError(f"loader state is for batch_size={state['batch_size']}, {state['num_examples']} "
+                             f"examples; this loader has batch_size={self.batch_size}, {self.num_examples} examples")
         self.seed, self.epoch, self._next_batch = state["seed"], state["epoch"], state["batch"]
 
 
 class TensorLoader(_EpochLoader):
-    """Batches of in-memory uint8 images, augmented and normalised per batch.
+    """Batches of in-memory uint8 images, augmented and normalised per batch, ``(float32 images, int64 labels)`` on
+    ``device``.
 
-    Each epoch's randomness (sample order, crop offsets, flip mask) is drawn up
-    front from a ``torch.Generator`` seeded by ``(seed, epoch)``, so the batches of
-    an epoch depend only on ``seed`` and the epoch number.  Iterating yields the
-    remaining batches of the current epoch, ``(float32 images, int64 labels)`` on
-    ``device``; after the last batch the loader moves to the next epoch.  A run
-    that saves ``state_dict()`` after a training step and later calls
-    ``load_state_dict()`` gets exactly the batches that were still to come.
-    ``max_batches`` cuts every epoch short (smoke runs).  For a device other than
-    the CPU the split is moved there whole when the loader is made, so that
-    handing out a batch copies nothing from the host.
+    An epoch's randomness (order, crop offsets, flips) is drawn up front from its generator, so its batches depend
+    only on ``seed`` and the epoch: a run that saves ``state_dict()`` after a step and later loads it gets exactly
+    the batches still to come. Iterating yields the rest of the current epoch. ``max_batches`` cuts every epoch
+    short (smoke runs). On another device than the CPU the split is moved there whole when the loader is made, so
+    that a batch copies nothing from the host.
     """
 
-    def __init__(
-        self,
-        images: Tensor,
-        labels: Tensor,
-        batch_size: int,
-        *,
-        shuffle: bool,
-        seed: int = 0,
-        augment: Augment = Augment(),
-        mean: Sequence[float],
-        std: Sequence[float],
-        device: torch.device | str = "cpu",
-        max_batches: int | None = None,
-        memory_format: torch.memory_format = torch.contiguous_format,
-        rank: int = 0,
-        world_size: int = 1,
-    ) -> None:
+    def __init__(self, images: Tensor, labels: Tensor, batch_size: int, *, shuffle: bool, seed: int = 0,
+                 augment: Augment = Augment(), mean: Sequence[float], std: Sequence[float],
+                 device: torch.device | str = "cpu", max_batches: int | None = None,
+                 memory_format: torch.memory_format = torch.contiguous_format, rank: int = 0,
+                 world_size: int = 1) -> None:
         data = ImageTensors(images, labels)  # validates dtypes and shapes
         super().__init__(len(data), batch_size, seed, max_batches, rank, world_size)
         if not len(mean) == len(std) == images.shape[1]:
@@ -432,10 +320,7 @@ class TensorLoader(_EpochLoader):
         self.mean, self.std = tuple(mean), tuple(std)
         self.device = torch.device(device)
         self.memory_format = memory_format
-        if self.device.type != "cpu":
-            # The whole split lives on the accelerator (uint8: MNIST 47 MB, CIFAR 150 MB, TinyImageNet
-            # 1.2 GB), so that a batch is gathered, augmented and normalised there without waiting for a
-            # copy from the host.
+        if self.device.type != "cpu":  # uint8 on the accelerator: MNIST 47 MB, CIFAR 150 MB, TinyImageNet 1.2 GB
             self.images, self.labels = self.images.to(self.device), self.labels.to(self.device)
         self._mean = torch.tensor(self.mean, dtype=torch.float32, device=self.device)
         self._std = torch.tensor(self.std, dtype=torch.float32, device=self.device)
@@ -473,29 +358,17 @@ class TensorLoader(_EpochLoader):
 
 
 class DeviceLoader(_EpochLoader):
-    """A standard ``DataLoader`` over a ``Dataset`` with its own transforms (used
-    for ImageNet); batches are moved to ``device``.
+    """A ``DataLoader`` over a ``Dataset`` with its own transforms (ImageNet), batches moved to ``device``.
 
-    The sample order and the worker seeds of each epoch derive from ``(seed,
-    epoch)`` and the loader resumes at the saved batch, but after a mid-epoch
-    resume the random crops/flips of the remaining batches are not guaranteed to
-    be identical (they depend on which worker draws them).
+    The order and the worker seeds of an epoch derive from ``(seed, epoch)`` and the loader resumes at the saved
+    batch, but after a mid-epoch resume the crops and flips of the remaining batches may differ (they depend on
+    which worker draws them).
     """
 
-    def __init__(
-        self,
-        dataset: Dataset,
-        batch_size: int,
-        *,
-        shuffle: bool,
-        seed: int = 0,
-        device: torch.device | str = "cpu",
-        max_batches: int | None = None,
-        num_workers: int = 2,
-        memory_format: torch.memory_format = torch.contiguous_format,
-        rank: int = 0,
-        world_size: int = 1,
-    ) -> None:
+    def __init__(self, dataset: Dataset, batch_size: int, *, shuffle: bool, seed: int = 0,
+                 device: torch.device | str = "cpu", max_batches: int | None = None, num_workers: int = 2,
+                 memory_format: torch.memory_format = torch.contiguous_format, rank: int = 0,
+                 world_size: int = 1) -> None:
         super().__init__(len(dataset), batch_size, seed, max_batches, rank, world_size)
         self.dataset, self.shuffle, self.num_workers = dataset, shuffle, num_workers
         self.device = torch.device(device)
@@ -510,13 +383,8 @@ class DeviceLoader(_EpochLoader):
                             sampler=order[start * self.batch_size : len(self) * self.batch_size].tolist())
         else:  # this process's slice of every remaining global batch
             batching = dict(batch_sampler=[order[slice(*self.shard(b))].tolist() for b in range(start, len(self))])
-        loader = DataLoader(
-            self.dataset,
-            **batching,
-            num_workers=self.num_workers,
-            generator=gen,
-            pin_memory=self.device.type == "cuda",
-        )
+        loader = DataLoader(self.dataset, **batching, num_workers=self.num_workers, generator=gen,
+                            pin_memory=self.device.type == "cuda")
         for b, (x, y) in enumerate(loader, start):
             self.shard(b)  # sets share
             self._advance(b)
@@ -525,23 +393,13 @@ class DeviceLoader(_EpochLoader):
             yield x.contiguous(memory_format=self.memory_format), y
 
 
-# --------------------------------------------------------------------------- #
-# Reading the on-disk formats
-# --------------------------------------------------------------------------- #
-
-
 def _missing(what: str, expected: Sequence[Path], root: Path, *, can_download: bool) -> FileNotFoundError:
     paths = "\n  ".join(str(p) for p in expected)
-    hint = (
-        "or pass download=True on a machine with internet access."
-        if can_download
-        else f"{what} cannot be downloaded automatically."
-    )
-    return FileNotFoundError(
-        f"{what} not found under the data root {root.resolve()}. Expected:\n  {paths}\n"
-        f"Set {DATA_ENV_VAR} to the directory that holds the data (on the offline machines "
-        f"{DATA_ENV_VAR}=../shared/data from the repository root), {hint}"
-    )
+    hint = ("or pass download=True on a machine with internet access." if can_download
+            else f"{what} cannot be downloaded automatically.")
+    return FileNotFoundError(f"{what} not found under the data root {root.resolve()}. Expected:\n  {paths}\n"
+                             f"Set {DATA_ENV_VAR} to the directory that holds the data (on the offline machines "
+                             f"{DATA_ENV_VAR}=../shared/data from the repository root), {hint}")
 
 
 def _read_idx(path: Path) -> Tensor:
@@ -568,8 +426,8 @@ def _read_cifar_batches(files: Sequence[Path], label_key: str) -> ImageTensors:
 
 
 def _list_class_tree(base: Path, split: str, classes: Sequence[str], inner: str = "") -> tuple[list[str], list[int]]:
-    """JPEG files of ``base/split/<class>/<inner>/`` in ImageFolder order (class,
-    then file name), as paths relative to ``base``, with their class indices."""
+    """JPEG files of ``base/split/<class>/<inner>/`` in ImageFolder order (class, then file name), as paths
+    relative to ``base``, with their class indices."""
     files, labels = [], []
     for label, cls in enumerate(classes):
         rel_dir = "/".join(part for part in (split, cls, inner) if part)
@@ -584,8 +442,7 @@ def _subdirs(path: Path) -> list[str]:
 
 
 def _decode_jpegs(base: Path, files: Sequence[str], chunk: int = 4096) -> Tensor:
-    """Decode the JPEG files ``base/<file>`` to one uint8 ``(N, 3, H, W)`` tensor
-    (grayscale images are converted to RGB); all images must have one size."""
+    """Decode the JPEG files ``base/<file>`` (all of one size; grayscale made RGB) to one uint8 ``(N, 3, H, W)``."""
     parts = []
     for start in range(0, len(files), chunk):
         names = files[start : start + chunk]
@@ -603,14 +460,13 @@ def _decode_jpegs(base: Path, files: Sequence[str], chunk: int = 4096) -> Tensor
 
 
 def _is_writable_dir(path: Path) -> bool:
-    # os.access is always True for root; also respect a directory's mode bits so
-    # that data trees deliberately made read-only (chmod a-w) are left untouched.
+    # os.access is always True for root: the mode bits keep a tree made read-only (chmod a-w) untouched.
     return path.is_dir() and os.access(path, os.W_OK) and bool(path.stat().st_mode & 0o222)
 
 
 def _cache_file(root: Path, source_dir: Path, key: str) -> Path:
-    """``<root>/paperlib-cache/<key>.pt`` if the data root is writable, else a
-    file under ``~/.cache/paperlib/tensor-cache`` keyed by the source directory."""
+    """``<root>/paperlib-cache/<key>.pt`` if the data root is writable, else a file under
+    ``~/.cache/paperlib/tensor-cache`` keyed by the source directory."""
     under_root = root / CACHE_DIR_NAME
     if _is_writable_dir(under_root) or (not under_root.exists() and _is_writable_dir(root)):
         return under_root / f"{key}.pt"
@@ -623,15 +479,11 @@ def _fingerprint(files: Sequence[str], labels: Sequence[int]) -> str:
     return hashlib.sha256(listing.encode()).hexdigest()
 
 
-def _decoded_split(
-    root: Path, base: Path, key: str, files: list[str], labels: list[int], subset: int | None
-) -> ImageTensors:
-    """Decoded images of ``files`` (relative to ``base``), via the ``.pt`` cache.
-
-    The cache holds the whole split and is valid while the file list (names and
-    labels) is unchanged.  Without a valid cache, a ``subset`` smaller than the
-    split decodes only the files it needs and writes no cache.
-    """
+def _decoded_split(root: Path, base: Path, key: str, files: list[str], labels: list[int],
+                   subset: int | None) -> ImageTensors:
+    """Decoded images of ``files`` (relative to ``base``), via the ``.pt`` cache of the whole split, valid while
+    the file list (names and labels) is unchanged. Without a valid cache, a ``subset`` smaller than the split
+    decodes only the files it needs and writes no cache."""
     cache = _cache_file(root, base, key)
     fingerprint = _fingerprint(files, labels)
     if cache.exists():
@@ -647,13 +499,8 @@ def _decoded_split(
     logger.info("decoded %d images of %s in %.1f s", len(files), base, time.perf_counter() - start)
     cache.parent.mkdir(parents=True, exist_ok=True)
     tmp = cache.with_name(f"{cache.name}.tmp-{os.getpid()}")
-    blob = {
-        "version": CACHE_FORMAT_VERSION,
-        "fingerprint": fingerprint,
-        "images": data.images,
-        "labels": data.labels,
-    }
-    torch.save(blob, tmp)
+    torch.save({"version": CACHE_FORMAT_VERSION, "fingerprint": fingerprint, "images": data.images,
+                "labels": data.labels}, tmp)
     os.replace(tmp, cache)  # atomic: concurrent readers never see a partial file
     logger.info("cached %s", cache)
     return data
@@ -662,11 +509,6 @@ def _decoded_split(
 def _split_text(kind: str, total: int, kept: int) -> str:
     text = f"official {kind} set ({total:,} images)"
     return text if kept == total else f"first {kept:,} images of the {text}"
-
-
-# --------------------------------------------------------------------------- #
-# Per-dataset loading
-# --------------------------------------------------------------------------- #
 
 
 def _load_mnist(root: Path, download: bool, subset: int | None) -> DatasetPair:
@@ -678,10 +520,8 @@ def _load_mnist(root: Path, download: bool, subset: int | None) -> DatasetPair:
     train_x, train_y, test_x, test_y = (_read_idx(raw / f) for f in MNIST_FILES)
     train = ImageTensors(train_x[:, None], train_y.long()).head(subset)
     val = ImageTensors(test_x[:, None], test_y.long()).head(subset)
-    return DatasetPair(
-        "mnist", train, val, 10, (1, 28, 28), tuple(str(i) for i in range(10)), "torchvision-mnist-idx",
-        _split_text("test", len(test_y), len(val)), MNIST_MEAN, MNIST_STD, Augment(), raw,
-    )
+    return DatasetPair("mnist", train, val, 10, (1, 28, 28), tuple(str(i) for i in range(10)), "torchvision-mnist-idx",
+                       _split_text("test", len(test_y), len(val)), MNIST_MEAN, MNIST_STD, Augment(), raw)
 
 
 def _load_cifar10(root: Path, download: bool, subset: int | None) -> DatasetPair:
@@ -695,17 +535,12 @@ def _load_cifar10(root: Path, download: bool, subset: int | None) -> DatasetPair
         train = _read_cifar_batches([batches / f"data_batch_{i}" for i in range(1, 6)], "labels")
         val = _read_cifar_batches([batches / "test_batch"], "labels")
         classes = tuple(_unpickle(batches / "batches.meta")["label_names"])
-        return DatasetPair(
-            "cifar10", train.head(subset), val.head(subset), 10, (3, 32, 32), classes,
-            "cifar10-python-batches", _split_text("test", len(val), len(val.head(subset))),
-            CIFAR10_MEAN, CIFAR10_STD, augment, batches,
-        )
+        return DatasetPair("cifar10", train.head(subset), val.head(subset), 10, (3, 32, 32), classes,
+                           "cifar10-python-batches", _split_text("test", len(val), len(val.head(subset))),
+                           CIFAR10_MEAN, CIFAR10_STD, augment, batches)
     if not (jpeg / "train").is_dir() or not (jpeg / "test").is_dir():
-        raise _missing(
-            "CIFAR-10",
-            [batches / f for f in CIFAR10_FILES] + [jpeg / "train/<class>/*.jpg", jpeg / "test/<class>/*.jpg"],
-            root, can_download=True,
-        )
+        raise _missing("CIFAR-10", [batches / f for f in CIFAR10_FILES]
+                       + [jpeg / "train/<class>/*.jpg", jpeg / "test/<class>/*.jpg"], root, can_download=True)
     classes = _subdirs(jpeg / "train")
     if _subdirs(jpeg / "test") != classes:
         raise ValueError(f"{jpeg}: train and test class folders differ")
@@ -713,11 +548,9 @@ def _load_cifar10(root: Path, download: bool, subset: int | None) -> DatasetPair
     val_files, val_labels = _list_class_tree(jpeg, "test", classes)
     train = _decoded_split(root, jpeg, "cifar10-jpeg-train", train_files, train_labels, subset)
     val = _decoded_split(root, jpeg, "cifar10-jpeg-test", val_files, val_labels, subset)
-    return DatasetPair(
-        "cifar10", train, val, len(classes), (3, 32, 32), tuple(classes), "cifar10-jpeg-imagefolder",
-        _split_text("test", len(val_files), len(val)) + ", JPEG re-encoded",
-        CIFAR10_MEAN, CIFAR10_STD, augment, jpeg,
-    )
+    return DatasetPair("cifar10", train, val, len(classes), (3, 32, 32), tuple(classes), "cifar10-jpeg-imagefolder",
+                       _split_text("test", len(val_files), len(val)) + ", JPEG re-encoded", CIFAR10_MEAN, CIFAR10_STD,
+                       augment, jpeg)
 
 
 def _load_cifar100(root: Path, download: bool, subset: int | None) -> DatasetPair:
@@ -729,26 +562,20 @@ def _load_cifar100(root: Path, download: bool, subset: int | None) -> DatasetPai
     train = _read_cifar_batches([base / "train"], "fine_labels")
     val = _read_cifar_batches([base / "test"], "fine_labels")
     classes = tuple(_unpickle(base / "meta")["fine_label_names"])
-    return DatasetPair(
-        "cifar100", train.head(subset), val.head(subset), 100, (3, 32, 32), classes, "cifar100-python-batches",
-        _split_text("test", len(val), len(val.head(subset))), CIFAR100_MEAN, CIFAR100_STD,
-        Augment(crop_padding=4, hflip=True), base,
-    )
+    return DatasetPair("cifar100", train.head(subset), val.head(subset), 100, (3, 32, 32), classes,
+                       "cifar100-python-batches", _split_text("test", len(val), len(val.head(subset))), CIFAR100_MEAN,
+                       CIFAR100_STD, Augment(crop_padding=4, hflip=True), base)
 
 
 def _load_tinyimagenet(root: Path, subset: int | None) -> DatasetPair:
     base = root / TINYIMAGENET_DIR
     annotations = base / "val" / "val_annotations.txt"
     if not (base / "train").is_dir() or not annotations.is_file():
-        raise _missing(
-            "TinyImageNet",
-            [base / "train/<wnid>/images/*.JPEG", base / "val/images/*.JPEG", annotations],
-            root, can_download=False,
-        )
+        raise _missing("TinyImageNet", [base / "train/<wnid>/images/*.JPEG", base / "val/images/*.JPEG",
+                                        annotations], root, can_download=False)
     classes = _subdirs(base / "train")
     train_files, train_labels = _list_class_tree(base, "train", classes, inner="images")
-    # The official validation images sit in one folder; their classes come from
-    # val_annotations.txt (tab-separated: file name, wnid, bounding box).
+    # The official validation images sit in one folder; val_annotations.txt gives their classes (file, wnid, box).
     class_index = {wnid: i for i, wnid in enumerate(classes)}
     val_files, val_labels = [], []
     for line in annotations.read_text().splitlines():
@@ -760,31 +587,26 @@ def _load_tinyimagenet(root: Path, subset: int | None) -> DatasetPair:
             val_labels.append(class_index[wnid])
     train = _decoded_split(root, base, "tinyimagenet-train", train_files, train_labels, subset)
     val = _decoded_split(root, base, "tinyimagenet-val", val_files, val_labels, subset)
-    return DatasetPair(
-        "tinyimagenet", train, val, len(classes), (3, 64, 64), tuple(classes), "tinyimagenet-jpeg-folder",
-        _split_text("validation", len(val_files), len(val)), TINYIMAGENET_MEAN, TINYIMAGENET_STD,
-        Augment(crop_padding=4, hflip=True), base,
-    )
+    return DatasetPair("tinyimagenet", train, val, len(classes), (3, 64, 64), tuple(classes),
+                       "tinyimagenet-jpeg-folder", _split_text("validation", len(val_files), len(val)), TINYIMAGENET_MEAN, TINYIMAGENET_STD,
+                       Augment(crop_padding=4, hflip=True), base)
 
 
 def imagenet_transforms(train: bool) -> v2.Compose:
-    """The standard ImageNet presets (App. J): RandomResizedCrop(224) + flip for
-    training, resize 256 + center crop 224 for evaluation; then normalise."""
+    """ImageNet's standard transforms (App. J): RandomResizedCrop(224) + flip for training, resize 256 + center
+    crop 224 for evaluation; then normalise."""
     if train:
         geometry = [v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip()]
     else:
         geometry = [v2.Resize(256, antialias=True), v2.CenterCrop(224)]
-    return v2.Compose(
-        [v2.ToImage(), *geometry, v2.ToDtype(torch.float32, scale=True), v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
-    )
+    return v2.Compose([v2.ToImage(), *geometry, v2.ToDtype(torch.float32, scale=True),
+                       v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
 
 
 def _load_imagenet(root: Path, subset: int | None) -> DatasetPair:
     base = root / IMAGENET_DIR
     if not (base / "train").is_dir() or not (base / "val").is_dir():
-        raise _missing(
-            "ImageNet", [base / "train/<wnid>/*.JPEG", base / "val/<wnid>/*.JPEG"], root, can_download=False
-        )
+        raise _missing("ImageNet", [base / "train/<wnid>/*.JPEG", base / "val/<wnid>/*.JPEG"], root, can_download=False)
     train = torchvision.datasets.ImageFolder(base / "train", transform=imagenet_transforms(True))
     val = torchvision.datasets.ImageFolder(base / "val", transform=imagenet_transforms(False))
     if val.classes != train.classes:
@@ -792,25 +614,19 @@ def _load_imagenet(root: Path, subset: int | None) -> DatasetPair:
     classes, total_val = tuple(train.classes), len(val)
     if subset is not None:
         train, val = Subset(train, range(min(subset, len(train)))), Subset(val, range(min(subset, total_val)))
-    return DatasetPair(
-        "imagenet", train, val, len(classes), (3, 224, 224), classes, "imagenet-jpeg-imagefolder",
-        _split_text("validation", total_val, len(val)), IMAGENET_MEAN, IMAGENET_STD, None, base,
-    )
+    return DatasetPair("imagenet", train, val, len(classes), (3, 224, 224), classes, "imagenet-jpeg-imagefolder",
+                       _split_text("validation", total_val, len(val)), IMAGENET_MEAN, IMAGENET_STD, None, base)
 
 
-def load_dataset(
-    name: str, root: str | Path | None = None, download: bool = False, subset: int | None = None
-) -> DatasetPair:
-    """Load the train and validation splits of ``name`` (one of :data:`DATASETS`).
+def load_dataset(name: str, root: str | Path | None = None, download: bool = False,
+                 subset: int | None = None) -> DatasetPair:
+    """The train and validation splits of ``name`` (one of :data:`DATASETS`) under ``root`` (:func:`data_root`).
 
-    ``root`` defaults to :func:`data_root`.  ``download=True`` lets torchvision
-    fetch MNIST, CIFAR-10 (python batches) or CIFAR-100 into ``root`` when they
-    are missing.  CIFAR-10 is read from ``cifar-10-batches-py`` when present,
-    else from the JPEG tree ``cifar10-jpeg`` (``source`` records which).
-    JPEG trees (CIFAR-10 JPEG, TinyImageNet) are decoded once and cached as
-    uint8 tensors in ``<root>/paperlib-cache/`` (or ``~/.cache/paperlib/tensor-cache``
-    when the root is read-only).  ``subset=n`` keeps the first ``n`` examples of
-    each split (smoke tests).  Missing files raise :class:`FileNotFoundError`.
+    ``download=True`` lets torchvision fetch MNIST, CIFAR-10 (python batches) or CIFAR-100 when missing. CIFAR-10
+    is read from ``cifar-10-batches-py`` when present, else from the JPEG tree ``cifar10-jpeg`` (``source`` says
+    which). JPEG trees are decoded once and cached as uint8 tensors in ``<root>/paperlib-cache/`` (or
+    ``~/.cache/paperlib/tensor-cache`` when the root is read-only). ``subset=n`` keeps the first ``n`` examples of
+    each split (smoke tests). Missing files raise :class:`FileNotFoundError`.
     """
     if name not in DATASETS:
         raise ValueError(f"load_dataset: name={name!r} is not supported; allowed values: {', '.join(DATASETS)}")
