@@ -327,13 +327,6 @@ def test_a_run_is_named_by_its_condition_in_the_pages_rows():
     assert control.control_table(rows).columns.tolist() == list(control.TABLE_COLUMNS.values())
 
 
-def test_missing_runs_list_each_grid_with_runs_not_complete_and_its_sweep(monkeypatch):
-    found = {"a.yaml": ["a/1", None, None], "b.yaml": ["b/1"]}  # the folder of a record of the grid's parameters
-    monkeypatch.setattr(control, "grid_records", lambda grid: [(None, folder) for folder in found[grid]])
-    table = control.missing_runs(["a.yaml", "b.yaml", "a.yaml"])
-    assert table.values.tolist() == [["a.yaml", "2 of 3", "python -m paperlib.harness.sweeps a.yaml"]]
-
-
 def test_the_glued_numbers_are_python_numbers_that_glue_can_format():
     runs = [record("constrained", "model", 0.5, densities=(0.4, 0.4)), record("penalized", lmbda=0.1), record("dense")]
     numbers = control.outcome_numbers(control.run_rows(runs, runs[2], free=[]))

@@ -274,3 +274,10 @@ def test_a_small_number_keeps_its_digits_where_rounding_would_make_it_zero():
     table = pd.DataFrame({"gates' lr": [7e-4, 0.1, 6.0], "error (%)": [1.234, 2.0, 3.5]})
     cells = re.findall(r">([^<]+)</td>", report.show(table).to_html())
     assert cells == ["0.0007", "1.23", "0.10", "2.00", "6.00", "3.50"]
+
+
+def test_missing_runs_list_each_grid_with_runs_not_complete_and_its_sweep(monkeypatch):
+    found = {"a.yaml": ["a/1", None, None], "b.yaml": ["b/1"]}  # the folder of a record of the grid's parameters
+    monkeypatch.setattr(report, "grid_records", lambda grid: [(None, folder) for folder in found[grid]])
+    table = report.missing_runs(["a.yaml", "b.yaml", "a.yaml"])
+    assert table.values.tolist() == [["a.yaml", "2 of 3", "python -m paperlib.harness.sweeps a.yaml"]]

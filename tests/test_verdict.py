@@ -77,7 +77,7 @@ def test_mnist_and_cifar10_are_judged_by_the_same_rule(no_free_gates, loaded):
 
 
 def test_a_claim_is_in_progress_until_its_planned_runs_are_in(monkeypatch, no_free_gates, loaded):
-    monkeypatch.setattr(verdict, "_planned", lambda grids, method="constrained": 3)
+    monkeypatch.setattr(verdict.report, "planned_runs", lambda grids, method="constrained": 3)
     count = _judge([_record(0.2, seed=s) for s in range(2)], loaded, verdict.runs_on_target(("a grid",)))
     assert not count.complete
     assert rules.claim_verdict(count.passed, count.judged, count.complete).value == "in progress"

@@ -1,10 +1,8 @@
-"""Beyond the paper (book/results_dual_optimizers.md): does another dual optimiser (:data:`OPTIMIZERS`; the updates
-are in :mod:`paperlib.method.lagrangian`) end a constrained run at its target, on the paper's own cells
-(:data:`CELLS`, seed 0, the paper's protocol)? Tables, figures and numbers; the page holds the prose.
-
-No choice here looks at the test split: nuPI's gain is chosen by the final distance to the target alone
-(:func:`chosen_gain`), and an optimiser removes the overshoot when every cell is on target
-(:func:`paperlib.harness.rules.judge_record`) at no cost in error (:func:`verdicts`).
+"""Beyond the paper (book/results_dual_optimizers.md): does another dual optimiser (:data:`OPTIMIZERS`,
+:mod:`paperlib.method.lagrangian`) end a constrained run at its target on the paper's own cells (:data:`CELLS`,
+seed 0, the paper's protocol)? No choice looks at the test split: nuPI's gain is chosen by the final distance to
+the target (:func:`chosen_gain`); an optimiser removes the overshoot when every cell is on target at no cost in
+error (:func:`verdicts`).
 """
 
 import math
@@ -15,26 +13,26 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from paperlib.harness import plots, rules, studies
-from paperlib.harness.paper_rows import constrained_densities, largest_gap, target_label
+from paperlib.harness.paper_rows import largest_gap, target_label
 from paperlib.harness.vocabulary import short_number
 from paperlib.paper.models import display_name
 from paperlib.paper.paper_numbers import ref
 
-from .control import run_link
+from .control import run_link, step_gaps
 from .mnist_findings import records_of, select
-from .report import grid_runs, notebook_link, sweep_command
+from .report import grid_runs, notebook_link
 
-#: Table 1's MLP rows at the paper's protocol (five seeds), and the MLP control table's.
+#: Table 1's rows at the paper's protocol (five seeds) and the MLP control table's; nuPI's gains on Table 1's
+#: model-wise MLP cell; every cell with every other optimiser; Table 1's LeNet5 rows with the best other
+#: optimiser on the MLP cells; and the cause test of their collapse (a smaller gain, for their first epochs).
 TABLE1_GRID = studies.grids("tab:mnist", preset="paper")[0]
 CONTROL_GRID = studies.grids("tab:mlp_control", preset="paper")[0]
-#: nuPI's proportional gain, tried on Table 1's model-wise MLP cell.
 GAIN_GRID, = studies.grids("nupi_gain")
-#: Every cell with every optimiser other than the paper's.
 GRID, = studies.grids("dual_optimizers")
-#: Table 1's LeNet5 rows with the best other optimiser on the MLP cells.
 LENET5_GRID, = studies.grids("dual_optimizers_lenet5")
-#: The cause test of the LeNet5 rows' collapse under nuPI: the same rows at a smaller gain, for their first epochs.
 GAIN_CAUSE_GRID, = studies.grids("nupi_lenet5_gain_cause")
+#: Every grid of the page, for :func:`analysis.report.missing_runs`.
+GRIDS = (GAIN_GRID, GRID, LENET5_GRID, GAIN_CAUSE_GRID, TABLE1_GRID, CONTROL_GRID)
 
 #: The dual optimisers compared, by the name of their run parameter (``paper``: the paper's gradient ascent
 #: with dual restarts, the default of every grid of the paper's tables).
@@ -44,8 +42,7 @@ OPTIMIZERS = {"paper": "gradient ascent, dual restarts (paper)", "gradient_ascen
 
 @dataclass(frozen=True)
 class Cell:
-    """One constrained cell of the paper's tables: the table's label, the grouping, the target (a tuple for
-    one target per layer) and the model."""
+    """One constrained cell of the paper's tables (a tuple of targets: one per layer)."""
 
     table: str
     grouping: str
@@ -62,23 +59,13 @@ class Cell:
         model = "" if self.model == "mlp" else f"{display_name(self.model)} "
         return f"{ref(self.table)}, {model}{self.grouping}-wise {target_label(self.target)}"
 
-    @property
-    def paper_grid(self) -> str:
-        return TABLE1_GRID if self.table == "tab:mnist" else CONTROL_GRID
-
 
 CELLS = (Cell("tab:mnist", "model", 0.33), Cell("tab:mnist", "layer", (0.3, 0.3, 0.3)),
          Cell("tab:mlp_control", "model", 0.2), Cell("tab:mlp_control", "model", 0.35),
          Cell("tab:mlp_control", "layer", 0.2), Cell("tab:mlp_control", "layer", 0.35))
 
-#: Table 1's LeNet5 rows, run with the paper's optimiser and the best other one on the MLP cells
-#: (:func:`best_other`; :data:`LENET5_GRID`).
+#: Table 1's LeNet5 rows (:data:`LENET5_GRID`).
 LENET5_CELLS = (Cell("tab:mnist", "layer", (0.5, 0.3, 0.7, 0.1), "lenet5"), Cell("tab:mnist", "model", 0.1, "lenet5"))
-
-
-def final_multipliers(record: dict) -> list[float]:
-    """The multipliers at the end of training, one per constraint."""
-    return list(record["metrics"]["multipliers_final"])
 
 
 # --------------------------------------------------------------------------- #
@@ -91,14 +78,12 @@ def _train_epochs(run: dict, column: str) -> list[float]:
 
 
 def gain_rows(runs: list[dict]) -> pd.DataFrame:
-    """One row per run of the gain experiment: ``kp``, the final density, its distance to the target, the
-    largest and the final multiplier, the lowest share of parameters the test-time model (gates at their
-    medians, computed from the gates alone) kept at any epoch, and the epochs it spent collapsed
-    (:func:`collapsed_epochs`): a gain whose multiplier leaps closes every median for a while. The errors are
-    shown, not used."""
+    """One row per run of the gain experiment: ``kp``, final density and distance to target, largest and final
+    multiplier, the fewest parameters the test-time model kept at an epoch's end and the epochs it spent
+    collapsed (a gain whose multiplier leaps closes every median for a while). The errors are shown, not used."""
     rows = [{"kp": run["params"]["nupi_kp"], "L0-density (%)": 100 * run["metrics"]["l0_density"],
              "gap (points)": largest_gap(run), "largest λ": max(_train_epochs(run, "lambda_0"), default=None),
-             "final λ": final_multipliers(run)[0],
+             "final λ": run["metrics"]["multipliers_final"][0],
              "lowest params (%)": min(_train_epochs(run, "params_pct"), default=None),
              "epochs collapsed": collapsed_epochs(run), "val. error final (%)": run["metrics"]["val_error_final"],
              "run": notebook_link(run["path"]) or "—"} for run in runs]
@@ -106,45 +91,41 @@ def gain_rows(runs: list[dict]) -> pd.DataFrame:
 
 
 def gain_table(runs: list[dict]) -> pd.DataFrame:
-    """:func:`gain_rows` for the page: each gain as it is written (1, 10, 1e+04)."""
+    """:func:`gain_rows` with each gain as it is written (1, 10, 1e+04)."""
     rows = gain_rows(runs)
     return rows.assign(kp=rows["kp"].map(short_number)) if len(rows) else rows
 
 
 def violation_change(run: dict) -> float:
-    """The median change of a model-wise run's violation from one training step to the next, from its step log
-    (logged every few steps; each change is divided by the steps between two rows)."""
+    """The median change of a model-wise run's violation per training step, from its step log."""
     steps = plots.steps_frame(run)
     steps_per_epoch = math.ceil(run["metrics"]["data"]["num_train"] / run["params"]["batch_size"])
     per_step = steps["constrained_density_0"].diff().abs() / (steps["epoch"].diff() * steps_per_epoch)
     return float(per_step.median())
 
 
-def chosen_gain(runs: list[dict], planned: int) -> float | None:
-    """The smallest ``kp`` whose final distance to the target is within :data:`~paperlib.harness.rules.GAIN_SLACK_POINTS` of the
-    smallest; None until all ``planned`` runs of the gain experiment have a record, and None while the best
-    may lie beyond the range (:func:`gain_at_edge`)."""
-    if len(runs) < planned or gain_at_edge(runs):
-        return None
-    return _best_gain(runs)
-
-
-def _best_gain(runs: list[dict]) -> float:
-    gaps = gain_rows(runs)
-    best = gaps["gap (points)"].abs().min()
-    return float(gaps.loc[gaps["gap (points)"].abs() <= best + rules.GAIN_SLACK_POINTS, "kp"].min())
+def _best_gain(rows: pd.DataFrame) -> float:
+    distance = rows["gap (points)"].abs()
+    return float(rows.loc[distance <= distance.min() + rules.GAIN_SLACK_POINTS, "kp"].min())
 
 
 def gain_at_edge(runs: list[dict]) -> bool:
-    """Whether the range of gains must go on: the gain :func:`chosen_gain` would choose is the largest one
-    tried, and its final distance to the target is more than :data:`~paperlib.harness.rules.GAIN_SLACK_POINTS`, so that a larger
-    gain could still end closer by more than the slack."""
-    if not runs:
-        return False
+    """Whether the range of gains must go on: the best gain is the largest tried and more than
+    :data:`~paperlib.harness.rules.GAIN_SLACK_POINTS` from the target, so a larger one could still end closer."""
     rows = gain_rows(runs)
-    best = _best_gain(runs)
-    distance = rows.loc[rows["kp"] == best, "gap (points)"].abs().iloc[0]
-    return best == rows["kp"].max() and distance > rules.GAIN_SLACK_POINTS
+    if rows.empty:
+        return False
+    best = _best_gain(rows)
+    return best == rows["kp"].max() and rows.loc[rows["kp"] == best, "gap (points)"].abs().iloc[0] > \
+        rules.GAIN_SLACK_POINTS
+
+
+def chosen_gain(runs: list[dict], planned: int) -> float | None:
+    """The smallest ``kp`` whose final distance to target is within the slack of the smallest; None until all
+    ``planned`` runs are in, or while the best may lie beyond the range (:func:`gain_at_edge`)."""
+    if len(runs) < planned or gain_at_edge(runs):
+        return None
+    return _best_gain(gain_rows(runs))
 
 
 # --------------------------------------------------------------------------- #
@@ -152,8 +133,8 @@ def gain_at_edge(runs: list[dict]) -> bool:
 # --------------------------------------------------------------------------- #
 
 def cell_records(cell: Cell, runs: list[dict], paper_runs: list[dict], kp: float | None) -> dict[str, dict | None]:
-    """Each optimiser's seed-0 record of ``cell`` (None where there is none): the paper's from ``paper_runs``
-    (its grid), the others from ``runs`` (this module's grids), nuPI at the gain ``kp`` (None: not chosen yet)."""
+    """Each optimiser's seed-0 record of ``cell`` or None: the paper's from ``paper_runs``, the others from
+    ``runs``, nuPI at the gain ``kp`` (None: not chosen yet)."""
     where = {"model": cell.model, "method": "constrained", "grouping": cell.grouping, "target": cell.target, "seed": 0}
     wanted = {"paper": (paper_runs, where)}
     for name in ("gradient_ascent", "nupi", "augmented_lagrangian"):
@@ -171,10 +152,9 @@ SUMMARY_COLUMNS = ["cell", "dual optimiser", "largest gap (points)", "hit", "val
 
 
 def summary(cells: dict[Cell, dict[str, dict | None]], free: list[dict] | None = None) -> pd.DataFrame:
-    """One row per cell and dual optimiser with a record: the final largest distance to target over the
-    constrained layers (positive: above it), whether it is on target (:func:`paperlib.harness.rules.judge_record`, with
-    the free-gates records ``free``, by default :func:`paperlib.harness.rules.free_gates_records`), the final error and
-    its difference from the paper's optimiser on the same cell, the largest final multiplier."""
+    """One row per cell and optimiser with a record: the largest final gap, whether it is on target by the book's
+    rule (against the free-gates records ``free``), the final error and its difference from the paper's
+    optimiser's, the largest final multiplier."""
     free = rules.free_gates_records() if free is None else free
     rows = []
     for cell, found in cells.items():
@@ -187,13 +167,12 @@ def summary(cells: dict[Cell, dict[str, dict | None]], free: list[dict] | None =
                          "hit": rules.judge_record(run, free).outcome == rules.Outcome.ON_TARGET,
                          "val. error final (%)": error,
                          "Δ error (points)": error - paper["metrics"]["val_error_final"] if paper else None,
-                         "final λ": max(final_multipliers(run)), "run": run_link(run)})
+                         "final λ": max(run["metrics"]["multipliers_final"]), "run": run_link(run)})
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
 def by_cell(table: pd.DataFrame, cells: tuple[Cell, ...] = CELLS) -> pd.DataFrame:
-    """:func:`summary` with one row per cell: each dual optimiser's largest gap (points) and final error (%)
-    side by side, optimisers in the order of :data:`OPTIMIZERS`, cells in that of ``cells``."""
+    """:func:`summary` with one row per cell: each optimiser's gap and final error side by side."""
     values = {"largest gap (points)": "gap", "val. error final (%)": "error (%)"}
     wide = table.pivot(index="cell", columns="dual optimiser", values=list(values)).rename(columns=values)
     present = set(table["dual optimiser"])
@@ -205,23 +184,16 @@ def by_cell(table: pd.DataFrame, cells: tuple[Cell, ...] = CELLS) -> pd.DataFram
 
 
 def layer_gaps(cells: dict[Cell, dict[str, dict | None]]) -> pd.DataFrame:
-    """One row per layer-wise cell and dual optimiser with a record: the final expected density's distance from
-    its target on every constrained layer, in points (positive: above), in the layers' order."""
-    rows = []
-    for cell, found in cells.items():
-        for name, run in found.items():
-            if run is None or cell.grouping != "layer":
-                continue
-            layers = list(run["metrics"]["l0_density_per_layer"])
-            pairs = constrained_densities(run, run["history"][-1])
-            rows.append({"cell": cell.label, "dual optimiser": OPTIMIZERS[name],
-                         **{layer: 100 * (density - target) for layer, (density, target) in zip(layers, pairs)}})
-    return pd.DataFrame(rows)
+    """One row per layer-wise cell and optimiser with a record: every layer's final gap (points)."""
+    return pd.DataFrame([{"cell": cell.label, "dual optimiser": OPTIMIZERS[name],
+                          **dict(zip(run["metrics"]["l0_density_per_layer"], rules.final_gaps(run)))}
+                         for cell, found in cells.items() if cell.grouping == "layer"
+                         for name, run in found.items() if run is not None])
 
 
 def seed_spread(table1_runs: list[dict], cells: tuple[Cell, ...] = CELLS[:2]) -> float:
-    """The run-to-run standard deviation of the final error over the seeds of Table 1's ``cells`` (pooled: the
-    mean of the cells' variances, square-rooted); by default its two MLP cells."""
+    """The run-to-run standard deviation of the final error over the seeds of Table 1's ``cells``, pooled (the
+    root of the cells' mean variance); by default its two MLP cells."""
     variances = []
     for cell in cells:
         errors = [run["metrics"]["val_error_final"]
@@ -235,14 +207,10 @@ def seed_spread(table1_runs: list[dict], cells: tuple[Cell, ...] = CELLS[:2]) ->
 
 
 def verdicts(table: pd.DataFrame, spread: float, n_cells: int = len(CELLS)) -> pd.DataFrame:
-    """One row per dual optimiser of :data:`OPTIMIZERS` with records in ``table`` (:func:`summary`): its cells with
-    a record, those on target, the largest distance to target and the range of its final error against the paper's
-    optimiser (points); ``no cost``: no cell's final error more than :data:`~paperlib.harness.rules.COST_SPREADS` seed
-    spreads (``spread``) above the paper's optimiser's; ``removes overshoot``: on target in all ``n_cells`` cells
-    at no cost (None until every cell has a record; always None for the paper's own).
-
-    >>> verdicts(summary(cells), spread=0.1).set_index("dual optimiser")["removes overshoot"]  # doctest: +SKIP
-    """
+    """One row per optimiser in ``table`` (:func:`summary`): cells, on target, largest |gap|, the range of its
+    error against the paper's optimiser; ``no cost``: none more than :data:`~paperlib.harness.rules.COST_SPREADS`
+    seed spreads above it; ``removes overshoot``: on target in all ``n_cells`` cells at no cost (None until every
+    cell is in, and for the paper's own)."""
     rows = []
     for name, label in OPTIMIZERS.items():
         mine = table[table["dual optimiser"] == label]
@@ -264,8 +232,7 @@ def verdicts(table: pd.DataFrame, spread: float, n_cells: int = len(CELLS)) -> p
 
 
 def winners(judged: pd.DataFrame) -> list[str] | None:
-    """The optimisers that remove the overshoot at no cost (:func:`verdicts`), or None while one of the others
-    still lacks a cell."""
+    """The optimisers that remove the overshoot at no cost, or None while one still lacks a cell."""
     others = judged[judged["dual optimiser"] != OPTIMIZERS["paper"]]
     if len(others) < len(OPTIMIZERS) - 1 or others["removes overshoot"].isna().any():
         return None
@@ -273,10 +240,8 @@ def winners(judged: pd.DataFrame) -> list[str] | None:
 
 
 def best_other(table: pd.DataFrame) -> tuple[str | None, bool]:
-    """The dual optimiser other than the paper's that did best on the MLP cells of ``table`` (:func:`summary`):
-    on target (:func:`paperlib.harness.rules.judge_record`) in the largest share of its cells, then the
-    smallest mean distance to target (training-time densities alone, never the error); None without records.
-    Also whether every MLP cell of every optimiser has a record (False: the leader so far)."""
+    """The other optimiser that did best on the MLP cells (the largest share on target, then the smallest mean
+    distance to target; never the error), None without records; and whether every cell is in."""
     scores, complete = {}, True
     for name, label in OPTIMIZERS.items():
         rows = table[table["dual optimiser"] == label]
@@ -289,7 +254,7 @@ def best_other(table: pd.DataFrame) -> tuple[str | None, bool]:
 
 
 def grid_optimizer(grid: str) -> str:
-    """The dual optimiser a grid file's runs use (its ``dual_optimizer``, the same for every run)."""
+    """The one dual optimiser a grid file's runs use."""
     names = {config.dual_optimizer for config, _ in grid_runs(grid)}
     if len(names) != 1:
         raise ValueError(f"{grid} runs {len(names)} dual optimisers ({', '.join(sorted(names))}); one was expected")
@@ -298,8 +263,8 @@ def grid_optimizer(grid: str) -> str:
 
 @dataclass
 class Comparison:
-    """Everything the page shows, from the committed records: the gain experiment's runs, the chosen gain
-    (None until all have run), every cell's records, their :func:`summary` and the seed spread."""
+    """Everything the page shows: the gain runs, the chosen gain, every cell's records, their :func:`summary`,
+    the seed spread, and Table 1's LeNet5 rows."""
 
     gains: list[dict]
     kp: float | None
@@ -312,7 +277,8 @@ class Comparison:
     def from_records(cls) -> "Comparison":
         gains = records_of(GAIN_GRID)
         kp = chosen_gain(gains, planned=len(grid_runs(GAIN_GRID)))
-        cells = load(kp)
+        runs, paper_runs = records_of([GRID, GAIN_GRID]), records_of([TABLE1_GRID, CONTROL_GRID])
+        cells = {cell: cell_records(cell, runs, paper_runs, kp) for cell in CELLS}
         lenet5 = {cell: cell_records(cell, records_of(LENET5_GRID), records_of(TABLE1_GRID), kp)
                   for cell in LENET5_CELLS}
         return cls(gains, kp, cells, summary(cells), seed_spread(records_of(TABLE1_GRID)), lenet5)
@@ -322,37 +288,29 @@ class Comparison:
         ran = grid_optimizer(LENET5_GRID)
         return {cell: {name: found[name] for name in ("paper", ran)} for cell, found in self.lenet5.items()}
 
-    def lenet5_rows(self) -> tuple[pd.DataFrame, pd.DataFrame, float]:
-        """The :func:`summary` of :meth:`lenet5_shown`, its rows of the optimiser :data:`LENET5_GRID` runs, and
-        the seed spread of Table 1's LeNet5 rows (which judges the cost in error there)."""
-        table = summary(self.lenet5_shown())
-        ours = table[table["dual optimiser"] == OPTIMIZERS[grid_optimizer(LENET5_GRID)]]
-        spread = seed_spread(records_of(TABLE1_GRID), LENET5_CELLS) if len(ours) else math.nan
-        return table, ours, spread
-
     def lenet5_verdicts(self) -> pd.DataFrame:
-        """One row per LeNet5 row run with :data:`LENET5_GRID`'s optimiser: on target, its largest gap, its
-        final error and the paper's optimiser's, the difference, whether that exceeds
-        :data:`~paperlib.harness.rules.COST_SPREADS` seed spreads of Table 1's LeNet5 rows, the epochs its test-time model
-        spent collapsed and whether it ended collapsed (:func:`collapsed_epochs`)."""
-        table, ours, spread = self.lenet5_rows()
+        """One row per LeNet5 row with :data:`LENET5_GRID`'s optimiser: on target, gap, its error and the paper's
+        optimiser's, whether the difference exceeds :data:`~paperlib.harness.rules.COST_SPREADS` seed spreads of
+        Table 1's LeNet5 rows (``attrs["cost"]``), the epochs collapsed and whether it ended so."""
         ran = grid_optimizer(LENET5_GRID)
+        table = summary(self.lenet5_shown())
+        ours = table[table["dual optimiser"] == OPTIMIZERS[ran]]
+        cost = rules.COST_SPREADS * (seed_spread(records_of(TABLE1_GRID), LENET5_CELLS) if len(ours) else math.nan)
         runs = {cell.label: found[ran] for cell, found in self.lenet5.items()}
         rows = [{"cell": row["cell"], "on target": bool(row["hit"]), "gap (points)": row["largest gap (points)"],
                  "error paper's (%)": row["val. error final (%)"] - row["Δ error (points)"],
                  "error (%)": row["val. error final (%)"], "Δ error (points)": row["Δ error (points)"],
-                 "beyond the cost": bool(row["Δ error (points)"] > rules.COST_SPREADS * spread),
+                 "beyond the cost": bool(row["Δ error (points)"] > cost),
                  "epochs collapsed": collapsed_epochs(runs[row["cell"]]),
                  "ends collapsed": ends_collapsed(runs[row["cell"]])} for _, row in ours.iterrows()]
         result = pd.DataFrame(rows, columns=["cell", "on target", "gap (points)", "error paper's (%)", "error (%)",
                                              "Δ error (points)", "beyond the cost", "epochs collapsed",
                                              "ends collapsed"])
-        result.attrs["cost"] = rules.COST_SPREADS * spread
+        result.attrs["cost"] = cost
         return result
 
     def gain_cause(self) -> pd.DataFrame:
-        """:func:`gain_cause` for Table 1's LeNet5 rows: the cause test's optimiser at the chosen gain against the
-        cause test."""
+        """:func:`gain_cause` for Table 1's LeNet5 rows."""
         tested = grid_optimizer(GAIN_CAUSE_GRID)
         return gain_cause({cell: found[tested] for cell, found in self.lenet5.items()}, records_of(GAIN_CAUSE_GRID))
 
@@ -362,18 +320,10 @@ STYLES = {"paper": ("C0", "o"), "gradient_ascent": ("C1", "s"), "nupi": ("C2", "
           "augmented_lagrangian": ("C3", "D")}
 
 
-def _gap_curves(cell: Cell, run: dict) -> list[tuple[pd.Series, pd.Series]]:
-    """(epochs, expected density − target in points) of each constrained layer of ``run``, from its step log."""
-    steps = plots.steps_frame(run)
-    targets = cell.target if isinstance(cell.target, list) else [cell.target] * len(final_multipliers(run))
-    return [(steps["epoch"], 100 * (steps[f"constrained_density_{k}"] - target)) for k, target in enumerate(targets)]
-
-
 def plot_gaps(cells: dict[Cell, dict[str, dict | None]], columns: int = 3, zoom: float = 2.0) -> plt.Figure:
-    """One panel per cell: each optimiser's expected density minus target (points) of every constrained layer
-    against epochs, on a symmetric log scale, linear within ± ``zoom`` points (where the paper's overshoot of 1-2
-    points lies) and logarithmic beyond (the first epochs' 60 points, the other optimisers' undershoot). One
-    colour and marker per optimiser (:data:`STYLES`), one line style per layer; a band marks ± 1 point."""
+    """One panel per cell: each optimiser's gap of every constrained layer against epochs (:func:`step_gaps`),
+    linear within ± ``zoom`` points (the paper's overshoot of 1-2 points) and logarithmic beyond; one colour and
+    marker per optimiser (:data:`STYLES`), one line style per layer, a band at ± 1 point."""
     rows = math.ceil(len(cells) / columns)
     fig, axes = plt.subplots(rows, columns, figsize=(7, 2.4 * rows + 0.6), sharex=True, sharey=True, squeeze=False)
     for ax, (cell, found) in zip(axes.flat, cells.items()):
@@ -381,9 +331,10 @@ def plot_gaps(cells: dict[Cell, dict[str, dict | None]], columns: int = 3, zoom:
             if run is None:
                 continue
             colour, marker = STYLES[name]
-            for k, (epochs, gaps) in enumerate(_gap_curves(cell, run)):
-                ax.plot(epochs, gaps, color=colour, ls=("-", "--", ":", "-.")[k % 4], lw=1.2, marker=marker,
-                        markevery=max(1, len(epochs) // 6), ms=4, label=OPTIMIZERS[name] if k == 0 else None)
+            gaps = step_gaps(run)
+            for k in gaps:
+                ax.plot(gaps.index, gaps[k], color=colour, ls=("-", "--", ":", "-.")[k % 4], lw=1.2, marker=marker,
+                        markevery=max(1, len(gaps) // 6), ms=4, label=OPTIMIZERS[name] if k == 0 else None)
         ax.axhspan(-rules.ON_TARGET_POINTS, rules.ON_TARGET_POINTS, color="0.85", zorder=0)
         ax.axhline(0, color="k", lw=0.6)
         ax.set_yscale("symlog", linthresh=zoom, linscale=3.0)
@@ -405,9 +356,8 @@ def plot_gaps(cells: dict[Cell, dict[str, dict | None]], columns: int = 3, zoom:
 
 
 def plot_collapse(groups: dict[str, dict[Cell, dict[str, dict | None]]]) -> plt.Figure:
-    """One panel per group of cells (``{"MLP": cells, "LeNet5": cells}``): every run's test error at the end of
-    each training epoch, on a log scale, coloured by optimiser (:data:`STYLES`); the line at
-    :data:`COLLAPSED_ERROR_PCT` marks a collapsed test-time model."""
+    """One panel per group of cells: every run's test error at each training epoch's end (log scale) by optimiser;
+    a line at :data:`COLLAPSED_ERROR_PCT` marks a collapsed test-time model."""
     fig, axes = plt.subplots(1, len(groups), figsize=(7, 3.2), sharey=True, squeeze=False)
     for ax, (title, cells) in zip(axes[0], groups.items()):
         seen = set()
@@ -434,30 +384,25 @@ def plot_collapse(groups: dict[str, dict[Cell, dict[str, dict | None]]]) -> plt.
     return fig
 
 
-#: A test-time model (gates at their medians) that misclassifies this share of the test set (%) or more has
-#: collapsed: it does about as well as a constant answer, which errs on 88.65% of MNIST's test set (the commonest
-#: digit, 1, is 11.35% of it). The share of parameters it keeps does not tell: a LeNet5 whose conv layers keep no
-#: map still keeps its fully connected tail, over 1% of its parameters.
+#: A test-time model that misclassifies this share (%) of the test set has collapsed: a constant answer errs on
+#: 88.65% of MNIST's. The parameters it keeps do not tell: a LeNet5 without conv maps keeps its fully connected tail.
 COLLAPSED_ERROR_PCT = 80.0
 
 
 def collapsed_epochs(run: dict, first: int | None = None) -> int:
-    """The training epochs (of the ``first`` ones, if given) at whose end the run's test-time model misclassified
-    :data:`COLLAPSED_ERROR_PCT` of the test set or more (the test split describes the run here; it chooses
-    nothing)."""
+    """The training epochs (of the ``first`` ones) at whose end the test-time model had collapsed (the test split
+    describes the run here; it chooses nothing)."""
     return sum(error >= COLLAPSED_ERROR_PCT for error in _train_epochs(run, "val_error")[:first])
 
 
 def ends_collapsed(run: dict) -> bool:
-    """Whether the run's test-time model misclassified :data:`COLLAPSED_ERROR_PCT` of the test set or more at the
-    end of its last training epoch."""
+    """Whether the test-time model had collapsed at the end of the last training epoch."""
     return _train_epochs(run, "val_error")[-1] >= COLLAPSED_ERROR_PCT
 
 
 def collapse_summary(cells: dict[Cell, dict[str, dict | None]]) -> pd.DataFrame:
-    """One row per dual optimiser with records in ``cells``: its cells with a record, those whose test-time model
-    ever collapsed (:func:`collapsed_epochs`), the fewest and most epochs collapsed among those, the lowest share of
-    parameters its test-time model kept at any epoch (%), and the cells it ends collapsed in."""
+    """One row per optimiser with records: its cells, those that ever collapsed, the fewest and most epochs
+    collapsed, the fewest parameters kept at any epoch (%) and the cells it ends collapsed in."""
     rows = []
     for name, label in OPTIMIZERS.items():
         runs = [found[name] for found in cells.values() if found.get(name)]
@@ -476,12 +421,9 @@ def collapse_summary(cells: dict[Cell, dict[str, dict | None]]) -> pd.DataFrame:
 
 
 def thin_layers(run: dict) -> pd.DataFrame:
-    """How a collapsed test-time model keeps its expected density: at the epoch with saved gate medians (App. I)
-    where the run's test error was highest, if that error is :data:`COLLAPSED_ERROR_PCT` or more, every layer that
-    kept under half the share of its groups that its expected density promises (its gates share the density
-    thinly: each opens with a probability near the layer's density, below the median's threshold, Eq. 9). Columns:
-    epoch, test error (%), layer, groups kept, groups, expected density (%); empty if the run never collapsed at a
-    saved epoch."""
+    """How a collapsed test-time model keeps its expected density: at the saved epoch of highest test error, if
+    collapsed, every layer that kept under half the groups its expected density promises (its gates share the
+    density thinly, each below the median's threshold, Eq. 9); empty if it never collapsed at a saved epoch."""
     columns = ["epoch", "test error (%)", "layer", "groups kept", "groups", "expected density (%)"]
     rows = {row["epoch"]: row for row in run["history"]
             if row["phase"] == "train" and row.get("val_error") not in (None, "")}
@@ -498,10 +440,9 @@ def thin_layers(run: dict) -> pd.DataFrame:
 
 
 def gain_cause(chosen: dict[Cell, dict | None], smaller: list[dict]) -> pd.DataFrame:
-    """The cause test of a collapse at the chosen gain (:data:`GAIN_CAUSE_GRID`): for each cell with a record at
-    the chosen gain (``chosen``) and a shorter one at a smaller gain (``smaller``), the epochs each spent collapsed
-    within the shorter run's epochs (the MNIST protocol has no schedule: they are the longer run's first ones) and
-    the highest test error each had in them. :func:`gain_is_cause` reads it."""
+    """The cause test of a collapse at the chosen gain: per cell with a run at it (``chosen``) and a shorter one at
+    a smaller gain (``smaller``), the epochs each spent collapsed within the shorter run's epochs (no schedule:
+    the longer run's first ones) and the highest test error in them."""
     rows = []
     for cell, run in chosen.items():
         test = next(iter(select(smaller, model=cell.model, grouping=cell.grouping, target=cell.target)), None)
@@ -518,9 +459,8 @@ def gain_cause(chosen: dict[Cell, dict | None], smaller: list[dict]) -> pd.DataF
 
 
 def gain_is_cause(test: pd.DataFrame) -> str | None:
-    """The cause test's outcome (:func:`gain_cause`): ``"the cause"`` where the smaller gain never collapses and
-    the chosen one does in every cell, ``"not the cause"`` where the smaller one collapses as long or longer in
-    every cell, ``"part of the cause"`` otherwise; None without a record."""
+    """``the cause`` if in every cell only the chosen gain collapses, ``not the cause`` if the smaller collapses as
+    long or longer in every cell, ``part of the cause`` otherwise; None without a record."""
     if test.empty:
         return None
     big, small = test["collapsed"], test["collapsed, smaller kp"]
@@ -531,28 +471,8 @@ def gain_is_cause(test: pd.DataFrame) -> str | None:
     return "part of the cause"
 
 
-def missing_runs(cells: dict[Cell, dict[str, dict | None]], kp: float | None) -> pd.DataFrame:
-    """One row per optimiser and cell without a record, with the command that makes it (nuPI's wait for its
-    gain: :data:`GAIN_GRID`)."""
-    rows = []
-    for name, label in OPTIMIZERS.items():
-        for cell, found in cells.items():
-            if found[name] is not None:
-                continue
-            grids = [cell.paper_grid] if name == "paper" else [GAIN_GRID if name == "nupi" and kp is None else GRID]
-            rows.append({"what": f"{label}, {cell.label}", "command": sweep_command(grids)})
-    return pd.DataFrame(rows, columns=["what", "command"])
-
-
 def balance_gain(run: dict) -> tuple[float, float, float]:
-    """Where nuPI's proportional step matches its integral one on ``run`` (a gain run): the median change of the
-    violation a step (:func:`violation_change`), the final violation (|largest gap| / 100), and their ratio to
-    one significant digit, the gain at which ``kp (e_t − e_{t−1})`` is as large as ``e_t``."""
+    """Where nuPI's proportional step matches its integral one: the median change of the violation a step, the
+    final violation, and their ratio to one digit, the gain at which ``kp (e_t − e_{t−1})`` is as large as ``e_t``."""
     violation, change = abs(largest_gap(run)) / 100, violation_change(run)
     return change, violation, float(f"{violation / change:.0e}")
-
-
-def load(kp: float | None) -> dict[Cell, dict[str, dict | None]]:
-    """Every cell's records (:func:`cell_records`) from the committed records of the grids."""
-    runs, paper_runs = records_of([GRID, GAIN_GRID]), records_of([TABLE1_GRID, CONTROL_GRID])
-    return {cell: cell_records(cell, runs, paper_runs, kp) for cell in CELLS}

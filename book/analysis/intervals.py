@@ -1,21 +1,11 @@
 """Intervals for numbers aggregated over runs: ours, the paper's CI, and how far ours may fall from it by chance.
 
-Our cells are the mean over our seeds ± the half-width of a 95% confidence
-interval with Student's t at n − 1 degrees of freedom, t · std / sqrt(n)
-(:func:`mean_ci`). The paper prints its cells as the mean over its runs ± 1.96 ·
-std / sqrt(n) with the sample std (the authors' convention, their
-``get_results/``; :func:`paper_ci`): the normal quantile, narrower than t's at
-the paper's n = 5 (1.96 against 2.776) and far narrower at 2 or 3 seeds (12.71,
-4.30). The pages show the paper's as printed and say so.
-
-That CI is about the paper's *mean*. One run of ours, even one drawn from
-exactly the distribution the paper's runs came from, falls outside it far more
-often than 5% of the time: it carries the whole run-to-run spread. Whether a
-difference is larger than chance therefore needs the spread behind the CI
-(:func:`spread_from_ci`) and Student's t: :func:`difference_interval` is the
-95% interval of ours minus the paper's mean under the hypothesis that our runs
-and the paper's are draws of one distribution (a prediction interval for one
-run of ours, Welch's interval for several).
+Ours: mean ± Student's t · std / sqrt(n) (:func:`mean_ci`). The paper's: mean ± 1.96 · std / sqrt(n), the
+authors' convention (:func:`paper_ci`), narrower than t's at n = 5 (2.776) and far narrower at 2 or 3 seeds.
+That CI is about the paper's *mean*: one run of ours drawn from the same distribution falls outside it far more
+often than 5% of the time. Whether a difference exceeds chance needs the spread behind the CI
+(:func:`spread_from_ci`): :func:`difference_interval` is the 95% interval of ours minus the paper's mean if both
+are draws of one distribution (a prediction interval for one run of ours, Welch's for several).
 """
 
 import math
@@ -28,8 +18,7 @@ PAPER_CI_Z = 1.96
 
 
 def mean_ci(values: list[float], level: float = 0.95) -> tuple[float, float | None]:
-    """Mean and the half-width of its ``level`` confidence interval, t · std / sqrt(n) with Student's t at
-    n − 1 degrees of freedom (sample std); no interval for n = 1.
+    """Mean and the half-width of its ``level`` confidence interval, t(n − 1) · std / sqrt(n); none for n = 1.
 
     >>> mean, half = mean_ci([1.0, 2.0, 3.0])  # t(0.975, 2) = 4.303, std 1
     >>> round(half, 3)
@@ -43,8 +32,7 @@ def mean_ci(values: list[float], level: float = 0.95) -> tuple[float, float | No
 
 
 def paper_ci(values: list[float]) -> float | None:
-    """The half-width of a 95% CI the authors' way, 1.96 · std / sqrt(n), as the paper prints its cells (none
-    for n = 1); never used for ours."""
+    """The half-width of a 95% CI the authors' way, 1.96 · std / sqrt(n) (none for n = 1); never used for ours."""
     if len(values) < 2:
         return None
     return PAPER_CI_Z * statistics.stdev(values) / math.sqrt(len(values))
@@ -65,11 +53,8 @@ def student_t_density(x: float, dof: float) -> float:
 
 
 def student_t_cdf(x: float, dof: float) -> float:
-    """P(T <= x) for Student's t with ``dof`` degrees of freedom (any real dof > 0).
-
-    Simpson's rule on the density over [0, |x|] in the variable u = arctan(t),
-    which maps the heavy tails onto a finite interval and leaves a smooth integrand.
-    """
+    """P(T <= x) for Student's t with ``dof`` > 0 degrees of freedom: Simpson's rule on the density over
+    [0, |x|] in u = arctan(t), which maps the heavy tails onto a finite interval."""
     if dof <= 0:
         raise ValueError(f"degrees of freedom must be positive, got {dof}")
     u = np.linspace(0.0, math.atan(abs(x)), 2001)
@@ -82,12 +67,8 @@ def student_t_cdf(x: float, dof: float) -> float:
 
 
 def student_t_quantile(p: float, dof: float) -> float:
-    """The x with P(T <= x) = p, for Student's t with ``dof`` degrees of freedom.
-
-    Newton's method from the normal quantile. For p > 1/2 the CDF is concave on
-    x > 0 and the normal quantile lies below the t quantile, so every step stays
-    below the root and the iterates rise to it monotonically.
-    """
+    """The x with P(T <= x) = p for Student's t: Newton's method from the normal quantile (for p > 1/2 the CDF is
+    concave on x > 0 and the start lies below the root, so the iterates rise to it monotonically)."""
     if not 0 < p < 1:
         raise ValueError(f"p must be in (0, 1), got {p}")
     if p < 0.5:
@@ -102,14 +83,9 @@ def student_t_quantile(p: float, dof: float) -> float:
 
 
 def difference_interval(paper_ci: float, paper_runs: int, ours: list[float], level: float = 0.95) -> float:
-    """Half-width of the interval that mean(ours) − the paper's mean falls in with probability ``level``
-    when our runs and the paper's ``paper_runs`` runs are draws of one normal distribution.
-
-    With several runs of ours, Welch's interval (Welch–Satterthwaite degrees of
-    freedom). With one, nothing measures our spread, so it is taken to be the
-    paper's: the prediction interval for one more run, with ``paper_runs − 1``
-    degrees of freedom.
-    """
+    """Half-width of the interval mean(ours) − the paper's mean falls in with probability ``level`` when both
+    are draws of one normal distribution: Welch's for several runs of ours; for one, the prediction interval for
+    one more of the paper's runs (``paper_runs − 1`` degrees of freedom)."""
     if paper_runs < 2:
         raise ValueError(f"a CI needs at least 2 runs, the paper's cell has {paper_runs}")
     if not ours:

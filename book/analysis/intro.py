@@ -42,12 +42,10 @@ def _mean(cell) -> float:
 
 
 def claim_points(frame: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per constrained or penalized row of the control tables: ``models``, ``method``, ``grouping``,
-    ``setting`` (target in % or λ_pen), ``paper`` (its mean final L0-density, %), ``ours`` (our records' mean, %;
-    NaN where not run), ``runs``, ``protocol`` (ours: the paper protocol on MNIST, the CPU protocol on
-    CIFAR-10), and for a constrained row, judged by the book's rule at its measure
-    (:func:`paperlib.harness.rules.judge_cell`: every constraint, each layer for a layer-wise row): ``outcome``
-    and ``gap`` (the gap of the constraint furthest from its target, points)."""
+    """One row per constrained or penalized row of the control tables: the setting (target in % or λ_pen), the
+    paper's and our mean final L0-density (%; NaN where not run), our runs and protocol (:data:`OURS`), and for a
+    constrained row its outcome by the book's rule (:func:`paperlib.harness.rules.judge_cell`, every constraint)
+    and ``gap``, the constraint furthest from its target (points)."""
     frame = index.record_index() if frame is None else frame
     free = rules.free_gates_records()
     rows = []
@@ -69,10 +67,9 @@ def claim_points(frame: pd.DataFrame | None = None) -> pd.DataFrame:
 
 
 def plot_central_claim(points: pd.DataFrame) -> plt.Figure:
-    """Left (constrained): the density reached minus the target, against the target (ours: the constraint
-    furthest from its target, each layer of a layer-wise row; the paper's: the model, all it prints); the grey
-    band is within 1 point. Right (penalized): the density reached against λ_pen: the same λ_pen lands far apart
-    from one model to the next, which is why a penalty must be searched."""
+    """Left: the density reached minus the target against the target (ours: the constraint furthest from it; the
+    paper's: the model, all it prints), a band within 1 point. Right: the density against λ_pen, which lands far
+    apart from one model to the next: a penalty must be searched."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.8), constrained_layout=True)
     constrained = points[points["kind"] == "target"].assign(paper=lambda t: t["paper"] - t["setting"],
                                                             ours=lambda t: t["gap"])
@@ -107,8 +104,7 @@ DEVICE_KINDS = {"CPU": "CPU core (one thread)", "GPU": "GPU (one H100, shared by
 
 
 def compute_spent(frame: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The compute behind the book's records (the record index, default every record of ``runs/``): runs and hours
-    of training (``wall_time_s``) per device kind, in the order the index first meets them."""
+    """The compute behind the book's records: runs and hours of training per device kind."""
     frame = index.record_index() if frame is None else frame
     spent = frame.groupby(frame["device"].map(lambda device: DEVICE_KINDS.get(device, device)), sort=False)
     return pd.DataFrame([{"device": kind, "runs": len(rows), "hours of training": f"{hours:.1f}"}
@@ -116,9 +112,7 @@ def compute_spent(frame: pd.DataFrame | None = None) -> pd.DataFrame:
 
 
 def first_screen(found) -> pd.DataFrame:
-    """The first screen's table: the central claims (:data:`analysis.verdict.CENTRAL`) first, then the others in
-    the paper's order; each claim linked to the section that answers it, its verdict at the scale we ran, and
-    the verdict at the paper's scale."""
+    """The first screen's table: each claim (central ones first), its verdict at our scale and at the paper's."""
     from analysis import verdict
 
     table = verdict.table(found, central_first=True)
@@ -127,21 +121,16 @@ def first_screen(found) -> pd.DataFrame:
 
 
 def central_claim_numbers(points: pd.DataFrame) -> dict[str, str]:
-    """The numbers the intro's sentences on :func:`plot_central_claim` quote, computed from the same points:
-    per dataset, how many constrained rows whose targets bind land on target by the book's rule at its
-    measure (``outcome``), of how many, and the largest gap either way; and the widest spread of one λ_pen's
-    densities across the models."""
+    """The numbers the intro quotes from the same points: per dataset (and grouping) the binding constrained rows
+    on target of how many, the violated ones, the extreme gaps; the widest spread of one λ_pen's densities."""
     numbers = {}
     constrained = points[(points["kind"] == "target") & points["outcome"].notna()]
     for name, rows in (("mnist", constrained[constrained["models"].str.startswith("MNIST")]),
                        ("cifar", constrained[constrained["models"].str.startswith("CIFAR")])):
         binding = rows[rows["outcome"] != rules.Outcome.DOES_NOT_BIND.value]
-        numbers[f"{name}_on_target"] = str(int((binding["outcome"] == rules.Outcome.ON_TARGET.value).sum()))
-        numbers[f"{name}_binding"] = str(len(binding))
-        for grouping in ("model", "layer"):
-            mine = binding[binding["grouping"] == grouping]
-            numbers[f"{name}_{grouping}_on_target"] = str(int((mine["outcome"] == rules.Outcome.ON_TARGET.value).sum()))
-            numbers[f"{name}_{grouping}_binding"] = str(len(mine))
+        for part, mine in (("", binding), *((f"_{g}", binding[binding["grouping"] == g]) for g in ("model", "layer"))):
+            numbers[f"{name}{part}_on_target"] = str(int((mine["outcome"] == rules.Outcome.ON_TARGET.value).sum()))
+            numbers[f"{name}{part}_binding"] = str(len(mine))
         over = rows[rows["outcome"] == rules.Outcome.VIOLATED.value]
         numbers[f"{name}_violated"] = str(len(over))
         paper_over = over["paper"] - over["setting"] > rules.FEASIBLE_POINTS

@@ -1,10 +1,7 @@
-"""Why some CIFAR-10 runs miss their targets (book/results_cifar10_misses.md): tables, numbers and figures of the
-two ways a constrained run misses (over, in whole gates; under, with the constraint holding) and of the tests of
-their causes (:data:`CAUSE_GRID`, :data:`FREE_GATES_GRID`, :data:`UNDER_CAUSE_GRID`, :data:`DUAL_LR_CAUSE_GRID`).
-
-Every choice reads training-time densities and multipliers; the test split is never used to decide anything.
-The page writes the prose; these functions give it numbers (Python ints, floats and condition names, for
-MyST-NB's glue) and tables.
+"""Why some CIFAR-10 runs miss their targets (book/results_cifar10_misses.md): the two ways a constrained run
+misses (over, in whole gates; under, with the constraint holding) and the tests of their causes. Every choice
+reads training-time densities and multipliers, never the test split; numbers are Python ints, floats and names
+(for MyST-NB's glue).
 
 >>> sorted(paper_free_densities())
 [0.1, 6]
@@ -18,11 +15,12 @@ import pandas as pd
 from paperlib.harness import rules, studies
 from paperlib.harness.paper_rows import constrained_densities
 from paperlib.harness.plots import history_frame, steps_frame
+from paperlib.harness.rules import final_gaps
 from paperlib.paper.models import gate_counts
 from paperlib.paper.paper_results import paper_cell
 
-from .control import (ABLATION_GRID, condition_link, constraint_names, dense_run, dual_lr_rows, final_gaps,
-                      run_label, run_rows, short_layer_name)
+from .control import (ABLATION_GRID, condition_link, constraint_names, dense_run, dual_lr_rows, run_label, run_rows,
+                      short_layer_name)
 from .report import complete_records, notebook_link
 
 #: The cause test of layer-wise 20%: the gates' learning rate decayed with the weights'.
@@ -40,14 +38,9 @@ DUAL_LR_CAUSE_GRID, = studies.grids("cifar10_cpu2_dual_lr")
 # --------------------------------------------------------------------------- #
 
 def gate_rows(run: dict) -> pd.DataFrame:
-    """A layer-wise constrained run's final densities counted in gates, one row per gated layer.
-
-    A layer of n gates whose gates have saturated (medians at exactly 0 or 1, as they do at
-    the gates' learning rate of 6) can only have an expected density near k/n: its density
-    moves in steps of one gate, 100/n points. *Open medians*: the gates whose final median is
-    not 0 (:data:`records` keep them for the saved epochs). A gap under one gate is as close
-    as such a layer can come to its target.
-    """
+    """A layer-wise constrained run's final densities counted in gates, one row per gated layer: a layer of n
+    saturated gates (medians at 0 or 1, as at the gates' lr of 6) moves in steps of one gate, 100/n points, so a
+    gap under one gate is as close as it can come. *Open medians*: gates whose last saved median is not 0."""
     counts = gate_counts(run["params"]["model"])
     medians = run["gate_medians"][max(run["gate_medians"], key=int)]
     layers = list(run["metrics"]["l0_density_per_layer"])
@@ -62,9 +55,8 @@ def gate_rows(run: dict) -> pd.DataFrame:
 
 
 def gate_changes(run: dict, after_epoch: int = 1) -> pd.DataFrame:
-    """Every epoch after ``after_epoch`` at whose end a layer of a layer-wise constrained run has a different
-    whole number of expected open gates than at the end of the epoch before, with the layer's multiplier
-    at both ends: which gates the multiplier closed, and which opened with it at zero (a dual restart)."""
+    """Every epoch after ``after_epoch`` at whose end a layer's whole number of expected open gates changed, with
+    its multiplier before and after: which gates the multiplier closed, which opened with it at zero."""
     counts = gate_counts(run["params"]["model"])
     layers = list(run["metrics"]["l0_density_per_layer"])
     history = [row for row in run["history"] if row["phase"] == "train" and int(row["epoch"]) >= after_epoch]
@@ -80,8 +72,7 @@ def gate_changes(run: dict, after_epoch: int = 1) -> pd.DataFrame:
 
 
 def plot_gate_steps(run: dict) -> plt.Figure:
-    """Each gated layer's expected number of open gates (density times gates) against epochs, its target
-    dashed, and its multiplier on the right axis: the layer's density moves a whole gate at a time."""
+    """Each gated layer's expected open gates against epochs (target dashed), its multiplier on the right axis."""
     counts = gate_counts(run["params"]["model"])
     layers = list(run["metrics"]["l0_density_per_layer"])
     frame = history_frame(run)
@@ -115,8 +106,7 @@ def plot_gate_steps(run: dict) -> plt.Figure:
 
 
 def cause_rows(reference: dict, tests: list[dict]) -> pd.DataFrame:
-    """:func:`dual_lr_rows` of a run and of the runs that test a cause of its miss, each named by whether it
-    decayed the gates' learning rate."""
+    """:func:`dual_lr_rows` of a run and of its cause tests, named by whether they decay the gates' lr."""
     compared = [reference, *tests]
     rows = pd.concat([dual_lr_rows([run]) for run in compared], ignore_index=True)
     names = ["gates' lr decayed" if run["params"]["schedule_gates"] else "gates' lr constant" for run in compared]
@@ -125,14 +115,10 @@ def cause_rows(reference: dict, tests: list[dict]) -> pd.DataFrame:
 
 
 def cause_numbers(reference: dict, test: dict) -> dict:
-    """What the cause test shows, from the two records: the run with the gates' learning rate decayed at the
-    weights' milestones (``test``) against the same run without (``reference``).
-
-    ``same until``: the last epoch at which the two runs agree; ``milestone``: the first milestone; ``changes
-    with`` / ``changes without``: the whole-gate changes after it (:func:`gate_changes`), ``unpushed``: those of
-    the reference that closed or opened a gate with the block's multiplier at zero before and after;
-    ``gap with`` / ``gap without``: the largest final gap (points, :func:`gate_rows`) and ``block with`` /
-    ``block without`` where it is; ``error with`` / ``error without``: the final errors (%)."""
+    """The run with the gates' lr decayed at the weights' milestones (``test``) against the same run without
+    (``reference``): the last epoch they agree, the first milestone, the whole-gate changes after it
+    (:func:`gate_changes`; ``unpushed``: the reference's with the multiplier at zero), and each run's largest
+    final gap (:func:`gate_rows`), its block and final error."""
     milestone = test["params"]["lr_milestones"][0]
 
     def late(run: dict) -> pd.DataFrame:
@@ -156,23 +142,16 @@ def cause_numbers(reference: dict, test: dict) -> dict:
 # Under, with the constraint holding
 # --------------------------------------------------------------------------- #
 
-def _start_density(record: dict) -> float:
-    """The model's expected L0-density at a run's first logged step."""
-    return steps_frame(record).iloc[0]["l0_density"]
-
-
 def unpushed_under(record: dict) -> list[int]:
-    """The constraints (indices) that end more than :data:`~paperlib.harness.rules.ON_TARGET_POINTS` under their target with their
-    multiplier at zero: they hold, and nothing pushes them back up (a multiplier acts only while its
-    constraint is violated; :func:`last_push` finds what took them under)."""
+    """The constraints that end more than :data:`~paperlib.harness.rules.ON_TARGET_POINTS` under their target with
+    their multiplier at zero: nothing pushes them back up (:func:`last_push` finds what took them under)."""
     multipliers = record["metrics"]["multipliers_final"]
     return [i for i, gap in enumerate(final_gaps(record)) if gap < -rules.ON_TARGET_POINTS and multipliers[i] == 0]
 
 
 def inactive_misses(runs: list[dict]) -> list[dict]:
-    """The constrained runs that miss a target only from below, where that constraint's multiplier is zero:
-    every constraint holds (:func:`paperlib.harness.rules.feasible`), and every one that ends more than
-    :data:`~paperlib.harness.rules.ON_TARGET_POINTS` under its target is :func:`unpushed_under`."""
+    """The constrained runs that are feasible and whose every constraint under its target is
+    :func:`unpushed_under`."""
     misses = []
     for run in runs:
         if run["params"]["method"] != "constrained":
@@ -185,8 +164,8 @@ def inactive_misses(runs: list[dict]) -> list[dict]:
 
 
 def last_push(record: dict, index: int = 0) -> tuple[pd.Series, pd.Series]:
-    """The last logged step at which constraint ``index``'s multiplier was positive, and the logged step
-    after it (the first logged step twice if it never was): the epochs, densities and multipliers then."""
+    """The last logged step at which constraint ``index``'s multiplier was positive and the step after it (the
+    first step twice if it never was)."""
     steps = steps_frame(record)
     pushing = steps.index[steps[f"lambda_{index}"] > 0]
     last = steps.index.get_loc(pushing[-1]) if len(pushing) else 0
@@ -194,8 +173,7 @@ def last_push(record: dict, index: int = 0) -> tuple[pd.Series, pd.Series]:
 
 
 def _one_gate_points(record: dict, index: int) -> float | None:
-    """How many points of its constraint one gate is: 100 / the layer's gates for a layer-wise constraint;
-    None for a model-wise one, whose density weighs each gate by the parameters it holds."""
+    """Points of a layer-wise constraint one gate is; None model-wise (a gate weighs the parameters it holds)."""
     if record["params"]["grouping"] == "model":
         return None
     layer = list(record["metrics"]["l0_density_per_layer"])[index]
@@ -209,17 +187,14 @@ def gates_lr(run: dict) -> float:
 
 
 def free_twin(run: dict, free_records: list[dict]) -> dict | None:
-    """The seed-0 run among ``free_records`` of ``run``'s model, grouping and protocol whose constraints never bind
-    (:func:`paperlib.harness.rules.same_protocol`), or None."""
+    """The seed-0 free-gates run of ``run``'s model and protocol among ``free_records``, or None."""
     return next((free for free in rules.free_twins(run, free_records) if free["params"]["seed"] == 0), None)
 
 
 def drift_rows(runs: list[dict], free_records: list[dict] = ()) -> pd.DataFrame:
-    """One row per constraint of :func:`unpushed_under` in ``runs``: its gates' learning rate, the last epoch its
-    multiplier pushed, its density a logged step later, its lowest after that and at the end, and its final gap
-    in points and, for a layer, in gates. Beside them, the same constraint's density in the run of the same
-    model, grouping and protocol whose constraints never bind (:func:`free_twin` among ``free_records``) at the
-    same logged epoch and at the end."""
+    """One row per constraint of :func:`unpushed_under`: the last epoch its multiplier pushed, its density a step
+    later, its lowest after and at the end, its final gap (points, gates); beside them the same constraint's
+    density in the :func:`free_twin` then and at the end."""
     rows = []
     for run in runs:
         names, finals = constraint_names(run), constrained_densities(run, run["history"][-1])
@@ -245,10 +220,8 @@ def drift_rows(runs: list[dict], free_records: list[dict] = ()) -> pd.DataFrame:
 
 
 def plot_free_drift(runs: list[dict], free_records: list[dict] = ()) -> plt.Figure:
-    """The density (left) and multiplier (right, log epochs) of every constraint of :func:`unpushed_under` in
-    ``runs`` against epochs, one colour per run (one line per constraint), targets dashed; dotted in the same
-    colour, the same density in the run of its protocol whose constraints never bind (:func:`free_twin` among
-    ``free_records``). The legend names each run's condition and gates' learning rate."""
+    """The density (left) and multiplier (right, log epochs) of every :func:`unpushed_under` constraint, one
+    colour per run, targets dashed, the :func:`free_twin`'s density dotted."""
     from matplotlib.lines import Line2D
 
     fig, axes = plt.subplots(1, 2, figsize=(7, 3.6))
@@ -279,10 +252,9 @@ def plot_free_drift(runs: list[dict], free_records: list[dict] = ()) -> plt.Figu
 
 
 def under_cause_rows(runs: list[dict], tests: list[dict], target: float = 0.8) -> pd.DataFrame:
-    """Seed 0's constrained runs at ``target`` among ``runs`` (the gates' learning rate of 6) beside the same
-    constraints at 0.1 (``tests``, :data:`UNDER_CAUSE_GRID`): :func:`run_rows` with the gates' learning rate,
-    how far the lowest constraint ends under its target (0 if none is under), and the largest final multiplier;
-    costs against the dense run among ``runs``."""
+    """Seed 0's constrained runs at ``target`` (gates' lr 6) beside the same constraints at 0.1 (``tests``):
+    :func:`run_rows` with the gates' lr, how far the lowest constraint ends under (0 if none) and the largest
+    final multiplier."""
     at_target = [run for run in runs if (run["params"]["method"], run["params"]["target"], run["params"]["seed"])
                  == ("constrained", target, 0)]
     compared = sorted(at_target, key=lambda run: run["params"]["grouping"]) + tests
@@ -296,12 +268,9 @@ def under_cause_rows(runs: list[dict], tests: list[dict], target: float = 0.8) -
 
 
 def drift_numbers(rows: pd.DataFrame) -> dict:
-    """From :func:`drift_rows`: in how many constraints the multiplier's last push took the density under the
-    target within a logged step (``crossed`` of ``constraints``); how many of the blocks end within one gate of
-    their target (``within a gate`` of ``blocks``); and, of the constraints with a run whose constraints never bind
-    (``compared``), in how many the density falls from a step after the push to the end more than
-    :data:`~paperlib.harness.rules.ON_TARGET_POINTS` further than that run's over the same epochs (``fell
-    further``), and in how many not (``no further``)."""
+    """From :func:`drift_rows`: the constraints the last push took under within a step (``crossed``), the blocks
+    ending within a gate, and of those with a free twin (``compared``) how many fell after the push more than
+    :data:`~paperlib.harness.rules.ON_TARGET_POINTS` further than the twin did (``fell further``) or not."""
     targets = rows["final density (%)"] - rows["gap (points)"]
     gates = rows["gap (gates)"].dropna()
     compared = rows.dropna(subset=["no constraint, then (%)"])
@@ -314,9 +283,8 @@ def drift_numbers(rows: pd.DataFrame) -> dict:
 
 
 def first_push_rows(runs: list[dict]) -> pd.DataFrame:
-    """One row per block of the layer-wise ``runs``: the first logged epoch at which its density is at or under its
-    target, how far under the target it goes from then on (its lowest density, in points and in the block's
-    gates), and where it ends (final density and gap in points)."""
+    """One row per block of the layer-wise ``runs``: the first logged epoch it is at or under its target, how far
+    under it goes from then on (points, gates), its final density and gap."""
     rows = []
     for run in runs:
         steps, finals = steps_frame(run), constrained_densities(run, run["history"][-1])
@@ -334,9 +302,8 @@ def first_push_rows(runs: list[dict]) -> pd.DataFrame:
 
 
 def first_push_summary(runs: list[dict]) -> pd.DataFrame:
-    """One row per run of :func:`first_push_rows`: its dual learning rate, how many of its blocks go more than a
-    gate under their target after first reaching it, the deepest (in gates, and which block), the run's largest
-    final gap and its outcome by the book's rule (:func:`paperlib.harness.rules.judge_record`)."""
+    """One row per run of :func:`first_push_rows`: its blocks more than a gate under after reaching their target,
+    the deepest and where, the largest final gap and the run's outcome by the book's rule."""
     free, rows = rules.free_gates_records(), []
     for run in runs:
         own = first_push_rows([run])
@@ -353,21 +320,20 @@ def first_push_summary(runs: list[dict]) -> pd.DataFrame:
 
 
 def paper_free_densities() -> dict[float, float]:
-    """Where the loss alone takes the paper's WideResNet-28-10: Table 12's layer-wise 100% rows (constraints that
-    never bind), their L0-density (%) by the gates' learning rate (6, the paper's; 0.1, Louizos et al.'s)."""
+    """Where the loss alone takes the paper's WideResNet-28-10: Table 12's layer-wise 100% rows' L0-density (%) by
+    gates' lr (6, the paper's; 0.1, Louizos et al.'s)."""
     return {lr: float(paper_cell("tab:cifar10", method="constrained", grouping="layer", target=1, gates_lr=lr,
                                  metric="l0_density").value) for lr in (6, 0.1)}
 
 
 def free_runs() -> pd.DataFrame:
-    """Our WideResNet-16-1 with no binding constraint at the gates' learning rates of 6 (:data:`FREE_GATES_GRID`)
-    and 0.1 (the ablation's layer-wise 100% run): its L0-density at the first logged step and at the end, the
-    parameters the test-time model keeps and the final error; a rate without a record has no row."""
+    """Our WideResNet-16-1 with no binding constraint at gates' lr 6 (:data:`FREE_GATES_GRID`) and 0.1 (the
+    ablation's): L0-density at the first logged step and the end, parameters kept, final error."""
     fast = next(iter(complete_records(FREE_GATES_GRID)), None)
     slow = next((run for run in complete_records(ABLATION_GRID) if run["params"]["method"] == "constrained"
                  and run["params"]["target"] == 1 and run["params"]["gates_lr"] == 0.1), None)
     rows = [{"gates' lr": lr, "run": notebook_link(run["path"], f"{run['params']['grouping']}-wise 100%")
-             or f"{run['params']['grouping']}-wise 100%", "start (%)": 100 * _start_density(run),
+             or f"{run['params']['grouping']}-wise 100%", "start (%)": 100 * steps_frame(run).iloc[0]["l0_density"],
              "final (%)": 100 * run["metrics"]["l0_density"], "params kept (%)": run["metrics"]["params_pct"],
              "error (%)": run["metrics"]["val_error_final"]}
             for lr, run in ((6.0, fast), (0.1, slow)) if run is not None]
@@ -375,10 +341,8 @@ def free_runs() -> pd.DataFrame:
 
 
 def under_cause_numbers(rows: pd.DataFrame) -> dict:
-    """From :func:`under_cause_rows`, the runs at the gates' learning rate of 0.1: how many (``runs``), how many
-    still end more than :data:`~paperlib.harness.rules.ON_TARGET_POINTS` under a target (``still under``: then the rate is
-    not the whole cause), how many end on target and how many more than
-    :data:`~paperlib.harness.rules.FEASIBLE_POINTS` over one with a positive final multiplier (``over``)."""
+    """From :func:`under_cause_rows`, the runs at gates' lr 0.1: how many, how many still end under a target (then
+    the rate is not the whole cause), on target, and over one with a positive final multiplier."""
     slow = rows[rows["gates' lr"] == 0.1]
     return {"runs": len(slow), "still under": int((slow["under target (points)"] < -rules.ON_TARGET_POINTS).sum()),
             "on target": int((slow["outcome"] == rules.Outcome.ON_TARGET.value).sum()),

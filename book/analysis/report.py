@@ -1,7 +1,5 @@
-"""Tables and figures of the book's report pages, built from the records in ``runs/``: how a page shows a table
-(:func:`show`), links a run's notebook, and reads a record's layers and traces. Nothing here invents a number:
-every cell comes from a record.
-"""
+"""How a page shows a table (:func:`show`), links a run's notebook and reads a record's layers and traces; every
+cell comes from a record in ``runs/``."""
 
 import json
 import os
@@ -11,7 +9,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from paperlib.harness import plots, presets, records, run_pages
+from paperlib.harness import plots, presets, records
+from paperlib.harness.run_pages import run_label
 from paperlib.harness.grids import complete_records, grid_records, grid_runs  # noqa: F401 (read as report's)
 
 
@@ -28,12 +27,26 @@ def sweep_command(grids) -> str:
     return f"python -m paperlib.harness.sweeps {' '.join(map(str, grids))}"
 
 
-def notebook_link(run_dir: str | Path, text: str = "notebook") -> str | None:
-    """An HTML link to the book page of the run's executed notebook, or None if it has none.
+def planned_runs(grids, method: str = "constrained") -> int:
+    """How many runs of ``method`` the grid files ask for."""
+    return sum(1 for grid in grids for config, _ in grid_runs(grid) if config.method == method)
 
-    Relative to the working directory, which is the folder of the page being
-    executed (jupyter-book runs a page in its own folder).
-    """
+
+def missing_runs(grids) -> pd.DataFrame:
+    """One row per grid with runs not complete (a run whose parameters no complete record has): how many are
+    missing and the sweep that makes them (it skips the complete ones). Empty when every run is in."""
+    rows = []
+    for grid in dict.fromkeys(grids):
+        found = [folder for _, folder in grid_records(grid)]
+        missing = sum(folder is None for folder in found)
+        if missing:
+            rows.append({"grid": str(grid), "missing": f"{missing} of {len(found)}", "command": sweep_command([grid])})
+    return pd.DataFrame(rows, columns=["grid", "missing", "command"])
+
+
+def notebook_link(run_dir: str | Path, text: str = "notebook") -> str | None:
+    """An HTML link to the run's executed notebook, relative to the page's folder (where jupyter-book runs it);
+    None if it has none."""
     notebook = Path(run_dir) / "notebook.ipynb"
     if not notebook.exists():
         return None
@@ -42,14 +55,9 @@ def notebook_link(run_dir: str | Path, text: str = "notebook") -> str | None:
 
 
 def counterpart(record: dict, candidates: list[dict], differing: tuple[str, ...]) -> dict | None:
-    """The first of ``candidates`` that trained what ``record`` trained except for the ``differing``
-    parameters, which must all differ (a clamped run's unclamped twin, say); None if there is none.
-
-    Parameters are compared as a resumed run compares them with its checkpoint
-    (:func:`~paperlib.harness.presets.differing_parameters`): those a candidate predates
-    take their defaults, those the method does not use are skipped, and so are
-    the run's name, its experiment and the machine it ran on.
-    """
+    """The first of ``candidates`` that trained what ``record`` trained but for the ``differing`` parameters,
+    which must all differ (a clamped run's unclamped twin); compared as a resumed run compares its checkpoint
+    (:func:`~paperlib.harness.presets.differing_parameters`), its name, experiment and machine aside."""
     config = presets.ExperimentConfig(**record["params"])
     unknown = [name for name in differing if name not in config.to_dict()]
     if unknown:
@@ -60,11 +68,8 @@ def counterpart(record: dict, candidates: list[dict], differing: tuple[str, ...]
 
 
 def final_errors(grid_files: list[str | Path], preset: str) -> pd.DataFrame:
-    """Every complete record of the grids made with ``preset``, once each, largest final error first.
-
-    The check behind "no run collapses": a collapsed run ends with a final error far above its best
-    (``lenet5_collapse``). Each row links the run's notebook.
-    """
+    """Every complete record of the grids made with ``preset``, once each, largest final error first: a collapsed
+    run ends far above its best error (``lenet5_collapse``)."""
     rows, seen = [], set()
     for grid_file in grid_files:
         for config, run_dir in grid_records(grid_file):
@@ -81,21 +86,15 @@ def final_errors(grid_files: list[str | Path], preset: str) -> pd.DataFrame:
 
 
 def complete_searches(grid_file: str | Path) -> list[dict]:
-    """The complete bisection searches of a grid (``book/bisection.ipynb``), in grid order: each one's
-    ``metrics.json``, whose ``evaluations`` list its trainings, with ``path`` added."""
+    """The complete bisection searches of a grid, in grid order: each one's ``metrics.json`` (its ``evaluations``
+    list its trainings) with ``path`` added."""
     return [{**json.loads((run_dir / "metrics.json").read_text()), "path": run_dir}
             for _, run_dir in grid_runs(grid_file) if records.record_status(run_dir) == "complete"]
 
 
 def grid_to_show(grid_files: list[str | Path]) -> tuple[str | Path, pd.DataFrame]:
-    """Which of several grids of one figure to draw, and each grid's progress (``grid``, ``complete``,
-    ``planned``, ``shown``: ✓ for the one drawn).
-
-    ``grid_files`` go from the most faithful protocol to the least (the
-    ``*_paper.yaml`` grid first, then the ``cpu`` one). A figure draws one
-    protocol, never a mix: the first grid whose runs are all complete, else the
-    first with any complete run.
-    """
+    """Which of a figure's grids (most faithful protocol first) to draw, and each grid's progress. A figure
+    draws one protocol, never a mix: the first grid whose runs are all complete, else the first with any."""
     done = []
     for grid_file in grid_files:
         found = [run_dir for _, run_dir in grid_records(grid_file)]
@@ -106,9 +105,8 @@ def grid_to_show(grid_files: list[str | Path]) -> tuple[str | Path, pd.DataFrame
     return chosen[0], progress
 
 
-#: Columns with one value in every row that move to the caption (``epochs``: in every complete row).
+#: Columns with one value in every row move to the caption; hidden columns are left to the run's notebook.
 CAPTION_COLUMNS = ("model", "method", "grouping", "epochs")
-#: Columns kept out of the page's tables (the run's notebook, linked from the ``run`` column, shows them).
 HIDDEN_COLUMNS = ("commit",)
 #: Compact cells, so that a table of ten or so columns fits the book's text column at 1280 px.
 TABLE_STYLES = [
@@ -120,22 +118,16 @@ TABLE_STYLES = [
 
 
 def _unbroken(value):
-    """A cell as the page shows it: yes/no as ✓/✗ (never True/False), and a mean ± CI kept on one line
-    (non-breaking spaces around ±: a narrow column wrapped ``1.77 ± 0.08`` over three lines)."""
+    """yes/no as ✓/✗, and a mean ± CI on one line (a narrow column wrapped ``1.77 ± 0.08`` over three)."""
     if isinstance(value, (bool, np.bool_)):
         return "✓" if value else "✗"
     return value.replace(" ± ", "\u00a0±\u00a0") if isinstance(value, str) else value
 
 
 def show(table: pd.DataFrame, digits: int = 2, caption: str | None = None):
-    """A table for the page: numbers rounded, empty cells as dashes, compact enough for the page's width.
-
-    The caption is ``caption``, followed by the descriptive columns with one
-    value in every row, which move there, and by the command that produces the
-    rows not complete yet. The first
-    column, ``run``, links to each run's notebook or, for a run without one,
-    gives its status (``not run``, ``partial``, ...).
-    """
+    """A table for the page: numbers rounded, empty cells as dashes, compact. The caption is ``caption``, then
+    the columns with one value in every row, then the command that makes the rows not complete yet; a ``status``
+    column fills in the ``run`` link of a run without a notebook."""
     attrs = dict(table.attrs)
     table = table.dropna(axis=1, how="all").drop(columns=[c for c in HIDDEN_COLUMNS if c in table])
     if "status" in table:
@@ -176,8 +168,7 @@ def show(table: pd.DataFrame, digits: int = 2, caption: str | None = None):
 
 
 def display_all(items) -> None:
-    """Show a page section's outputs in order: a figure (then closed), Markdown text (a ``str``), or any
-    other displayable (a :func:`show` table); None is skipped."""
+    """Show outputs in order: a figure (then closed), Markdown (a ``str``) or any displayable; None is skipped."""
     from IPython.display import Markdown, display
 
     for item in items:
@@ -191,13 +182,9 @@ def display_all(items) -> None:
 
 
 def layer_densities(record: dict) -> pd.DataFrame:
-    """Per gated layer: target, expected L0-density (eq. 3) and the test-time fraction of groups kept.
-
-    The test-time fraction counts the gates whose median (eq. 9) is non-zero at
-    the last saved epoch. The two differ when gates are undecided: a gate whose
-    median is exactly 0 can still be active in up to half of the training
-    samples (P(z != 0) = 1/2 at the median's threshold log_alpha = -beta ln 11).
-    """
+    """Per gated layer: target, expected L0-density (eq. 3) and the share of groups whose median (eq. 9) is
+    non-zero at the last saved epoch. They differ for undecided gates: one whose median is 0 is still active in
+    up to half of the training samples."""
     metrics, medians = record["metrics"], record["gate_medians"]
     last = medians[max(medians, key=int)]
     targets = record["params"]["target"]
@@ -216,12 +203,11 @@ def layer_densities(record: dict) -> pd.DataFrame:
 
 
 def layer_densities_by_run(runs: list[dict]) -> pd.DataFrame:
-    """:func:`layer_densities` of several runs of one model, a row per run: for each layer (headed by its
-    target), the expected L0-density and the test-time share of groups kept, as ``expected / kept`` in %."""
+    """:func:`layer_densities` of runs of one model, a row per run: ``expected / kept`` (%) per layer and target."""
     rows = []
     for run in runs:
         table = layer_densities(run)
-        name = run_condition(run["params"])
+        name = run_label(run["params"])
         row = {"run": notebook_link(run["path"], name) or name}
         for _, layer in table.iterrows():
             header = f"{layer['layer']} ({layer['target (%)']:g}%)"
@@ -257,16 +243,9 @@ def plot_density_traces(runs: list[dict], label_key: str = "run_name") -> plt.Fi
     return fig
 
 
-def run_condition(params: dict) -> str:
-    """A run named by what it trains, for a table's row: model, condition, what it changes from its preset,
-    seed (``LeNet5, constrained, layer-wise 50/30/70/10%, dual lr 0.003, seed 0``)."""
-    return f"{run_pages.model_label(params['model'])}, {run_pages.run_condition(params)}"
-
-
 def fractional_medians(record: dict) -> tuple[str, float]:
-    """The first gated layer of a record and the share of its gate medians (eq. 9) strictly between 0 and 1
-    at the last saved epoch: the gates that scale their weights at test time instead of keeping or
-    removing them."""
+    """The first gated layer of a record and the share of its gate medians (eq. 9) strictly between 0 and 1 at the
+    last saved epoch: the gates that scale their weights at test time instead of keeping or removing them."""
     last = record["gate_medians"][max(record["gate_medians"], key=int)]
     layer = next(iter(last))
     return layer, sum(0.0 < m < 1.0 for m in last[layer]) / len(last[layer])

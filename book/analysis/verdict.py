@@ -1,16 +1,10 @@
-"""The paper's claims, each declared once, and the book's verdict on each.
+"""The paper's claims, each declared once (:data:`CLAIMS`), and the book's verdict on each.
 
-Every claim of the paper's §5 and Appendices E, H, I, K and L is one :class:`Claim` in :data:`CLAIMS`: its
-words and where the paper makes it, the paper's scale, the query on the record index
-(:mod:`paperlib.harness.index`) that selects our evidence, what a pass counts (the rule and its measure, from
-:mod:`paperlib.harness.rules`) and the page that answers it. :func:`assess` judges one claim on the index:
-what was run (:class:`Ran`, read from the selected records), how many pass of how many judged, the verdict at
-the scale we ran, and the verdict at the paper's scale, which is *not tested here* where we never ran it. The
-intro's table, the result pages' answers and the tests all read :func:`assess`; no verdict word is typed in
-prose.
-
-Verdicts (:class:`paperlib.harness.rules.Verdict`): *reproduced*, *partly*, *not reproduced*, *in progress*
-(runs planned, not all in), *not tested here*.
+A :class:`Claim` holds its words, where the paper makes it, the paper's scale, the query on the record index
+(:mod:`paperlib.harness.index`) that selects our evidence, the judge that counts passes by
+:mod:`paperlib.harness.rules`, and the page that answers it. :func:`assess` judges a claim on the index: what was
+run, passes of judged, the verdict at our scale and at the paper's (*not tested here* where we never ran it).
+Every page and test reads :func:`assess`; no verdict word is typed in prose.
 """
 
 from dataclasses import dataclass, field
@@ -35,7 +29,7 @@ MNIST_TABLES = ("tab:mnist", "tab:mlp_control", "tab:lenet_control")
 
 @dataclass(frozen=True)
 class Ran:
-    """What was run for a claim: models, budget (epochs and protocol), seeds and device, as the table shows them."""
+    """What was run for a claim: models, budget (epochs and protocol), seeds and device."""
     model: str
     budget: str
     seeds: str
@@ -58,11 +52,8 @@ def _span(numbers) -> str:
 
 
 def ran(rows: pd.DataFrame) -> Ran:
-    """:class:`Ran` of the index ``rows``: models, epochs and protocol, the seeds of each cell (the same run but
-    for its seed), and where they trained.
-
-    Example: ``Ran("MLP, LeNet5", "200 epochs, paper protocol", "seeds 0–4 per cell", "CPU, 12 of 82 on GPU")``.
-    """
+    """:class:`Ran` of the index ``rows``, e.g. ``MLP, LeNet5; 200 epochs, paper protocol; seeds 0–4 per cell;
+    CPU, 12 of 82 on GPU`` (a cell: the same run but for its seed)."""
     if rows.empty:
         return NOTHING_RAN
     models = ", ".join(dict.fromkeys(map(display_name, rows["model"])))
@@ -81,8 +72,8 @@ def ran(rows: pd.DataFrame) -> Ran:
 
 @dataclass(frozen=True)
 class Count:
-    """What a claim's judge found: ``passed`` of ``judged``; ``complete`` once every planned run is in; and, where
-    the paper's own criterion differs from the book's rule, ``criteria`` maps its name to its (passed, judged)."""
+    """``passed`` of ``judged``; ``complete`` once every planned run is in; ``criteria``: the paper's own criterion
+    where it differs from the book's rule, name -> (passed, judged)."""
     passed: int
     judged: int
     complete: bool = True
@@ -91,13 +82,9 @@ class Count:
 
 @dataclass(frozen=True)
 class Claim:
-    """One claim of the paper, declared once.
-
-    ``evidence`` is the query on the record index (:func:`paperlib.harness.index.select`) that selects our
-    records; ``judge`` counts how many of them (or of the cells, searches or checks they make) pass their rule,
-    ``counted`` names what it counts. ``scale`` is the scale our evidence is at, ``paper_scale`` the paper's;
-    ``at_paper_scale`` says the two are the same (our evidence is the paper's protocol and models).
-    ``why_not`` says why a claim with no evidence query is not tested here."""
+    """One claim: ``evidence``, the index query (:func:`paperlib.harness.index.select`) of our records; ``judge``,
+    what of them passes (``counted`` names it); ``scale`` ours, ``paper_scale`` the paper's (``at_paper_scale``:
+    the same); ``why_not``: why a claim without evidence is not tested here."""
     key: str
     words: str
     where: str
@@ -114,7 +101,7 @@ class Claim:
 
 @dataclass(frozen=True)
 class Assessment:
-    """A claim judged on the record index: what was run, the counts, the verdict at our scale and at the paper's."""
+    """A claim judged: what was run, the counts, the verdict at our scale and at the paper's."""
     claim: Claim
     ran: Ran
     count: Count
@@ -131,29 +118,22 @@ class Assessment:
 # The judges: each counts one claim's evidence by the rules of paperlib.harness.rules.
 # --------------------------------------------------------------------------- #
 
-def _planned(grids, method: str = "constrained") -> int:
-    return sum(1 for grid in grids for config, _ in report.grid_runs(grid) if config.method == method)
-
-
 def runs_on_target(planned_grids: tuple[str, ...] = ()) -> Callable[[pd.DataFrame], Count]:
-    """Each constrained run judged by :func:`paperlib.harness.rules.judge_record` at the rule's measure (every
-    constraint: the model, or each gated layer); beside it, App. G's own criterion ("feasible or within (~1%) of
-    the desired target": every constraint at most a point over), counted on the same runs. In progress until
-    the constrained runs of ``planned_grids`` are all in."""
+    """Each constrained run judged by the book's rule (every constraint); beside it App. G's own criterion
+    (feasible: every constraint at most a point over). In progress until ``planned_grids``' runs are in."""
     def judge(rows: pd.DataFrame) -> Count:
         free = rules.free_gates_records()
         judged = [rules.judge_record(run, free) for run in index.load(rows)]
         passed, total = rules.passed_and_judged(j.outcome for j in judged)
         binding = [j for j in judged if j.outcome != rules.Outcome.DOES_NOT_BIND]
         feasible = sum(j.outcome != rules.Outcome.VIOLATED for j in binding)
-        complete = len(rows) >= _planned(planned_grids) if planned_grids else True
+        complete = len(rows) >= report.planned_runs(planned_grids) if planned_grids else True
         return Count(passed, total, complete, {"App. G's criterion (feasible)": (feasible, len(binding))})
     return judge
 
 
 def outcomes(judged: list[rules.RunJudgement]) -> pd.Series:
-    """How many of ``judged`` runs had each outcome (on target, under, violated, does not bind), and how many
-    were judged as binding for want of a free-gates record ("binding unknown")."""
+    """How many runs had each outcome, and how many were judged binding for want of a free-gates record."""
     counts = {outcome.value: count for outcome, count in rules.tally(j.outcome for j in judged).items()}
     return pd.Series({**counts, "binding unknown": sum(not j.binding_known for j in judged)}, dtype=int)
 
@@ -163,7 +143,7 @@ def _at_paper_protocol(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def _cells(tables: tuple[str, ...], method: str, column: str) -> pd.Series:
-    """Our minus the paper's value of ``column`` in the paper-protocol rows of ``method``, as floats."""
+    """Ours minus the paper's ``column`` in the paper-protocol rows of ``method``."""
     deltas = []
     for label in tables:
         table = _at_paper_protocol(comparison.compare_table(label))
@@ -173,8 +153,7 @@ def _cells(tables: tuple[str, ...], method: str, column: str) -> pd.Series:
 
 
 def cells_near(tables: tuple[str, ...], method: str, columns: tuple[str, ...], points: float):
-    """Cells of the paper's ``tables`` (``method``'s rows at the paper's protocol) whose ``columns`` are within
-    ``points`` of the paper's (:func:`paperlib.harness.rules.agrees`)."""
+    """Cells of ``tables`` (``method`` at the paper's protocol) whose ``columns`` are within ``points`` of the paper's."""
     def judge(rows: pd.DataFrame) -> Count:
         deltas = pd.concat([_cells(tables, method, column) for column in columns])
         return Count(int(sum(rules.agrees(d, points) for d in deltas)), len(deltas))
@@ -182,8 +161,7 @@ def cells_near(tables: tuple[str, ...], method: str, columns: tuple[str, ...], p
 
 
 def final_errors_within_chance(rows: pd.DataFrame) -> Count:
-    """Final errors of the MNIST tables against the spread of the paper's runs (:func:`comparison.agreement`):
-    a row passes when its difference is within what chance explains (95%)."""
+    """An MNIST row passes when chance explains its final error's difference from the paper's (95%)."""
     found = pd.concat([comparison.agreement(label) for label in MNIST_TABLES], ignore_index=True)
     within = int((~found["beyond chance"].astype(bool)).sum()) if len(found) else 0
     return Count(within, len(found))
@@ -191,7 +169,7 @@ def final_errors_within_chance(rows: pd.DataFrame) -> Count:
 
 def penalty_cells(tables: tuple[str, ...] = ("tab:mlp_control", "tab:lenet_control")) -> list[rules.PenaltyJudgement]:
     """Every penalized cell of ``tables`` with records at the paper's protocol and a printed density, judged by
-    :func:`paperlib.harness.rules.judge_penalty` on our seeds' final densities."""
+    :func:`paperlib.harness.rules.judge_penalty`."""
     label = comparison.METRIC_LABELS["l0_density"]
     judged = []
     for table in tables:
@@ -220,19 +198,17 @@ def restarts_nearer(rows: pd.DataFrame) -> Count:
 
 
 def settle_feasible(planned_grids: tuple[str, ...]) -> Callable[[pd.DataFrame], Count]:
-    """Figure 3's claim (:func:`~analysis.control.stability_rows`): a run passes when it settles feasible (within
-    a point over its target at every logged step to the end); in progress until the planned runs are in."""
+    """Figure 3: a run passes when it settles feasible (:func:`~analysis.control.stability_rows`)."""
     def judge(rows: pd.DataFrame) -> Count:
         found = control.stability_rows(index.load(rows))
         settled = int(found["settled from epoch"].notna().sum())
-        return Count(settled, len(found), len(rows) >= _planned(planned_grids))
+        return Count(settled, len(found), len(rows) >= report.planned_runs(planned_grids))
     return judge
 
 
 def searches_needed(rows: pd.DataFrame) -> Count:
-    """App. E: a search passes when it needs at least :data:`~paperlib.harness.rules.SEARCH_TRAININGS`
-    trainings (the paper counts 6 and 7) to land within its tolerance. Only searches whose trainings are all
-    in ``rows`` (the claim's protocol) count."""
+    """App. E: a search passes when it needs :data:`~paperlib.harness.rules.SEARCH_TRAININGS` trainings or more
+    (the paper's 6 and 7); only searches whose trainings are all in ``rows`` count."""
     folders = set(rows["folder"].map(lambda f: f.split("/")[-1]))
     searches = [s for s in report.complete_searches(studies.grids("app:bisection")[0])
                 if {e["run"] for e in s.get("evaluations", [])} <= folders]
@@ -240,15 +216,14 @@ def searches_needed(rows: pd.DataFrame) -> Count:
 
 
 def gates_decided(rows: pd.DataFrame) -> Count:
-    """App. I: a run passes when at least :data:`~paperlib.harness.rules.DECIDED_GATES_SHARE` of its first gated
-    layer's medians (eq. 9) are exactly 0 or 1 at the last saved epoch."""
+    """App. I: a run passes when :data:`~paperlib.harness.rules.DECIDED_GATES_SHARE` of its first gated layer's
+    medians (eq. 9) are exactly 0 or 1 at the last saved epoch."""
     shares = [1.0 - report.fractional_medians(run)[1] for run in index.load(rows)]
     return Count(sum(share >= rules.DECIDED_GATES_SHARE for share in shares), len(shares))
 
 
 def ablation_holds(rows: pd.DataFrame) -> Count:
-    """App. H: in progress until every run of the ablation grid is in; then each of
-    :func:`~analysis.control.ablation_checks` (the gates' learning rate, the stop-gradient) is one pass or fail."""
+    """App. H: each of :func:`~analysis.control.ablation_checks` once the ablation grid is in."""
     ablation = index.load(rows)
     complete = len(ablation) >= len(report.grid_runs(control.ABLATION_GRID))
     checks = control.ablation_checks(ablation, control.control_runs()) if complete else []
@@ -373,8 +348,7 @@ def section_link(claim: Claim, text: str | None = None) -> str:
 
 
 def verdict_at_scale(found: Assessment) -> str:
-    """The verdict with the scale it holds at: ``partly`` where our evidence is the paper's scale, ``reproduced
-    at WideResNet-16-1, 20 epochs`` where it is smaller, never a bare *reproduced* for a smaller model."""
+    """The verdict with its scale where ours is smaller (``reproduced at WideResNet-16-1, 20 epochs``)."""
     if found.verdict == NOT_TESTED or found.claim.at_paper_scale:
         return found.verdict
     return f"{found.verdict} at {found.claim.scale}"
@@ -388,9 +362,7 @@ def _counts(found: Assessment) -> str:
 
 
 def table(found: list[Assessment], central_first: bool = False) -> pd.DataFrame:
-    """The verdict table: one row per claim (the central claims first if ``central_first``), the claim linked to
-    the section that answers it, the verdict at our scale and what was run, the paper's scale and the verdict
-    there, and how many pass of how many judged (with the paper's own criterion where it differs)."""
+    """The verdict table, a row per claim (:data:`CENTRAL` first if ``central_first``), linked to its section."""
     if central_first:
         found = sorted(found, key=lambda f: (f.claim.key not in CENTRAL, CENTRAL.index(f.claim.key)
                                              if f.claim.key in CENTRAL else 0))
@@ -400,14 +372,12 @@ def table(found: list[Assessment], central_first: bool = False) -> pd.DataFrame:
                           "pass": _counts(f), "counted": f.claim.counted or f.claim.why_not} for f in found])
 
 
-#: The verdicts the book printed before, by claim key (not results: what moved, and why, on "How the verdicts
-#: changed").
+#: The verdicts the book printed before, by claim key ("How the verdicts changed").
 BEFORE = "book/analysis/verdicts_before_rules.csv"
 
 
 def before_and_after(found: list[Assessment]) -> pd.DataFrame:
-    """Each claim's verdict as the book printed it at the commits of :data:`BEFORE` beside its verdict now (with
-    the scale it holds at)."""
+    """Each claim's verdict at the commits of :data:`BEFORE` beside its verdict now."""
     from paperlib.harness.records import project_root
 
     before = pd.read_csv(project_root() / BEFORE, comment="#", dtype=str, keep_default_na=False).set_index("key")
