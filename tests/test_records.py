@@ -224,17 +224,3 @@ def test_progress_bars_leave_a_record_notebook_and_everything_else_stays(tmp_pat
     before = notebook.read_bytes()
     assert records.drop_progress_bars(tmp_path) == 0 and notebook.read_bytes() == before
     assert records.drop_progress_bars(tmp_path / "no record") == 0
-
-
-def test_a_record_notebook_names_the_paper_by_number_and_only_its_prose_changes(tmp_path):
-    cells = [{"cell_type": "markdown", "metadata": {}, "source": ["# Title (§`sec:experiments:mnist`)\n",
-                                                                   "the medians (eq. `eq:validation_gates`)"]},
-             {"cell_type": "code", "metadata": {}, "execution_count": 1, "source": "# see `tab:mnist`",
-              "outputs": [{"output_type": "stream", "name": "stdout", "text": "`eq:validation_gates`\n"}]}]
-    notebook = tmp_path / "notebook.ipynb"
-    notebook.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
-    assert records.cite_paper_by_number(tmp_path) == 1
-    assert records.cite_paper_by_number(tmp_path) == 0
-    after = json.loads(notebook.read_text())["cells"]
-    assert after[0]["source"] == ["# Title (§5.2)\n", "the medians (Eq. 9)"]
-    assert after[1] == cells[1]

@@ -10,15 +10,10 @@
 ``notebook.ipynb``      the executed notebook (added by :mod:`paperlib.harness.sweeps`)
 =====================  =======================================================
 
-The data files are xz-compressed (``pandas.read_csv`` reads the CSVs as they
-are): a third smaller than gzip, which leaves room in what a lent GPU's call
-carries (the whole tree). Records made before 2026-11-27 had them gzip-compressed
-or uncompressed; every record in ``runs/`` was converted, without a change to what
-it holds, and only the xz form is read.
-
-Every file is written to a temporary name and moved into place
-(``os.replace`` is atomic), so a record is never half-written. A record whose
-status is ``complete`` is never overwritten by a partial or failed run.
+The data files are xz-compressed (``pandas.read_csv`` reads them as they are): a third smaller than gzip, which
+leaves room in what a lent GPU's call carries (the whole tree). Every file is written to a temporary name and moved
+into place (``os.replace`` is atomic), so a record is never half-written; a ``complete`` record is never
+overwritten by a partial or failed run.
 """
 
 import base64
@@ -34,14 +29,12 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from paperlib.paper import paper_numbers  # absolute: the tests run this file as a copy outside the package
-
 STATUSES = ("complete", "partial", "failed")
 
 
 def project_root() -> Path:
-    """The repository root: the nearest folder above the working directory with
-    ``_config.yml`` and ``paperlib/``; else the folder holding this package."""
+    """The nearest folder above the working directory with ``_config.yml`` and ``paperlib/``; else the folder
+    holding this package."""
     for folder in (Path.cwd(), *Path.cwd().parents):
         if (folder / "_config.yml").exists() and (folder / "paperlib").is_dir():
             return folder
@@ -54,24 +47,16 @@ def runs_dir() -> Path:
 
 
 def checkpoints_dir() -> Path:
-    """Where checkpoints go: ``$PAPERLIB_CHECKPOINTS``, else ``~/.cache/paperlib/checkpoints/<project path>``.
-
-    Outside the work tree (never under runs/), so that a run interrupted by the
-    end of a session resumes in the next one when the machine is kept but the
-    work tree is laid anew.
-    """
+    """``$PAPERLIB_CHECKPOINTS``, else ``~/.cache/paperlib/checkpoints/<project path>``: outside the work tree, so
+    that a run cut by the end of a session resumes in the next one when the work tree is laid anew."""
     default = Path.home() / ".cache" / "paperlib" / "checkpoints" / str(project_root()).strip("/").replace("/", "-")
     return Path(os.environ.get("PAPERLIB_CHECKPOINTS", default))
 
 
 def run_folder(config) -> Path:
-    """The folder of a run's record: ``<runs>/<experiment>/<run name>/`` (:func:`runs_dir`).
-
-    The one place that derives it. ``config`` is a resolved
-    :class:`~paperlib.harness.presets.ExperimentConfig`. Smoke runs (CI) never land in
-    ``runs/``: unless ``$PAPERLIB_RUNS`` names a folder, their records go
-    under the checkpoints folder, in ``smoke-runs/``.
-    """
+    """The folder of a resolved configuration's record, ``<runs>/<experiment>/<run name>/``: the one place that
+    derives it. Smoke runs (CI) never land in ``runs/``: unless ``$PAPERLIB_RUNS`` is set, they go to
+    ``<checkpoints>/smoke-runs/``."""
     root = runs_dir()
     if config.smoke and "PAPERLIB_RUNS" not in os.environ:
         root = checkpoints_dir() / "smoke-runs"
@@ -93,11 +78,8 @@ def first_phase_path(config) -> Path:
 
 
 def git_commit() -> str:
-    """The commit of the code that ran, with ``-dirty`` if the package's code had uncommitted changes.
-
-    Outside git: ``$PAPERLIB_GIT_COMMIT`` (set it where a copy of a clean checkout, without ``.git``,
-    is run on another machine), else ``unknown``.
-    """
+    """The commit of the code that ran, ``-dirty`` if the package had uncommitted changes; outside git,
+    ``$PAPERLIB_GIT_COMMIT`` (for a copy of a clean checkout run on another machine), else ``unknown``."""
     cwd = Path(__file__).resolve().parents[1]  # the package, all three layers
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
@@ -114,15 +96,14 @@ DATA_FILES = {"history": "history.csv.xz", "steps": "steps.csv.xz", "gate_median
 
 
 def _xz(data: bytes) -> bytes:
-    """``data`` xz-compressed at the strongest preset, with a dictionary just large enough for the data: the
-    same size as with the preset's 64 MiB dictionary, with a few MB of memory instead of about 65."""
+    """``data`` xz-compressed at the strongest preset, with a dictionary just large enough for the data (the size of
+    the preset's 64 MiB dictionary's output, in a few MB of memory instead of about 65)."""
     dict_size = max(4096, 1 << (len(data) - 1).bit_length())
     return lzma.compress(data, format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64,
                          filters=[{"id": lzma.FILTER_LZMA2, "preset": 9 | lzma.PRESET_EXTREME, "dict_size": dict_size}])
 
 
-#: How a file's bytes are stored, by its suffix: (compress, decompress); deterministic, so the same text always
-#: gives the same bytes.
+#: How a file's bytes are stored, by its suffix: (compress, decompress); the same text always gives the same bytes.
 CODECS = {".xz": (_xz, lzma.decompress), "": (bytes, bytes)}
 
 
@@ -159,8 +140,7 @@ def read_json(path: Path):
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
-    """Write a list of dicts (same keys in every row, first row's order) as CSV, atomically (compressed as the
-    suffix says: ``.xz``)."""
+    """Write a list of dicts as CSV (columns in order of appearance), atomically, compressed as the suffix says."""
     if not rows:
         return
     columns = list(rows[0])
@@ -181,8 +161,7 @@ def _csv_cell(value) -> str:
 
 
 def read_csv(path: Path) -> list[dict]:
-    """The rows of a CSV file (compressed as its suffix says: ``.xz``), as dicts of strings (new dicts at
-    every call: a caller may change them)."""
+    """The rows of a CSV file (compressed as its suffix says) as dicts of strings, new at every call."""
     path = Path(path)
     stat = path.stat()
     columns, rows = _parsed_csv(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
@@ -191,8 +170,8 @@ def read_csv(path: Path) -> list[dict]:
 
 @functools.lru_cache(maxsize=1024)
 def _parsed_csv(path: str, mtime_ns: int, size: int) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
-    """The column names and rows of a CSV file, parsed once per version of the file (its modification time
-    and size are part of the key): the result pages read the same records many times."""
+    """The column names and rows of a CSV file, parsed once per version (modification time and size): the result
+    pages read the same records many times."""
     text = _codec(path)[1](Path(path).read_bytes()).decode()
     reader = csv.DictReader(io.StringIO(text))
     rows = tuple(tuple(row.values()) for row in reader)
@@ -200,14 +179,9 @@ def _parsed_csv(path: str, mtime_ns: int, size: int) -> tuple[tuple[str, ...], t
 
 
 def palette_png(data: bytes) -> bytes:
-    """A PNG re-encoded with a palette of at most 256 colours (no dithering), same size in pixels.
-
-    The figures of a run page are plots: lines, text and flat fills in a few
-    colours with anti-aliased edges, which a palette of 256 keeps to the eye
-    at about a third of matplotlib's RGBA bytes. Returns ``data`` unchanged
-    when it is already a palette image, has transparent pixels, or would not
-    get smaller.
-    """
+    """A PNG re-encoded with a palette of at most 256 colours (no dithering), same size in pixels: a run page's
+    plots (lines, text, flat fills with anti-aliased edges) look the same at about a third of matplotlib's RGBA
+    bytes. ``data`` unchanged when it is a palette image already, has transparent pixels, or would not shrink."""
     from PIL import Image  # torchvision's dependency; imported here, where figures are handled
 
     image = Image.open(io.BytesIO(data))
@@ -221,57 +195,41 @@ def palette_png(data: bytes) -> bytes:
     return buffer.getvalue() if buffer.tell() < len(data) else data
 
 
-def compress_notebook_figures(run_dir: Path) -> int:
-    """Re-encode the PNG figures of a record's executed notebook with :func:`palette_png`; how many changed.
+def _edit_notebook(run_dir: Path, edit) -> int:
+    """Apply ``edit`` (a cell -> how many of its parts it changed) to every cell of a record's executed notebook,
+    and write the notebook if anything changed; how many parts changed (0 without a notebook)."""
+    notebook = Path(run_dir) / "notebook.ipynb"
+    if not notebook.exists():
+        return 0
+    content = json.loads(notebook.read_text())
+    changed = sum(edit(cell) for cell in content.get("cells", []))
+    if changed:
+        write_notebook(notebook, content)
+    return changed
 
-    Nothing else in the notebook changes (nbval does not compare images, so
-    ``pytest --nbval`` checks the record as before).
-    """
-    notebook, content = _read_notebook(run_dir)
+
+def _text(value) -> str:
+    """A notebook field that is a string or a list of lines, as one string."""
+    return value if isinstance(value, str) else "".join(value)
+
+
+def _smaller_figures(cell: dict) -> int:
     changed = 0
-    for cell in content.get("cells", []):
-        for output in cell.get("outputs", []):
-            data = output.get("data", {})
-            if "image/png" not in data:
-                continue
-            encoded = data["image/png"] if isinstance(data["image/png"], str) else "".join(data["image/png"])
-            original = base64.b64decode(encoded)
+    for output in cell.get("outputs", []):
+        data = output.get("data", {})
+        if "image/png" in data:
+            original = base64.b64decode(_text(data["image/png"]))
             smaller = palette_png(original)
             if smaller is not original:
                 data["image/png"] = base64.b64encode(smaller).decode() + "\n"
                 changed += 1
-    if changed:
-        write_notebook(notebook, content)
     return changed
 
 
-def cite_paper_by_number(run_dir: Path) -> int:
-    """Write the paper's LaTeX labels in a record notebook's prose as the PDF's numbers; how many cells changed.
-
-    A record's notebook keeps the prose of the notebook it was executed from; one
-    executed before the book named the paper by number
-    (:func:`paperlib.paper.paper_numbers.cite_by_number`) would show LaTeX labels on its
-    run page. Only markdown cells change: no code, no output, no number.
-    """
-    notebook, content = _read_notebook(run_dir)
-    changed = 0
-    for cell in content.get("cells", []):
-        if cell["cell_type"] != "markdown":
-            continue
-        source = "".join(cell["source"])
-        numbered = paper_numbers.cite_by_number(source)
-        if numbered != source:
-            cell["source"] = numbered.splitlines(keepends=True)
-            changed += 1
-    if changed:
-        write_notebook(notebook, content)
-    return changed
-
-
-def _read_notebook(run_dir: Path) -> tuple[Path, dict]:
-    """A record's executed notebook and its JSON (empty when the record has none)."""
-    notebook = Path(run_dir) / "notebook.ipynb"
-    return notebook, json.loads(notebook.read_text()) if notebook.exists() else {}
+def compress_notebook_figures(run_dir: Path) -> int:
+    """Re-encode the PNG figures of a record's executed notebook with :func:`palette_png`; how many changed.
+    Nothing else changes (nbval does not compare images)."""
+    return _edit_notebook(run_dir, _smaller_figures)
 
 
 def write_notebook(path: Path, content: dict) -> None:
@@ -284,55 +242,47 @@ def write_notebook(path: Path, content: dict) -> None:
 PROGRESS_BAR = re.compile(r"epoch \d+:\s+\d+%\|[^|\r\n]*\| \d+/\d+ \[[^\]\r\n]*\] *|\r *")
 
 
-def drop_progress_bars(run_dir: Path) -> int:
-    """Remove the progress bars from a record's executed notebook; the number of outputs changed.
-
-    The bars are the within-epoch updates the runner writes to stderr while it
-    trains. In a record they are noise (8.4 of the 44.5 MB of runs/ on 2026-11-23),
-    and each epoch's numbers are in its stdout line and ``history.csv`` anyway.
-    Every other stderr text (a warning, a traceback) is kept, and nothing else
-    in the notebook is touched.
-    """
-    notebook, content = _read_notebook(run_dir)
-    changed = 0
-    for cell in content.get("cells", []):
-        kept = []
-        for output in cell.get("outputs", []):
-            if output.get("output_type") == "stream" and output.get("name") == "stderr":
-                text = output["text"] if isinstance(output["text"], str) else "".join(output["text"])
-                rest = PROGRESS_BAR.sub("", text)
-                if rest != text:
-                    changed += 1
-                    if not rest.strip():
-                        continue
-                    output["text"] = rest
-            kept.append(output)
-        if "outputs" in cell:
-            cell["outputs"] = kept
-    if changed:
-        write_notebook(notebook, content)
+def _without_bars(cell: dict) -> int:
+    changed, kept = 0, []
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "stream" and output.get("name") == "stderr":
+            text = _text(output["text"])
+            rest = PROGRESS_BAR.sub("", text)
+            if rest != text:
+                changed += 1
+                if not rest.strip():
+                    continue
+                output["text"] = rest
+        kept.append(output)
+    if "outputs" in cell:
+        cell["outputs"] = kept
     return changed
+
+
+def drop_progress_bars(run_dir: Path) -> int:
+    """Remove the runner's within-epoch progress bars (stderr) from a record's executed notebook; how many outputs
+    changed. In a record they are noise (8.4 of the 44.5 MB of runs/ on 2026-11-23), and each epoch's numbers are
+    in its stdout line and ``history.csv``; every other stderr text (a warning, a traceback) is kept."""
+    return _edit_notebook(run_dir, _without_bars)
 
 
 #: Cell metadata that papermill writes on execution (timings, status): nothing a page or nbval reads.
 EXECUTION_METADATA = ("papermill", "execution")
 
 
+def _without_execution_metadata(cell: dict) -> int:
+    metadata = cell.get("metadata", {})
+    drop = [key for key in EXECUTION_METADATA if key in metadata] + (["tags"] if metadata.get("tags") == [] else [])
+    for key in drop:
+        del metadata[key]
+    return bool(drop)
+
+
 def drop_execution_metadata(run_dir: Path) -> int:
-    """Remove papermill's per-cell timings and status (:data:`EXECUTION_METADATA`) and empty tag lists from a
-    record's executed notebook; the number of cells changed. About 400 bytes a cell; the notebook's own
-    metadata (its parameters, which ``conftest.py`` reads) is kept."""
-    notebook, content = _read_notebook(run_dir)
-    changed = 0
-    for cell in content.get("cells", []):
-        metadata = cell.get("metadata", {})
-        drop = [key for key in EXECUTION_METADATA if key in metadata] + (["tags"] if metadata.get("tags") == [] else [])
-        for key in drop:
-            del metadata[key]
-        changed += bool(drop)
-    if changed:
-        write_notebook(notebook, content)
-    return changed
+    """Remove papermill's per-cell timings and status (:data:`EXECUTION_METADATA`, about 400 bytes a cell) and
+    empty tag lists from a record's executed notebook; how many cells changed. The notebook's own metadata (its
+    parameters, which ``conftest.py`` reads) is kept."""
+    return _edit_notebook(run_dir, _without_execution_metadata)
 
 
 def record_status(run_dir: Path) -> str | None:
@@ -357,10 +307,8 @@ def load_record(run_dir: Path) -> dict:
 
 def write_record(run_dir: Path, params: dict, metrics: dict, history: list[dict], steps: list[dict],
                  gate_medians: dict) -> None:
-    """Write all files of a record; metrics.json last, so its status describes a finished write.
-
-    Refuses to replace a complete record by one that is not complete.
-    """
+    """Write all files of a record, metrics.json last (its status describes a finished write); refuses to replace
+    a complete record by one that is not complete."""
     if metrics.get("status") not in STATUSES:
         raise ValueError(f"metrics status must be one of {STATUSES}; got {metrics.get('status')!r}")
     run_dir = Path(run_dir)

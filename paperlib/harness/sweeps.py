@@ -239,7 +239,6 @@ def _execute(notebook: str, params: dict, threads: int, commit: bool, run_dir: P
         records.make_portable(folder)
         records.drop_progress_bars(folder)
         records.compress_notebook_figures(folder)
-        records.cite_paper_by_number(folder)  # a run resumed from a notebook of an earlier book
     records.drop_execution_metadata(run_dir)
     run_pages.write_header(run_dir)  # the page's title, its line and its links, from the record
     if commit:
