@@ -183,21 +183,6 @@ def test_compact_puts_each_difference_next_to_our_value():
     assert shown.attrs["missing"] == {"x": "y"}
 
 
-def test_missing_commands_name_each_command_once_with_the_rows_it_produces():
-    table = pd.DataFrame({"row": [1, 2, 3]})
-    table.attrs["missing"] = {"MLP constrained model 20%": "python -m paperlib.harness.sweeps grids/a.yaml",
-                              "MLP constrained model 35%": "python -m paperlib.harness.sweeps grids/a.yaml",
-                              "MLP dense": "papermill book/unstructured.ipynb out.ipynb -p method dense"}
-    missing = comparison.missing_commands(table)
-    assert len(missing) == 2 and missing["command"].str.contains("grids/a.yaml").sum() == 1
-    by_command = dict(zip(missing["command"], missing["rows"]))
-    assert by_command["<code>python -m paperlib.harness.sweeps grids/a.yaml</code>"].split("; ") == \
-        ["MLP constrained model 20%", "MLP constrained model 35%"]
-    assert by_command["<code>papermill book/unstructured.ipynb out.ipynb -p method dense</code>"] == "MLP dense"
-    table.attrs["missing"] = {}
-    assert comparison.missing_commands(table).empty
-
-
 def test_every_compared_table_is_a_result_table_of_the_paper_shown_on_its_page():
     """studies.TABLES is the one home of which grids fill which table: each label is one of the paper's
     tables, each grid file exists, and the page it names shows that table."""
@@ -298,32 +283,3 @@ def test_a_tables_number_of_runs_is_the_papers_own():
     assert paper_runs("tab:tiny_unstructured_comparison") is None  # its caption does not say
     with pytest.raises(ValueError, match="does not say how many runs"):
         comparison.agreement("tab:mp_comparison_imagenet")
-
-
-def test_beside_gives_the_compacted_table_and_the_commands_of_its_missing_rows_unless_told_not_to(monkeypatch):
-    table = pd.DataFrame({"model": ["mlp"], "method": ["constrained"], "grouping": ["model"],
-                          "target / λ_pen": ["20%"], "L0-density (%) paper": ["20.10"],
-                          "L0-density (%) ours": [None], "L0-density (%) Δ": [None]})
-    table.attrs["missing"] = {"constrained, model-wise 20%": "python -m paperlib.harness.sweeps grids/x.yaml"}
-    monkeypatch.setattr(comparison, "compare_table", lambda label, metrics=None: table)
-    shown, commands = comparison.beside("tab:mlp_control")
-    assert shown.data["row"].tolist() == ["constrained, model-wise 20%"]
-    assert commands.data["rows"].tolist() == ["constrained, model-wise 20%"]
-    assert "grids/x.yaml" in commands.data["command"].iloc[0]
-    assert comparison.beside("tab:mlp_control", commands=False)[1] is None
-
-
-def test_missing_commands_give_each_alternative_with_the_protocol_its_grid_runs():
-    table = pd.DataFrame({"row": [1]})
-    table.attrs["missing"] = {
-        "WideResNet-28-10 penalized model λ_pen 1": "python -m paperlib.harness.sweeps grids/cifar10_control.yaml ; "
-                                                    "python -m paperlib.harness.sweeps grids/cifar10_control_paper.yaml",
-        "MLP dense": "python -m paperlib.harness.sweeps grids/unstructured_mnist.yaml ; at the paper's protocol: "
-                     "papermill book/unstructured.ipynb out.ipynb -p method dense"}
-    missing = comparison.missing_commands(table)
-    assert len(missing) == 4  # two alternatives for each row
-    wrn = missing[missing["rows"] == "WideResNet-28-10 penalized model λ_pen 1"]
-    assert list(wrn["protocol"]) == ["pilot protocol", "paper protocol"]
-    assert wrn["command"].iloc[1] == "<code>python -m paperlib.harness.sweeps grids/cifar10_control_paper.yaml</code>"
-    dense = missing[missing["rows"] == "MLP dense"]
-    assert dense["protocol"].iloc[1] == "paper protocol" and dense["command"].iloc[1].startswith("<code>papermill")

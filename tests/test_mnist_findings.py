@@ -40,8 +40,8 @@ def grids(monkeypatch):
     served = {}
     served_sizes = {}
     monkeypatch.setattr(report, "complete_records", lambda grid: list(served.get(grid, [])))
-    monkeypatch.setattr(report, "grid_runs",
-                        lambda grid: [None] * served_sizes.get(grid, len(served.get(grid, []))))
+    monkeypatch.setattr(report, "grid_records", lambda grid: [(None, "a folder")] * len(served.get(grid, []))
+                        + [(None, None)] * (served_sizes.get(grid, 0) - len(served.get(grid, []))))
 
     class Grids(dict):
         sizes = served_sizes
@@ -71,8 +71,9 @@ def test_records_of_keep_grid_order_and_the_asked_parameters(grids):
 def test_a_missing_record_is_named_with_the_command_that_makes_it(grids):
     grids["done.yaml"], grids["half.yaml"] = [record()], [record()]
     grids.sizes["half.yaml"] = 2
-    assert findings.pending_command(["done.yaml", "half.yaml"]) == "python -m paperlib.harness.sweeps half.yaml"
-    assert findings.pending_command(["done.yaml"]) is None
+    assert findings.naming_pending(pd.DataFrame(), ["done.yaml", "half.yaml"]).attrs["command"] == \
+        "python -m paperlib.harness.sweeps half.yaml"
+    assert "command" not in findings.naming_pending(pd.DataFrame(), ["done.yaml"]).attrs
 
 
 def test_authors_runs_are_read_by_file_name_and_filtered(tmp_path):
@@ -144,12 +145,15 @@ def test_the_target_gaps_figure_puts_each_run_beside_the_papers_cell():
     assert not any(len(c.get_offsets()) for c in lenet.collections)  # cpu runs are not drawn
 
 
-def test_not_run_counts_each_grids_missing_runs(monkeypatch, tmp_path):
-    done, missing = tmp_path / "done", tmp_path / "missing"
-    done.mkdir()
-    (done / "metrics.json").write_text(json.dumps({"status": "complete"}))
-    monkeypatch.setattr(report, "grid_runs", lambda grid: {"a.yaml": [(None, done), (None, missing)],
+def test_not_run_counts_each_grids_runs_without_a_record_found_by_their_parameters(monkeypatch, tmp_path):
+    done, superseded = tmp_path / "done", tmp_path / "superseded"
+    for folder in (done, superseded):  # a complete record sits where the run writes, made with other parameters
+        folder.mkdir()
+        (folder / "metrics.json").write_text(json.dumps({"status": "complete"}))
+    monkeypatch.setattr(report, "grid_runs", lambda grid: {"a.yaml": [(None, done), (None, superseded)],
                                                            "b.yaml": [(None, done)]}[grid])
+    monkeypatch.setattr(report, "grid_records", lambda grid: {"a.yaml": [(None, done), (None, None)],
+                                                              "b.yaml": [(None, done)]}[grid])
     table = findings.not_run(["a.yaml", "b.yaml", "a.yaml"])
     assert table.values.tolist() == [["a.yaml", "1 of 2", "python -m paperlib.harness.sweeps a.yaml"]]
 
@@ -171,8 +175,6 @@ def test_penalty_summary_counts_cells_within_and_the_largest_scatter():
 def test_the_lowest_worst_layer_is_the_densest_layer_at_its_best_epoch():
     run = record(grouping="layer", target=[0.3] * 3,
                  history=[(0, [0.5, 0.3, 0.3], 2), (0, [0.31, 0.32, 0.3], 2), (0, [0.305, 0.3, 0.33], 2)])
-    lowest, epoch = findings.lowest_worst_layer(run)
-    assert (lowest, epoch) == (pytest.approx(32.0), 2)
     table = findings.lowest_worst_layers([run])
     assert table.values.tolist() == [[0, pytest.approx(32.0), 2]]
 
@@ -463,7 +465,8 @@ def test_seed_rows_give_each_seeds_error_and_whether_seed_0_was_beyond_chance():
     assert rows[0] == {"cell": "MLP penalized layer λ_pen 1", "seed 0 beyond chance": "yes", "seed 0": paper + 2.0,
                        "seed 1": 2.8}
     assert rows[1] == {"cell": "MLP constrained model 50%", "seed 0 beyond chance": None}
-    assert not findings.seed0_beyond_chance("tab:mlp_control", cell, paper)
+    runs[1]["metrics"]["val_error_final"] = paper  # seed 0 on the paper's mean: within chance
+    assert findings.seed_rows("tab:mlp_control", [cell], runs)[0]["seed 0 beyond chance"] == "no"
 
 
 def test_seeds_table_reads_each_seeds_grid_and_names_the_missing_runs(grids, monkeypatch):
@@ -471,6 +474,7 @@ def test_seeds_table_reads_each_seeds_grid_and_names_the_missing_runs(grids, mon
                                     lmbda=1.0, seed=1)
     monkeypatch.setattr(findings, "SEEDS_GRIDS", {"tab:mlp_control": "seeds.yaml"})
     monkeypatch.setattr(report, "grid_runs", lambda grid: [(config, None)] * (2 if grid == "seeds.yaml" else 0))
+    grids.sizes["seeds.yaml"] = 2
     grids[findings.MLP_CONTROL_GRID] = [record(method="penalized", grouping="layer", target=None, lmbda=1.0, error=3.0)]
     table = findings.seeds_table()
     assert table[["cell", "seed 0"]].values.tolist() == [["MLP penalized layer λ_pen 1", 3.0]]

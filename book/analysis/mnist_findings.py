@@ -1,9 +1,9 @@
 """MNIST: the numbers and tables of ``book/results_mnist.md`` (our records against Table 1 and the control tables
 of App. K.1) and ``book/results_mnist_why.md`` (the tests of the differences); the pages hold the prose.
 
-Every number of ours comes from a record (:func:`records_of`); the paper's from ``paper_results.csv``. The only
-numbers typed here are the authors' aggregated densities of Table 1's rows (:data:`AUTHORS_TABLE1_DENSITY`),
-which the paper does not print.
+Ours come from records (:func:`records_of`), the paper's from ``paper_results.csv``; the only numbers typed here
+are the authors' aggregated densities of Table 1's rows (:data:`AUTHORS_TABLE1_DENSITY`), which the paper does
+not print.
 """
 
 import json
@@ -45,20 +45,16 @@ FAN_OUT_GRIDS = studies.grids("fan_out_init")
 CLAMP_GRID, = studies.grids("mnist_clamp")
 #: More seeds of the control tables' cells.
 SEEDS_GRIDS = {label: studies.grids(label, preset="paper")[1] for label in ("tab:mlp_control", "tab:lenet_control")}
-#: Table 11's grids at the paper's protocol.
-LENET_PAPER_GRIDS = list(studies.grids("tab:lenet_control", preset="paper"))
-#: Every grid with a penalized LeNet5 run at the paper's protocol: more seeds, fan-out, clamped.
-LENET_PENALIZED_GRIDS = [*LENET_PAPER_GRIDS, FAN_OUT_GRIDS[1], CLAMP_GRID]
+#: Every grid with a penalized LeNet5 run at the paper's protocol: Table 11's, fan-out, clamped.
+LENET_PENALIZED_GRIDS = [*studies.grids("tab:lenet_control", preset="paper"), FAN_OUT_GRIDS[1], CLAMP_GRID]
 #: Our twins of a run of the authors' code: the same cell, seed 0, with our initialisation and with theirs.
 TWIN_GRIDS = {"mlp": {"ours, fan-in": MLP_CONTROL_GRID, "ours, fan-out": FAN_OUT_GRIDS[0]},
               "lenet5": {"ours, fan-in": LENET_CONTROL_GRID, "ours, fan-out": FAN_OUT_GRIDS[1]}}
 #: The targets of the control tables.
 CONTROL_TARGETS = (0.2, 0.35, 0.5, 0.65, 0.8)
-
 #: Final model L0-density of Table 1's rows in the authors' aggregated results (mean of 5 runs,
 #: get_results/saved_dataframes/{mlp,lenet}_table_normalized.csv); the paper prints none.
 AUTHORS_TABLE1_DENSITY = {("mlp", "model"): 34.17, ("mlp", "layer"): 30.87, ("lenet5", "model"): 12.24}
-
 #: The columns that name a row of a :func:`comparison.compare` table.
 ROW = ["model", "method", "grouping", "target / λ_pen"]
 #: The tables and metrics :func:`initialisation_table` compares.
@@ -81,15 +77,14 @@ DECIDED = 30.0
 
 # --- records -------------------------------------------------------------------------------------
 
-
 def select(runs: list[dict], **params) -> list[dict]:
     """The records among ``runs`` whose parameters have these values (``model="mlp", seed=0``), in order."""
     return [run for run in runs if all(run["params"].get(name) == value for name, value in params.items())]
 
 
 def records_of(grids: str | list[str], **params) -> list[dict]:
-    """Our complete records of a grid file or of several (in grid order, each record once: grids may share a run)
-    whose parameters have these values."""
+    """Our complete records of one grid or several (in grid order, each once), found by their parameters
+    (:func:`paperlib.harness.grids.grid_records`), whose parameters have these values."""
     grids = [grids] if isinstance(grids, str) else grids
     runs = {(str(run["path"]), run["params"]["run_name"]): run
             for grid in grids for run in report.complete_records(grid)}
@@ -106,30 +101,31 @@ def table1_records() -> list[dict]:
     return report.complete_records(TABLE1_GRID) or report.complete_records(TABLE1_CPU_GRID)
 
 
-def pending_command(grids) -> str | None:
-    """The sweep command for those of ``grids`` that have runs without a complete record (None if none has)."""
-    pending = [grid for grid in grids
-               if len(report.complete_records(grid)) < len(report.grid_runs(grid))]
-    return report.sweep_command(pending) if pending else None
+def not_run(grids) -> pd.DataFrame:
+    """One row per grid with runs that have no complete record, found by their parameters
+    (:func:`paperlib.harness.grids.grid_records`, never by folder): how many are missing and the command."""
+    rows = []
+    for grid in dict.fromkeys(grids):
+        found = [folder for _, folder in report.grid_records(grid)]
+        if None in found:
+            rows.append({"grid": str(grid), "runs missing": f"{found.count(None)} of {len(found)}",
+                         "command": report.sweep_command([grid])})
+    return pd.DataFrame(rows, columns=["grid", "runs missing", "command"])
 
 
 def naming_pending(table: pd.DataFrame, grids) -> pd.DataFrame:
-    """``table`` with the command that makes the missing runs of ``grids`` where there are any
-    (``attrs["command"]``, which :func:`report.show` puts in the caption)."""
-    command = pending_command(grids)
-    if command:
-        table.attrs["command"] = command
+    """``table``, with the command that makes the missing runs of ``grids`` in ``attrs["command"]`` (which
+    :func:`report.show` puts in the caption) where there are any."""
+    pending = not_run(grids)
+    if len(pending):
+        table.attrs["command"] = report.sweep_command(pending["grid"])
     return table
 
 
 def authors_runs(folder: Path | None = None, **keys) -> list[dict]:
-    """The runs of the authors' published code whose keys have these values (``model="mlp"``; constrained
-    unless ``method="penalized"``), by file name.
-
-    ``benchmarks/authors_training.py`` writes one JSON per run to ``runs/authors_code/``: its command, cell
-    and a history whose rows hold the epoch's mean model density (as the authors' tables average it), the
-    groups kept and the validation error.
-    """
+    """The runs of the authors' code (``benchmarks/authors_training.py`` writes one JSON per run to
+    ``runs/authors_code/``: command, cell, per-epoch history) whose keys have these values, by file name;
+    constrained unless ``method="penalized"``."""
     folder = folder or records.runs_dir() / "authors_code"
     runs = [{"method": "constrained", **json.loads(path.read_text())} for path in sorted(Path(folder).glob("*.json"))]
     keys = {"method": "constrained", **keys}
@@ -145,35 +141,30 @@ def our_twins(theirs: dict) -> dict[str, dict | None]:
 
 # --- the results: Table 1 and how close to the target ---------------------------------------------
 
-
 def authors_best_errors(runs: list[dict]) -> pd.DataFrame:
-    """Table 1's "error best" taken the authors' way (the lowest error of any epoch of any seed,
-    :func:`paper_rows.authors_best_error`), one row per constrained row with records, beside the paper's."""
+    """Table 1's "error best" taken the authors' way (:func:`paper_rows.authors_best_error`), one row per
+    constrained row with records, beside the paper's."""
     by_row = {}
     for run in runs:
         by_row.setdefault((run["params"]["model"], run["params"]["grouping"]), []).append(run)
-    rows = []
-    for (model, grouping), cell_runs in by_row.items():
-        paper = paper_cell("tab:mnist", model=models.display_name(model), method="constrained", grouping=grouping,
-                           metric="val_error_best").value
-        rows.append({"model": models.display_name(model), "row": f"constrained, {grouping}-wise", "seeds": len(cell_runs),
-                     "val. error best (%) paper": paper,
-                     "val. error best (%) ours, authors' way": paper_rows.authors_best_error(cell_runs)})
-    return pd.DataFrame(rows)
+    return pd.DataFrame([{"model": models.display_name(model), "row": f"constrained, {grouping}-wise",
+                          "seeds": len(cell_runs),
+                          "val. error best (%) paper": paper_cell("tab:mnist", model=models.display_name(model),
+                                                                  method="constrained", grouping=grouping,
+                                                                  metric="val_error_best").value,
+                          "val. error best (%) ours, authors' way": paper_rows.authors_best_error(cell_runs)}
+                         for (model, grouping), cell_runs in by_row.items()])
 
 
 def by_seed(table: pd.DataFrame) -> pd.DataFrame:
-    """A :func:`comparison.compare` table (with the pruned architecture and errors) one value per cell: for each
-    of the paper's rows, the paper's line (``paper (mean of 5)``, or ``Louizos et al. (quoted)``), then one line
-    per seed of ours (linked to its notebook), then our mean ± 95% CI with ours minus the paper's in brackets.
-    A row's model and name are written on its first line only."""
-    metrics = [("pruned_architecture", METRIC_LABELS["pruned_architecture"]),
-               ("val_error_best", METRIC_LABELS["val_error_best"]), ("val_error_final", METRIC_LABELS["val_error_final"])]
-    shown = [(metric, label) for metric, label in metrics if f"{label} paper" in table]
+    """A :func:`comparison.compare` table one value per cell: per row of the paper's, its line (``paper (mean of
+    5)`` or ``Louizos et al. (quoted)``), one line per seed of ours, then our mean ± 95% CI (ours − the paper's
+    in brackets). A row's model and name are written on its first line only."""
+    shown = [(metric, METRIC_LABELS[metric]) for metric in ("pruned_architecture", "val_error_best", "val_error_final")
+             if f"{METRIC_LABELS[metric]} paper" in table]
     rows = []
     for (_, row), runs in zip(table.iterrows(), table.attrs["per_run"]):
-        name = comparison.row_name(row["method"], row["grouping"], row["target / λ_pen"])
-        first = {"model": row["model"], "row": name}
+        first = {"model": row["model"], "row": comparison.row_name(row["method"], row["grouping"], row["target / λ_pen"])}
         quoted = row["method"] == "louizos"
         rows.append({**first, "run": "Louizos et al. (quoted)" if quoted else "paper (mean of 5)",
                      **{label: row[f"{label} paper"] for _, label in shown}})
@@ -211,9 +202,8 @@ def control_tables(label: str) -> list[pd.DataFrame]:
 
 
 def seeds_column(table: pd.DataFrame) -> pd.DataFrame:
-    """A :func:`comparison.compact` table whose rows share one protocol (``paper protocol, 200 ep``), with its
-    ``protocol`` column replaced by ``seeds`` (how many seeds a row averages) and the protocol moved to the
-    caption, so that the rows fit on one line; a table whose rows mix protocols is returned as it is.
+    """A :func:`comparison.compact` table whose rows share one protocol, with its ``protocol`` column replaced by
+    ``seeds`` and the protocol moved to ``attrs`` (the caption); a table whose rows mix protocols as it is.
 
     >>> seeds_column(pd.DataFrame({"row": ["a"], "protocol": ["paper protocol, 200 ep, 3 seeds, 2 on GPU"]}))["seeds"].tolist()
     [3]
@@ -229,8 +219,8 @@ def seeds_column(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def paper_constrained_densities() -> pd.DataFrame:
-    """The paper's constrained cells of Table 10 and Table 11 (final L0-density, mean of 5 runs), with ``gap``:
-    the density minus the target, in points."""
+    """The paper's constrained cells of Table 10 and Table 11 (final L0-density), with ``gap``: minus the target
+    (points)."""
     printed = paper_results()
     printed = printed[printed["table"].isin(["tab:mlp_control", "tab:lenet_control"])
                       & (printed["method"] == "constrained") & (printed["metric"] == "l0_density")]
@@ -247,9 +237,9 @@ def paper_gap_table() -> pd.DataFrame:
 
 
 def paper_gap(model: str, grouping: str, target: str) -> float:
-    """The paper's final model L0-density minus the target (points) in the cell labelled ``target``
-    (:func:`paper_rows.target_label`); for Table 1's rows, which print no density, the authors' aggregated
-    density (:data:`AUTHORS_TABLE1_DENSITY`) minus the first layer's target."""
+    """The paper's final model L0-density minus the target (points) in the cell labelled ``target``; for Table 1's
+    rows, which print no density, the authors' aggregate (:data:`AUTHORS_TABLE1_DENSITY`) minus the first
+    layer's target."""
     printed = paper_constrained_densities()
     cell = printed[(printed["model"] == models.display_name(model)) & (printed["grouping"] == grouping)
                    & (printed["target"].astype(float).map(target_label) == target)]
@@ -264,8 +254,8 @@ def _paper_protocol_misses(gaps: pd.DataFrame) -> pd.DataFrame:
 
 
 def misses_by_cell(gaps: pd.DataFrame) -> pd.DataFrame:
-    """The paper-protocol runs of a :func:`comparison.distance_to_target` table that end more than 1 point from
-    a target, by cell: how many, their lowest and highest gap, and the paper's gap (:func:`paper_gap`)."""
+    """The paper-protocol runs of a :func:`comparison.distance_to_target` table more than 1 point from a target,
+    by cell: how many, their lowest and highest gap, and the paper's gap (:func:`paper_gap`)."""
     by_cell = (_paper_protocol_misses(gaps).groupby(["model", "grouping", "target"], sort=False)
                ["largest gap (points)"].agg(runs="size", lowest="min", highest="max").reset_index())
     by_cell["paper's gap (points)"] = [paper_gap(*cell) for cell in by_cell[["model", "grouping", "target"]].values]
@@ -273,12 +263,8 @@ def misses_by_cell(gaps: pd.DataFrame) -> pd.DataFrame:
 
 
 def miss_summary(gaps: pd.DataFrame) -> dict:
-    """The paper-protocol runs of a :func:`comparison.distance_to_target` table that end more than 1 point from a
-    target: how many, in how many cells and models, whether all end above, their smallest and largest distance
-    (points), and the paper's own gap in those cells (:func:`misses_by_cell`), smallest and largest.
-
-    Example: ``miss_summary(gaps)["runs"]`` is 17 when 17 runs miss.
-    """
+    """Those misses (:func:`misses_by_cell`) summed up: how many runs, cells and models, whether all end above,
+    their smallest and largest distance (points), and the paper's own gap in those cells."""
     ours, by_cell = _paper_protocol_misses(gaps)["largest gap (points)"], misses_by_cell(gaps)
     theirs = by_cell["paper's gap (points)"]
     return {"runs": len(ours), "cells": len(by_cell),
@@ -289,13 +275,9 @@ def miss_summary(gaps: pd.DataFrame) -> dict:
 
 
 def penalty_summary(judged: list[rules.PenaltyJudgement]) -> dict:
-    """Penalized cells judged by :func:`paperlib.harness.rules.judge_penalty` (:func:`analysis.verdict.penalty_cells`):
-    how many end within :data:`~paperlib.harness.rules.PENALTY_POINTS` of the paper's density, of how many; the others'
-    smallest and largest difference (points, ours minus the paper's; None if none); and the largest scatter of
-    our seeds within one cell (points).
-
-    Example: ``penalty_summary(verdict.penalty_cells())["within"]``.
-    """
+    """Penalized cells judged by :func:`paperlib.harness.rules.judge_penalty`: how many end within
+    :data:`~paperlib.harness.rules.PENALTY_POINTS` of the paper's density, of how many; the others' smallest and
+    largest difference (points; None if none); and the largest scatter of our seeds within a cell."""
     off = [j.difference for j in judged if j.outcome == rules.PenaltyOutcome.OFF]
     return {"within": sum(j.outcome == rules.PenaltyOutcome.WITHIN for j in judged), "cells": len(judged),
             "off low": min(off, default=None), "off high": max(off, default=None),
@@ -303,15 +285,13 @@ def penalty_summary(judged: list[rules.PenaltyJudgement]) -> dict:
 
 
 def _mean_target(label: str) -> float:
-    """The target (%) of a :func:`paper_rows.target_label`; a layer-wise list's mean (``"[30, 30, 30]%"``: 30)."""
+    """The target (%) of a :func:`paper_rows.target_label`; a layer-wise list's mean."""
     return statistics.fmean(float(t) for t in label.strip("[]%").split(","))
 
 
 def plot_target_gaps(gaps: pd.DataFrame) -> plt.Figure:
-    """Each paper-protocol run's largest gap to a target (points; :func:`comparison.distance_to_target`) against
-    its target, one panel per model; beside them the paper's own gap in the cell (:func:`paper_gap`, mean of 5
-    runs). The paper's and ours in the book's style for each (:mod:`analysis.style`), a marker shape per
-    grouping. The grey band is the one-point tolerance of :data:`paperlib.harness.rules.ON_TARGET_POINTS`."""
+    """Each paper-protocol run's largest gap to a target (points) against its target, one panel per model, beside
+    the paper's gap in the cell (:func:`paper_gap`); a marker per grouping, the one-point tolerance shaded."""
     ours = gaps[gaps["protocol"].map(comparison.is_paper_protocol)]
     fig, axes = plt.subplots(1, 2, figsize=(7, 3.1), sharey=True)
     for ax, model in zip(axes, ("mlp", "lenet5")):
@@ -329,51 +309,32 @@ def plot_target_gaps(gaps: pd.DataFrame) -> plt.Figure:
         ax.set(title=models.display_name(model), xlabel="target (%)", xlim=(5, 85))
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("final density − target (points)")
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.02), ncol=2, fontsize=9, frameon=False)
-    fig.tight_layout()
+    _legend_below(fig, axes[0], ncol=2)
     return fig
 
 
-def not_run(grids) -> pd.DataFrame:
-    """One row per grid of ``grids`` with runs that have no complete record: how many of its runs are
-    missing, and the command that makes them (an empty table when every run is in).
-
-    Example: a row ``grids/mlp_dual_lr.yaml``, ``1 of 2``, ``python -m paperlib.harness.sweeps grids/mlp_dual_lr.yaml``.
-    """
-    rows = []
-    for grid in dict.fromkeys(grids):
-        runs = report.grid_runs(grid)
-        missing = sum(records.record_status(folder) != "complete" for _, folder in runs)
-        if missing:
-            rows.append({"grid": str(grid), "runs missing": f"{missing} of {len(runs)}",
-                         "command": report.sweep_command([grid])})
-    return pd.DataFrame(rows, columns=["grid", "runs missing", "command"])
+def _legend_below(fig: plt.Figure, ax: plt.Axes, ncol: int) -> None:
+    """The legend of ``ax``'s lines under the figure, then a tight layout."""
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.02), ncol=ncol, fontsize=9, frameon=False)
+    fig.tight_layout()
 
 
 # --- why the constrained runs end above their target ----------------------------------------------
 
-
-def lowest_worst_layer(record: dict) -> tuple[float, int]:
-    """The lowest that the densest layer of a layer-wise record came (%, at an epoch's end), and that epoch:
-    an epoch is feasible only when every layer is within a point of its target at once."""
-    history = plots.history_frame(record).set_index("epoch")
-    worst = history[[f"density[{layer}]" for layer in record["metrics"]["l0_density_per_layer"]]].max(axis=1)
-    return 100 * worst.min(), int(worst.idxmin())
-
-
 def lowest_worst_layers(runs: list[dict]) -> pd.DataFrame:
-    """Per layer-wise record: the lowest its densest layer came (:func:`lowest_worst_layer`) and that epoch.
-
-    Example: a row ``seed 0, 31.23, 151`` for a run whose worst layer came down to 31.23% at epoch 151.
-    """
-    rows = [{"seed": run["params"]["seed"], "lowest densest layer (%)": lowest, "epoch": epoch}
-            for run in runs for lowest, epoch in [lowest_worst_layer(run)]]
+    """Per layer-wise record: the lowest its densest layer came (%, at an epoch's end) and that epoch (an epoch
+    is feasible only when every layer is within a point of its target at once)."""
+    rows = []
+    for run in runs:
+        history = plots.history_frame(run).set_index("epoch")
+        worst = history[[f"density[{layer}]" for layer in run["metrics"]["l0_density_per_layer"]]].max(axis=1)
+        rows.append({"seed": run["params"]["seed"], "lowest densest layer (%)": 100 * worst.min(),
+                     "epoch": int(worst.idxmin())})
     return pd.DataFrame(rows, columns=["seed", "lowest densest layer (%)", "epoch"])
 
 
 # --- the dual learning rate, tested ----------------------------------------------------------------
-
 
 def gap_history(record: dict) -> list[float]:
     """Per training epoch, the largest gap (points) between an expected density and its target."""
@@ -387,23 +348,23 @@ def settled_epoch(gaps: list[float], points: float = rules.ON_TARGET_POINTS) -> 
 
 
 def dual_lr_table(runs: list[dict]) -> pd.DataFrame:
-    """One row per constrained run: its dual learning rate, final largest gap, the epoch from which every
-    constraint stays within a point (:func:`settled_epoch`) and its errors."""
+    """Per constrained run: its dual learning rate, final largest gap, the epoch from which every constraint stays
+    within a point (:func:`settled_epoch`) and its errors."""
     rows = []
     for run in runs:
-        m, gaps = run["metrics"], gap_history(run)
+        gaps = gap_history(run)
         settled = settled_epoch(gaps)
         rows.append({"grouping": run["params"]["grouping"], "dual lr": f"{run['params']['dual_lr']:g}",
                      "final largest gap (points)": gaps[-1],
                      "within 1 point from epoch": None if settled is None else str(settled),
-                     "val. error best (%)": paper_rows.best_feasible_error(run), "val. error final (%)": m["val_error_final"],
+                     "val. error best (%)": paper_rows.best_feasible_error(run),
+                     "val. error final (%)": run["metrics"]["val_error_final"],
                      "run": report.notebook_link(run["path"], "notebook")})
     return naming_pending(pd.DataFrame(rows), [DUAL_LR_GRID])
 
 
 def plot_gap_histories(runs: list[dict]) -> plt.Figure:
-    """Each run's largest gap to a target against epochs (:func:`gap_history`), a colour per grouping and a
-    line style per dual learning rate; the one-point band shaded."""
+    """Each run's largest gap to a target against epochs, a colour per grouping, a line style per dual lr."""
     fig, ax = plt.subplots(figsize=(7, 3.2))
     styles = {1e-4: "-", 1e-3: "--"}
     for run in runs:
@@ -422,9 +383,8 @@ def plot_gap_histories(runs: list[dict]) -> plt.Figure:
 
 # --- the authors' initialisation, tested -----------------------------------------------------------
 
-
 def initialisation_table(table: str, metrics: list[str]) -> pd.DataFrame:
-    """The paper's cells beside our fan-in records (the table's grids, all seeds) and fan-out records
+    """The paper's cells beside our fan-in records (the table's grids, all seeds) and fan-out ones
     (:data:`FAN_OUT_GRIDS`), for the rows a fan-out grid has run at the paper's protocol."""
     fan_out = comparison.compare(table, list(FAN_OUT_GRIDS), metrics).set_index(ROW)
     fan_in = comparison.compare(table, studies.TABLES[table].grids, metrics).set_index(ROW)
@@ -448,7 +408,6 @@ def paper_penalized_density(grouping: str, lmbda: float) -> float:
 
 # --- the authors' own code, run --------------------------------------------------------------------
 
-
 def _authors_row(theirs: dict) -> dict:
     last = theirs["history"][-1]
     return {"run": "authors' code", "groups kept": "-".join(map(str, last["kept_groups"])),
@@ -468,35 +427,40 @@ def _train_rows(run: dict) -> pd.DataFrame:
     return frame[frame["phase"] == "train"]
 
 
+def _plot_with_twins(axes, theirs: dict, ours: dict, columns) -> None:
+    """A run of the authors' code and our twins against epochs, one (their column, our column) per axis."""
+    history = pd.DataFrame(theirs["history"])
+    for ax, (column, _) in zip(axes, columns):
+        ax.plot(history["epoch"], 100 * history[column], label="authors' code", **style.line("authors' code"))
+    for label, record in ours.items():
+        if record:
+            frame = _train_rows(record)
+            for ax, (_, column) in zip(axes, columns):
+                ax.plot(frame["epoch"], 100 * frame[column], label=label,
+                        **style.line("ours", linestyle=style.OURS_VARIANTS[_variant_of(label)]))
+
+
 def authors_mlp_table(theirs: list[dict], twins: list[dict]) -> pd.DataFrame:
     """Per MLP run of the authors' code: its final density, groups kept and error, beside our twins
     (:func:`our_twins`) and the paper's cell of Table 10."""
     rows = []
     for run, ours in zip(theirs, twins):
         keys = dict(model="MLP", method="constrained", grouping=run["grouping"], target=run["target"])
-        paper = paper_cell("tab:mlp_control", metric="l0_density", **keys)
         cell = f"{run['grouping']}-wise {100 * run['target']:g}%"
         rows += [{"cell": cell, **_authors_row(run)},
                  *({"cell": cell, **_our_row(label, record)} for label, record in ours.items() if record),
-                 {"cell": cell, "run": "paper", "L0-density (%)": paper_rows.printed_cell(paper), "groups kept": None,
-                  "val. error final (%)": paper_cell("tab:mlp_control", metric="val_error_final", **keys).value,
-                  "record": None}]
+                 {"cell": cell, "run": "paper", "groups kept": None, "record": None,
+                  "L0-density (%)": paper_rows.printed_cell(paper_cell("tab:mlp_control", metric="l0_density", **keys)),
+                  "val. error final (%)": paper_cell("tab:mlp_control", metric="val_error_final", **keys).value}]
     return pd.DataFrame(rows, columns=["cell", "run", "L0-density (%)", "groups kept", "val. error final (%)", "record"])
 
 
 def plot_authors_mlp(theirs: list[dict], twins: list[dict]) -> plt.Figure:
-    """One panel per MLP run of the authors' code: its model density against epochs beside our twins', with
-    the target (dotted) and the paper's final density (dashed), in the book's styles (:mod:`analysis.style`)."""
+    """One panel per MLP run of the authors' code: its model density against epochs beside our twins', with the
+    target (dotted) and the paper's final density (dashed)."""
     fig, axes = plt.subplots(1, max(len(theirs), 1), figsize=(7, 3.4), sharey=True, squeeze=False)
     for ax, run, ours in zip(axes[0], theirs, twins):
-        history = pd.DataFrame(run["history"])
-        ax.plot(history["epoch"], 100 * history["l0_density_epoch_mean"], label="authors' code",
-                **style.line("authors' code"))
-        for label, record in ours.items():
-            if record:
-                frame = _train_rows(record)
-                ax.plot(frame["epoch"], 100 * frame["l0_density"], label=label,
-                        **style.line("ours", linestyle=style.OURS_VARIANTS[_variant_of(label)]))
+        _plot_with_twins([ax], run, ours, [("l0_density_epoch_mean", "l0_density")])
         paper = paper_cell("tab:mlp_control", model="MLP", method="constrained", grouping=run["grouping"],
                            target=run["target"], metric="l0_density")
         ax.axhline(100 * run["target"], label="target", **style.TARGET)
@@ -504,32 +468,28 @@ def plot_authors_mlp(theirs: list[dict], twins: list[dict]) -> plt.Figure:
         ax.set(title=f"MLP {run['grouping']}-wise {100 * run['target']:g}%", xlabel="epoch", ylim=(15, 60))
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("model L0-density (%)")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.02), ncol=4, fontsize=9, frameon=False)
-    fig.tight_layout()
+    _legend_below(fig, axes[0][0], ncol=4)
     return fig
 
 
 # --- LeNet5: where the paper's runs spend their density -------------------------------------------
 
-
-def _counts(model) -> np.ndarray:
-    return np.array([counting.count_params(model), counting.count_macs(model, (1, 28, 28))])
-
-
 @cache
 def _dense_counts(model: str) -> np.ndarray:
-    return _counts(models.build_model(model, gated=False))
+    dense = models.build_model(model, gated=False)
+    return np.array([counting.count_params(dense), counting.count_macs(dense, (1, 28, 28))])
 
 
 @cache
 def _percentages(model: str, kept: tuple[int, ...]) -> tuple[float, float]:
-    return tuple(100 * _counts(keep_first(model, list(kept))) / _dense_counts(model))
+    pruned = keep_first(model, list(kept))
+    return tuple(100 * np.array([counting.count_params(pruned), counting.count_macs(pruned, (1, 28, 28))])
+                 / _dense_counts(model))
 
 
 def model_percentages(model: str, kept) -> np.ndarray:
-    """Parameters and MACs (%, the paper's convention) of an MNIST ``model`` pruned to ``kept`` groups per
-    gated layer (:func:`paperlib.paper.purge.keep_first`); counted once per architecture."""
+    """Parameters and MACs (%, the paper's convention) of an MNIST ``model`` pruned to ``kept`` groups per gated
+    layer (:func:`paperlib.paper.purge.keep_first`); counted once per architecture."""
     return np.array(_percentages(model, tuple(int(k) for k in kept)))
 
 
@@ -542,31 +502,37 @@ def implied_conv2_fc1(params_pct: float, macs_pct: float, fc2: int) -> np.ndarra
     return np.linalg.solve(slopes, np.array([params_pct, macs_pct]) - base) + [20, 100]
 
 
-def paper_row(cell: str, model: str, grouping: str, target, table: str) -> dict:
-    """The paper's numbers for one constrained cell of Table 1 or of a control table, as a row of
-    :func:`clamp_comparison`. A row of Table 1 takes its printed architecture, counted, and the authors'
-    aggregated density; a model-wise LeNet5 row of Table 11 the architecture its counts imply."""
-    paper_target = " ".join(f"{t:g}" for t in target) if isinstance(target, list) else target
-    keys = dict(model=models.display_name(model), method="constrained", grouping=grouping, target=paper_target)
-    error = paper_cell(table, metric="val_error_final", **keys).value_num
-    if table == "tab:mnist":
-        kept = paper_cell(table, metric="pruned_architecture", **keys).value
-        params, macs = model_percentages(model, kept.split("-"))
-        return {"cell": cell, "run": "paper", "architecture": kept,
-                "L0-density (%)": AUTHORS_TABLE1_DENSITY[(model, grouping)], "params (%)": params, "MACs (%)": macs,
-                "val. error final (%)": error, "record": None}
-    means = {m: paper_cell(table, metric=m, **keys).value_num for m in ("l0_density", "params_pct", "macs_pct")}
-    architecture = None
-    if model == "lenet5" and grouping == "model":  # conv1 and fc2 whole: the counts imply conv2 and fc1
-        conv2, fc1 = implied_conv2_fc1(means["params_pct"], means["macs_pct"], fc2=500)
-        architecture = f"20-{conv2:.0f}-{fc1:.0f}-500 (implied)"
-    return {"cell": cell, "run": "paper", "architecture": architecture, "L0-density (%)": means["l0_density"],
-            "params (%)": means["params_pct"], "MACs (%)": means["macs_pct"], "val. error final (%)": error, "record": None}
-
-
 def _paper_lenet_counts(target: float) -> dict:
     return {m: paper_cell("tab:lenet_control", model="LeNet5", method="constrained", grouping="model",
                           target=target, metric=m).value_num for m in ("params_pct", "macs_pct", "l0_density")}
+
+
+def _implied(target: float, fc2: int = 500) -> np.ndarray:
+    """The conv2 maps and fc1 inputs that Table 11's model-wise LeNet5 counts at ``target`` imply."""
+    cell = _paper_lenet_counts(target)
+    return implied_conv2_fc1(cell["params_pct"], cell["macs_pct"], fc2=fc2)
+
+
+def paper_row(cell: str, model: str, grouping: str, target, table: str) -> dict:
+    """The paper's numbers for one constrained cell of Table 1 or a control table, as a row of
+    :func:`clamp_comparison`: Table 1's printed architecture, counted, with the authors' aggregated density;
+    a model-wise LeNet5 row of Table 11 with the architecture its counts imply."""
+    paper_target = " ".join(f"{t:g}" for t in target) if isinstance(target, list) else target
+    keys = dict(model=models.display_name(model), method="constrained", grouping=grouping, target=paper_target)
+    if table == "tab:mnist":
+        architecture = paper_cell(table, metric="pruned_architecture", **keys).value
+        density = AUTHORS_TABLE1_DENSITY[(model, grouping)]
+        params, macs = model_percentages(model, architecture.split("-"))
+    else:
+        density, params, macs = (paper_cell(table, metric=m, **keys).value_num
+                                 for m in ("l0_density", "params_pct", "macs_pct"))
+        architecture = None
+        if model == "lenet5" and grouping == "model":  # conv1 and fc2 whole: the counts imply conv2 and fc1
+            conv2, fc1 = implied_conv2_fc1(params, macs, fc2=500)
+            architecture = f"20-{conv2:.0f}-{fc1:.0f}-500 (implied)"
+    return {"cell": cell, "run": "paper", "architecture": architecture, "L0-density (%)": density,
+            "params (%)": params, "MACs (%)": macs,
+            "val. error final (%)": paper_cell(table, metric="val_error_final", **keys).value_num, "record": None}
 
 
 def _ours_cells(runs: list[dict]) -> dict:
@@ -577,14 +543,13 @@ def _ours_cells(runs: list[dict]) -> dict:
 
 
 def implied_architectures(ours: list[dict], table1_ours: list[dict]) -> pd.DataFrame:
-    """Per model-wise target of Table 11: the conv2 maps and fc1 inputs the paper's parameters and MACs imply
-    (fc2 at 500 and at Table 1's 407), their counts recounted, beside our records of the cell (``ours``:
-    model-wise LeNet5 records of any target); then Table 1's 10% row, counted, beside ``table1_ours``."""
+    """Per model-wise target of Table 11: the conv2 maps and fc1 inputs the paper's counts imply (fc2 at 500 and
+    at Table 1's 407), recounted, beside our model-wise records ``ours``; then Table 1's 10% row, counted,
+    beside ``table1_ours``."""
     rows = []
     for target in CONTROL_TARGETS:
         cell = _paper_lenet_counts(target)
-        conv2, fc1 = implied_conv2_fc1(cell["params_pct"], cell["macs_pct"], fc2=500)
-        conv2_407, _ = implied_conv2_fc1(cell["params_pct"], cell["macs_pct"], fc2=407)
+        (conv2, fc1), (conv2_407, _) = _implied(target), _implied(target, fc2=407)
         recount = model_percentages("lenet5", (20, round(conv2), round(fc1), 500))
         rows.append({"target": f"{100 * target:g}%",
                      "paper params / MACs (%)": f"{cell['params_pct']:.2f} / {cell['macs_pct']:.2f}",
@@ -600,8 +565,8 @@ def implied_architectures(ours: list[dict], table1_ours: list[dict]) -> pd.DataF
 
 
 def authors_lenet_table(theirs: list[dict], twins: list[dict]) -> pd.DataFrame:
-    """Per model-wise LeNet5 run of the authors' code: the paper's cell (architecture implied), the run (its
-    parameters and MACs counted as if no fc1 input sat behind a closed conv2 map: upper bounds) and our twins."""
+    """Per model-wise LeNet5 run of the authors' code: the paper's cell (architecture implied), the run (counted
+    as if no fc1 input sat behind a closed conv2 map: upper bounds) and our twins."""
     rows = []
     for run, ours in zip(theirs, twins):
         target = f"{100 * run['target']:g}%"
@@ -619,26 +584,13 @@ def authors_lenet_table(theirs: list[dict], twins: list[dict]) -> pd.DataFrame:
                                        "val. error final (%)", "record"])
 
 
-def _implied_conv2(target: float) -> float:
-    cell = _paper_lenet_counts(target)
-    return implied_conv2_fc1(cell["params_pct"], cell["macs_pct"], fc2=500)[0]
-
-
 def plot_authors_lenet(theirs: list[dict], twins: list[dict]) -> plt.Figure:
-    """The model density and conv2's expected density against epochs of the authors' LeNet5 runs and our
-    twins, with the target (dotted) and the conv2 maps the paper's counts imply (dashed)."""
+    """The model density and conv2's expected density against epochs of the authors' LeNet5 runs and our twins,
+    with the target (dotted) and the conv2 maps the paper's counts imply (dashed)."""
     fig, axes = plt.subplots(1, 2, figsize=(7, 3.4))
     for run, ours in zip(theirs, twins):
-        history = pd.DataFrame(run["history"])
-        for ax, column in zip(axes, ("l0_density_epoch_mean", "density[1]")):
-            ax.plot(history["epoch"], 100 * history[column], label="authors' code", **style.line("authors' code"))
-        for label, record in ours.items():
-            if record:
-                frame = _train_rows(record)
-                for ax, column in zip(axes, ("l0_density", "density[conv2]")):
-                    ax.plot(frame["epoch"], 100 * frame[column], label=label,
-                            **style.line("ours", linestyle=style.OURS_VARIANTS[_variant_of(label)]))
-        conv2 = _implied_conv2(run["target"])
+        _plot_with_twins(axes, run, ours, [("l0_density_epoch_mean", "l0_density"), ("density[1]", "density[conv2]")])
+        conv2 = _implied(run["target"])[0]
         axes[0].axhline(100 * run["target"], label="target", **style.TARGET)
         axes[1].axhline(100 * conv2 / 50, label=f"paper, implied ({conv2:.0f} of 50 maps)", **style.line("paper"))
     for ax, title in zip(axes, ("model L0-density (%)", "conv2 expected density (%)")):
@@ -655,21 +607,17 @@ def plot_authors_lenet(theirs: list[dict], twins: list[dict]) -> plt.Figure:
 
 def paper_conv2(target: float) -> int:
     """The conv2 maps of the paper's model-wise LeNet5 at ``target``: printed in Table 1's 10% architecture,
-    implied by Table 11's parameters and MACs at its targets (:func:`implied_conv2_fc1`), rounded."""
+    implied by Table 11's counts at its targets, rounded."""
     if target == 0.1:
         kept = paper_cell("tab:mnist", model="LeNet5", method="constrained", grouping="model", target="0.1",
                           metric="pruned_architecture").value
         return int(kept.split("-")[1])
-    return round(_implied_conv2(target))
+    return round(_implied(target)[0])
 
 
 def conv2_maps(theirs: list[dict], fan_out: list[dict], fan_in: list[dict]) -> pd.DataFrame:
-    """Per model-wise LeNet5 target that a run of the authors' code or a fan-out record of ours has: the conv2
-    maps kept by the paper's runs (:func:`paper_conv2`), the authors' code, our fan-in records (each seed) and
-    our fan-out ones.
-
-    Example: a row ``20%, 42, "14", "29", "15"``: the paper's counts imply 42 maps, the authors' code keeps 14.
-    """
+    """Per model-wise LeNet5 target with a run of the authors' code or a fan-out record: the conv2 maps kept by
+    the paper's runs (:func:`paper_conv2`), the authors' code, our fan-in records (each seed) and fan-out ones."""
     def kept(runs):
         return ", ".join(str(r["metrics"]["pruned_architecture"][1]) for r in runs) or None
 
@@ -683,26 +631,25 @@ def conv2_maps(theirs: list[dict], fan_out: list[dict], fan_in: list[dict]) -> p
 
 def fc1_behind_conv2(runs: list[tuple[str, dict]]) -> pd.DataFrame:
     """LeNet5's layer-wise 50% cell: per (label, record), the architecture, the fc1 inputs behind conv2's open
-    maps (16 per map) and how many of them fc1 keeps, parameters and MACs; then the paper's row."""
+    maps (16 per map) and how many fc1 keeps, parameters and MACs; then the paper's row."""
     rows = []
     for label, run in runs:
         m = run["metrics"]
-        conv1, conv2, fc1, fc2 = m["pruned_architecture"]
         rows.append({"run": label, "architecture": "-".join(map(str, m["pruned_architecture"])),
-                     "fc1 inputs behind open conv2 maps": 16 * conv2, "fc1 inputs kept": fc1,
+                     "fc1 inputs behind open conv2 maps": 16 * m["pruned_architecture"][1],
+                     "fc1 inputs kept": m["pruned_architecture"][2],
                      "params (%)": m["params_pct"], "MACs (%)": m["macs_pct"], "L0-density (%)": 100 * m["l0_density"]})
     paper = paper_row("", "lenet5", "layer", 0.5, "tab:lenet_control")
     rows.append({"run": "paper", "params (%)": paper["params (%)"], "MACs (%)": paper["MACs (%)"],
                  "L0-density (%)": paper["L0-density (%)"]})
     table = pd.DataFrame(rows, columns=["run", "architecture", "fc1 inputs behind open conv2 maps", "fc1 inputs kept",
                                         "params (%)", "MACs (%)", "L0-density (%)"])
-    counts = ["fc1 inputs behind open conv2 maps", "fc1 inputs kept"]
-    return table.astype({column: "Int64" for column in counts})
+    return table.astype({"fc1 inputs behind open conv2 maps": "Int64", "fc1 inputs kept": "Int64"})
 
 
 def expected_density(kept, log_alpha_open: float, log_alpha_closed: float) -> float:
-    """LeNet5's model L0-density (%) with the first ``kept[i]`` gates of layer i at ``log_alpha_open`` and
-    the rest at ``log_alpha_closed``."""
+    """LeNet5's model L0-density (%) with the first ``kept[i]`` gates of layer i at ``log_alpha_open``, the rest
+    at ``log_alpha_closed``."""
     model = models.build_model("lenet5")
     with torch.no_grad():
         for layer, count in zip(models.gated_layers(model), kept):
@@ -716,14 +663,13 @@ def clamp_bound_probabilities() -> tuple[float, float]:
 
 
 def clamp_floor_table() -> pd.DataFrame:
-    """For Table 1's 10% architecture and the architectures Table 11's counts imply: the model's expected
-    density with its kept groups fully open and the others closed for good, or held at the clamp's floor,
-    beside the density the paper reports."""
+    """For Table 1's 10% architecture and those Table 11's counts imply: the expected density with the kept groups
+    open and the others closed for good, or held at the clamp's floor, beside the paper's density."""
     architectures = [("10% (Table 1)", (20, 21, 34, 407), AUTHORS_TABLE1_DENSITY[("lenet5", "model")])]
     for target in CONTROL_TARGETS:
-        cell = _paper_lenet_counts(target)
-        conv2, fc1 = implied_conv2_fc1(cell["params_pct"], cell["macs_pct"], fc2=500)
-        architectures.append((f"{100 * target:g}%", (20, round(conv2), round(fc1), 500), cell["l0_density"]))
+        conv2, fc1 = _implied(target)
+        architectures.append((f"{100 * target:g}%", (20, round(conv2), round(fc1), 500),
+                              _paper_lenet_counts(target)["l0_density"]))
     return pd.DataFrame([{"target": label, "architecture": "-".join(map(str, kept)),
                           "closed for good (%)": expected_density(kept, DECIDED, -DECIDED),
                           "closed at the clamp's floor (%)": expected_density(kept, gates.LOG_ALPHA_MAX,
@@ -733,7 +679,6 @@ def clamp_floor_table() -> pd.DataFrame:
 
 
 # --- the clamp on log alpha, tested ----------------------------------------------------------------
-
 
 def record_row(cell: str, label: str, run: dict) -> dict:
     """One of our records as a row of :func:`clamp_comparison`."""
@@ -745,8 +690,8 @@ def record_row(cell: str, label: str, run: dict) -> dict:
 
 def clamp_rows(cell: str, paper: dict, unclamped: dict | None, clamped: list[dict]) -> tuple[list[dict], dict | None]:
     """One cell of :func:`clamp_comparison`: the paper's row, our unclamped record's and the clamped ones'; and,
-    where the unclamped record has a clamped twin (:func:`report.counterpart`), how far each is from the paper
-    in L0-density and parameters."""
+    where the unclamped record has a clamped twin (:func:`report.counterpart`), how far each is from the paper in
+    L0-density and parameters."""
     rows = [paper, *([record_row(cell, "ours", unclamped)] if unclamped else []),
             *(record_row(cell, f"ours, clamped, dual lr {r['params']['dual_lr']:.0e}".replace("e-0", "e-"), r)
               for r in clamped)]
@@ -775,17 +720,13 @@ def clamp_comparison() -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def clamp_counts(closer: pd.DataFrame) -> dict:
-    """Of the cells of :func:`clamp_comparison`'s second table (both records): how many, and in how many the
-    clamped run is closer to the paper in parameters and in L0-density.
-
-    Example: ``{"cells": 15, "closer in params": 10, "closer in density": 10}``.
-    """
+    """Of the cells of :func:`clamp_comparison`'s second table: how many, and in how many the clamped run is closer
+    to the paper in parameters and in L0-density."""
     return {"cells": len(closer), "closer in params": int(closer["clamped closer in params"].sum()),
             "closer in density": int(closer["clamped closer in L0-density"].sum())}
 
 
 # --- where ours and the paper's differ by more than 2 points ---------------------------------------
-
 
 def comparison_tables() -> dict[str, list[pd.DataFrame]]:
     """The tables the results page shows: Table 1, then each control table's two (:func:`control_tables`)."""
@@ -794,12 +735,14 @@ def comparison_tables() -> dict[str, list[pd.DataFrame]]:
 
 
 def large_differences(tables: dict[str, list[pd.DataFrame]], threshold: float = rules.AGREE_POINTS) -> pd.DataFrame:
-    """Every cell of these :func:`comparison.compare` tables (by the paper's label) where ours differs from
-    the paper's by more than ``threshold`` points (:func:`comparison.misses`), with the table's number."""
+    """Every cell of these :func:`comparison.compare` tables where ours differs from the paper's by more than
+    ``threshold`` points (:func:`comparison.misses`), with the table's number."""
     found = pd.concat([comparison.misses(table, threshold).assign(table=ref(label))
                        for label, shown in tables.items() for table in shown], ignore_index=True)
     return found[["table", "row", "metric", "paper", "ours", "Δ", "protocol"]]
 
+
+# --- penalized LeNet5 ------------------------------------------------------------------------------
 
 def variant(params: dict) -> str:
     """How a penalized LeNet5 record differs from the paper-protocol cell's seed 0: seed, initialisation, clamp."""
@@ -815,17 +758,14 @@ def _variant_of(label: str) -> str:
 
 
 def _variant_style(params: dict) -> dict:
-    """The line of a penalized LeNet5 record in a figure, by :func:`variant` (:data:`analysis.style.OURS_VARIANTS`:
-    dotted clamped, dash-dotted fan-out), faint for a seed other than 0."""
+    """A penalized LeNet5 record's line (:data:`analysis.style.OURS_VARIANTS`), faint for a seed other than 0."""
     name = "clamped" if params.get("clamp_log_alpha") else "fan-out" if params.get("linear_init") == "fan_out" else ""
     return {"linestyle": style.OURS_VARIANTS[name], "alpha": 0.6 if params["seed"] else 1.0}
 
 
 def plot_penalized_lenet(penalized: dict[str, list[dict]]) -> plt.Figure:
-    """Model L0-density against epochs of penalized LeNet5 records, one panel per grouping: a colour per
-    λ_pen (:data:`analysis.style.OTHER_COLOURS`), a line style per :func:`variant` (dash-dotted: fan-out; dotted:
-    clamped; faint: another seed), the paper's final densities in its style (:mod:`analysis.style`) at the last
-    epoch, each labelled with its λ_pen."""
+    """Model L0-density against epochs of penalized LeNet5 records, one panel per grouping: a colour per λ_pen, a
+    line style per :func:`variant`, the paper's final densities at the last epoch, each labelled with its λ_pen."""
     from matplotlib.lines import Line2D
 
     lambdas = sorted({r["params"]["lmbda"] for runs in penalized.values() for r in runs}, reverse=True)
@@ -855,8 +795,7 @@ def plot_penalized_lenet(penalized: dict[str, list[dict]]) -> plt.Figure:
 
 
 def penalized_densities(penalized: dict[str, list[dict]], lmbda: float) -> pd.DataFrame:
-    """Every penalized LeNet5 record at ``lmbda``, per grouping (:func:`variant` names it): its final
-    L0-density beside the paper's."""
+    """Every penalized LeNet5 record at ``lmbda``, per grouping: its final L0-density beside the paper's."""
     rows = [{"grouping": f"{grouping}-wise", "run": variant(r["params"]) or "seed 0",
              "L0-density (%)": 100 * r["metrics"]["l0_density"], "paper (%)": paper_penalized_density(grouping, lmbda)}
             for grouping, runs in penalized.items() for r in select(runs, lmbda=lmbda)]
@@ -864,9 +803,8 @@ def penalized_densities(penalized: dict[str, list[dict]], lmbda: float) -> pd.Da
 
 
 def authors_penalized_table(theirs: dict, ours: list[dict]) -> pd.DataFrame:
-    """A run of the authors' LeNet5 with their penalty (``benchmarks/authors_training.py --lmbda``) beside our
-    records of its cell (:func:`variant`) and the paper's: final L0-density, its distance to the paper's, and
-    the final error."""
+    """A run of the authors' LeNet5 with their penalty beside our records of its cell and the paper's: final
+    L0-density, its highest and when, its distance to the paper's, and the final error."""
     grouping, lmbda, history = theirs["grouping"], theirs["lmbda"], theirs["history"]
     last, peak = history[-1], max(history, key=lambda row: row["l0_density"])
     paper = paper_penalized_density(grouping, lmbda)
@@ -889,11 +827,10 @@ def authors_penalized_table(theirs: dict, ours: list[dict]) -> pd.DataFrame:
 
 
 def authors_penalized_numbers(theirs: dict, ours: list[dict]) -> dict:
-    """The authors' penalized LeNet5 run against ours (:func:`authors_penalized_table`): its final and highest
-    density (and epoch); its distance to the paper's density against our fan-in records' (``position``: whether
-    it is ``further`` than all of ours, ``nearer`` than all, or ``within`` their spread); and our fan-out seed 0,
-    the twin of theirs: ``share``, the percentage of the distance from our fan-in seed 0 to their run that the
-    initialisation alone closes (None without both records)."""
+    """The authors' penalized LeNet5 run against ours: its final and highest density (and epoch); whether its
+    distance to the paper's density is ``further`` than all our fan-in records', ``nearer`` or ``within``; and
+    ``share``, the percentage of the distance from our fan-in seed 0 to their run that our fan-out twin closes
+    (the initialisation alone; None without both records)."""
     grouping, lmbda, history = theirs["grouping"], theirs["lmbda"], theirs["history"]
     peak = max(history, key=lambda row: row["l0_density"])
     paper, density = paper_penalized_density(grouping, lmbda), 100 * history[-1]["l0_density"]
@@ -912,8 +849,30 @@ def authors_penalized_numbers(theirs: dict, ours: list[dict]) -> dict:
             "position": position, "twin": twin, "fan-in seed 0": seed0, "share": share}
 
 
-# --- final errors: a difference, or chance? --------------------------------------------------------
+def plot_authors_penalized(theirs: dict, ours: list[dict]) -> plt.Figure:
+    """Model L0-density and conv2's expected density against epochs: the authors' LeNet5 with their penalty, our
+    records of its cell (line style by :func:`variant`) and the paper's final density."""
+    grouping, lmbda = theirs["grouping"], theirs["lmbda"]
+    fig, axes = plt.subplots(1, 2, figsize=(7, 3.8))
+    history = pd.DataFrame(theirs["history"])
+    for ax, column in zip(axes, ("l0_density_epoch_mean", "density[1]")):
+        ax.plot(history["epoch"], 100 * history[column], label="authors' code", **style.line("authors' code"))
+    for run in select(ours, grouping=grouping, lmbda=lmbda):
+        p, frame = run["params"], _train_rows(run)
+        for ax, column in zip(axes, ("l0_density", "density[conv2]")):
+            ax.plot(frame["epoch"], 100 * frame[column], label=f"ours, {variant(p) or 'seed 0'}",
+                    **style.line("ours", **_variant_style(p)))
+    axes[0].plot([len(history)], [paper_penalized_density(grouping, lmbda)], ms=8, label="paper, final (mean of 5)",
+                 **style.point("paper"))
+    for ax, title in zip(axes, ("model L0-density (%)", "conv2 expected density (%)")):
+        ax.set(xlabel="epoch", title=title)
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"LeNet5 penalized, {grouping}-wise λ_pen {lmbda:g}: the authors' code and ours", fontsize=10)
+    _legend_below(fig, axes[0], ncol=3)
+    return fig
 
+
+# --- final errors: a difference, or chance? --------------------------------------------------------
 
 def error_agreement() -> pd.DataFrame:
     """:func:`comparison.agreement` of the final errors of the three MNIST tables, one row per row."""
@@ -926,25 +885,21 @@ def cell_of(params: dict) -> tuple:
     return params["model"], params["method"], params["grouping"], hyper
 
 
-def seed0_beyond_chance(label: str, cell: tuple, error: float) -> bool:
-    """Whether one run's final error differs from the paper's cell by more than chance (as
-    :func:`comparison.agreement`)."""
-    model, method, grouping, hyper = cell
-    paper = paper_cell(label, model=models.display_name(model), method=method, grouping=grouping,
-                       metric="val_error_final", **{"target" if method == "constrained" else "lmbda": f"{hyper:g}"})
-    chance = intervals.difference_interval(float(paper.ci), paper_runs(label), [error])
-    return abs(error - paper.value_num) > chance
-
-
 def seed_rows(label: str, cells: list[tuple], runs: list[dict]) -> list[dict]:
-    """Per cell of a control table (:func:`cell_of`): the final error of each seed among ``runs`` and whether
-    seed 0's alone differs from the paper's beyond chance."""
+    """Per cell of a control table (:func:`cell_of`): the final error of each seed among ``runs``, and whether
+    seed 0's alone differs from the paper's beyond chance (as :func:`comparison.agreement`)."""
     rows = []
     for cell in cells:
         model, method, grouping, hyper = cell
         chosen = sorted((r for r in runs if cell_of(r["params"]) == cell), key=lambda r: r["params"]["seed"])
         errors = {f"seed {r['params']['seed']}": r["metrics"]["val_error_final"] for r in chosen}
-        beyond = seed0_beyond_chance(label, cell, errors["seed 0"]) if "seed 0" in errors else None
+        beyond = None
+        if "seed 0" in errors:
+            paper = paper_cell(label, model=models.display_name(model), method=method, grouping=grouping,
+                               metric="val_error_final",
+                               **{"target" if method == "constrained" else "lmbda": f"{hyper:g}"})
+            chance = intervals.difference_interval(float(paper.ci), paper_runs(label), [errors["seed 0"]])
+            beyond = abs(errors["seed 0"] - paper.value_num) > chance
         rows.append({"cell": f"{models.display_name(model)} {method} {grouping} "
                              + (f"{100 * hyper:g}%" if method == "constrained" else f"λ_pen {hyper:g}"),
                      "seed 0 beyond chance": None if beyond is None else ("yes" if beyond else "no"), **errors})
@@ -962,20 +917,16 @@ def seeds_table() -> pd.DataFrame:
 
 
 def beyond_chance(agreement: pd.DataFrame) -> dict:
-    """How many rows of :func:`error_agreement` differ beyond chance, of how many, and how many chance alone
-    puts there at 95% (one in 20).
-
-    Example: ``{"beyond": 2, "rows": 44, "by chance": 2.2}``.
-    """
+    """How many rows of :func:`error_agreement` differ beyond chance, of how many, and how many chance alone puts
+    there at 95% (one in 20)."""
     beyond = int(agreement["beyond chance"].astype(bool).sum())
     return {"beyond": beyond, "rows": len(agreement), "by chance": len(agreement) / 20}
 
 
 def spreads(agreement: pd.DataFrame, table1_errors: pd.DataFrame) -> dict:
     """The run-to-run standard deviation of the final error (points) behind the paper's CIs
-    (:func:`intervals.spread_from_ci`) over the rows of :func:`error_agreement`: smallest, largest and the row of
-    the smallest; and over our seeds of each row of ``table1_errors`` (a :func:`comparison.compare` of Table 1's
-    final errors) that has 5: smallest and largest (None without)."""
+    (:func:`intervals.spread_from_ci`) over the rows of :func:`error_agreement` (smallest, largest, the row of the
+    smallest), and over our seeds of each row of ``table1_errors`` that has 5 (None without)."""
     runs_by_table = {ref(label): paper_runs(label) for label in studies.TABLES}
     paper = {row.row: intervals.spread_from_ci(comparison.split_cell(row.paper)[1], runs_by_table[row.table])
              for row in agreement.itertuples()}
@@ -987,8 +938,7 @@ def spreads(agreement: pd.DataFrame, table1_errors: pd.DataFrame) -> dict:
 
 
 def spreads_table(found: dict) -> pd.DataFrame:
-    """:func:`spreads` as a table: the smallest and largest run-to-run standard deviation of the final error
-    (points), behind the paper's CIs (5 runs a row) and over our 5 seeds of Table 1's rows."""
+    """:func:`spreads` as a table."""
     return pd.DataFrame([{"runs": "the paper's, from its CIs (5 runs a row)", "smallest (points)": found["paper low"],
                           "largest (points)": found["paper high"], "row of the smallest": found["paper smallest row"]},
                          {"runs": "ours, Table 1's rows (5 seeds)", "smallest (points)": found["ours low"],
@@ -997,10 +947,7 @@ def spreads_table(found: dict) -> pd.DataFrame:
 
 def retested(seeds: pd.DataFrame, agreement: pd.DataFrame) -> dict:
     """Of the cells whose seed 0 was beyond chance (:func:`seeds_table`) and that now have more seeds: how many,
-    and which stay beyond chance with all of them (:func:`error_agreement`).
-
-    Example: ``{"tested": 4, "still beyond": []}``: more seeds confirmed none of four seed-0 differences.
-    """
+    and which stay beyond chance with all of them (:func:`error_agreement`)."""
     again = seeds[seeds["seed 0 beyond chance"] == "yes"]["cell"]
     tested = agreement.set_index("row").loc[[c for c in again if c in set(agreement["row"])]]
     several = tested[tested["our runs"] > 1]
@@ -1009,8 +956,7 @@ def retested(seeds: pd.DataFrame, agreement: pd.DataFrame) -> dict:
 
 def clamped_error_table(clamped: dict, unclamped: list[dict]) -> pd.DataFrame:
     """Table 1's model-wise 10% LeNet5 row: the paper's final error and parameters, each unclamped seed's and the
-    clamped run's, with each run's difference from the paper's mean and the 95% interval of chance of one run
-    (:func:`intervals.difference_interval`)."""
+    clamped run's, each run's difference from the paper's mean and the 95% interval of chance of one run."""
     paper = paper_cell("tab:mnist", model="LeNet5", method="constrained", grouping="model", metric="val_error_final")
     chance = intervals.difference_interval(float(paper.ci), paper_runs("tab:mnist"), [0.0])
     rows = [{"run": "paper", "val. error final (%)": f"{paper.value} ± {paper.ci}",
@@ -1021,31 +967,3 @@ def clamped_error_table(clamped: dict, unclamped: list[dict]) -> pd.DataFrame:
                      "Δ (points)": error - paper.value_num, "95% chance interval (±)": chance})
     return pd.DataFrame(rows, columns=["run", "val. error final (%)", "params (%)", "Δ (points)",
                                        "95% chance interval (±)"])
-
-
-def plot_authors_penalized(theirs: dict, ours: list[dict]) -> plt.Figure:
-    """Model L0-density and conv2's expected density against epochs: the authors' LeNet5 with their penalty,
-    beside our records of its cell (dash-dotted: fan-out; dotted: clamped; faint: another seed) and the paper's
-    final density, in the book's styles (:mod:`analysis.style`)."""
-    grouping, lmbda = theirs["grouping"], theirs["lmbda"]
-    fig, axes = plt.subplots(1, 2, figsize=(7, 3.8))
-    history = pd.DataFrame(theirs["history"])
-    for ax, column in zip(axes, ("l0_density_epoch_mean", "density[1]")):
-        ax.plot(history["epoch"], 100 * history[column], label="authors' code", **style.line("authors' code"))
-    for run in select(ours, grouping=grouping, lmbda=lmbda):
-        p, frame = run["params"], _train_rows(run)
-        for ax, column in zip(axes, ("l0_density", "density[conv2]")):
-            ax.plot(frame["epoch"], 100 * frame[column], label=f"ours, {variant(p) or 'seed 0'}",
-                    **style.line("ours", **_variant_style(p)))
-    axes[0].plot([len(history)], [paper_penalized_density(grouping, lmbda)], ms=8, label="paper, final (mean of 5)",
-                 **style.point("paper"))
-    for ax, title in zip(axes, ("model L0-density (%)", "conv2 expected density (%)")):
-        ax.set(xlabel="epoch", title=title)
-        ax.grid(alpha=0.3)
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.02), ncol=3, fontsize=9, frameon=False)
-    fig.suptitle(f"LeNet5 penalized, {grouping}-wise λ_pen {lmbda:g}: the authors' code and ours", fontsize=10)
-    fig.tight_layout()
-    return fig
-
-
