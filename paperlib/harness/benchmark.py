@@ -1,32 +1,25 @@
 """Training-step timings: ``python -m paperlib.harness.benchmark``.
 
-For each workload (by default the MNIST ones, MLP and LeNet5; with
-``--models wrn-28-10 resnet18`` the paper presets of WideResNet-28-10 on
-CIFAR-10 and ResNet18 on TinyImageNet-shaped 64x64 data, what a reader plans
-a GPU cluster run with) it times one training step, at the ``paper`` preset's
-batch size, of
+For each workload (by default the MNIST ones, MLP and LeNet5; with ``--models wrn-28-10 resnet18`` the paper presets of
+WideResNet-28-10 on CIFAR-10 and ResNet18 on TinyImageNet-shaped 64x64 data, what a reader plans a GPU cluster run with)
+it times one training step, at the ``paper`` preset's batch size, of
 
 * ``dense``: the ungated model (forward, cross-entropy, backward, optimiser step);
 * ``constrained``: the gated model with constraints (Lagrangian, dual ascent with restarts);
 * ``penalized``: the gated model with an L0 penalty;
 
-the ATen operations one dense and one constrained step dispatch at the top level
-(:func:`dispatched_ops`: on a GPU each is at least one kernel launch), and the
-time of one epoch of the dataset's training split at that batch size: by default estimated as (constrained ms/step) x (steps per epoch); with
-``--real-epoch`` (MNIST only) it trains one real epoch through
-:mod:`paperlib.harness.data`'s loader (needs ``PAPERLIB_DATA``), data loading and
-augmentation included.
+the ATen operations one dense and one constrained step dispatch at the top level (:func:`dispatched_ops`: on a GPU each
+is at least one kernel launch), and the time of one epoch of the dataset's training split at that batch size: by default
+estimated as (constrained ms/step) x (steps per epoch); with ``--real-epoch`` (MNIST only) it trains one real epoch
+through :mod:`paperlib.harness.data`'s loader (needs ``PAPERLIB_DATA``), data loading and augmentation included.
 
-The step is the training method's own (:meth:`paperlib.harness.methods.Method.step`,
-what the runner calls), without the runner's bookkeeping between steps, on a
-fixed random batch in the model's memory format and on the chosen device
-(``--device``, CUDA when present). On CUDA the clock waits for the device
-before every reading, so a step is timed to its end, not to its launch. The
-variants are interleaved within every repetition (in a rotating order) and the
-per-repetition times are summarised by their median, so that a loaded machine
-biases no variant in particular. ``--compile-gates`` chooses whether the gated
-steps' gate pass runs through ``torch.compile`` (:mod:`paperlib.method.gate_pass`;
-by default as the runner does: on CUDA only).
+The step is the training method's own (:meth:`paperlib.harness.methods.Method.step`, what the runner calls), without the
+runner's bookkeeping between steps, on a fixed random batch in the model's memory format and on the chosen device
+(``--device``, CUDA when present). On CUDA the clock waits for the device before every reading, so a step is timed to
+its end, not to its launch. The variants are interleaved within every repetition (in a rotating order) and the
+per-repetition times are summarised by their median, so that a loaded machine biases no variant in particular.
+``--compile-gates`` chooses whether the gated steps' gate pass runs through ``torch.compile``
+(:mod:`paperlib.method.gate_pass`; by default as the runner does: on CUDA only).
 """
 
 import argparse
@@ -58,8 +51,8 @@ class Workload:
     target: float | list[float]
 
 
-#: Layer-wise targets for MNIST (those of benchmarks/record_baseline.py), model-wise ones for the GPU models;
-#: neither the targets nor the penalty change the cost of a step.
+#: Layer-wise targets for MNIST (those of benchmarks/record_baseline.py), model-wise ones for the GPU models; neither
+#: the targets nor the penalty change the cost of a step.
 WORKLOADS = {
     "mlp": Workload("mnist", (1, 28, 28), 10, 60_000, "layer", [0.3, 0.3, 0.3]),
     "lenet5": Workload("mnist", (1, 28, 28), 10, 60_000, "layer", [0.5, 0.3, 0.7, 0.1]),
@@ -110,9 +103,8 @@ def time_interleaved(variants: dict[str, Callable[[], object]], repeats: int, st
                      clock: Callable[[], float] = time.perf_counter) -> dict[str, list[float]]:
     """Seconds per call of each variant, one value per repetition.
 
-    Every variant is first called ``warmup`` times. Each repetition then runs
-    every variant ``steps`` times in a row, the order rotated by one variant
-    per repetition (A B C, B C A, C A B, ...).
+    Every variant is first called ``warmup`` times. Each repetition then runs every variant ``steps`` times in a row,
+    the order rotated by one variant per repetition (A B C, B C A, C A B, ...).
     """
     for fn in variants.values():
         for _ in range(warmup):
@@ -144,9 +136,9 @@ def device_clock(device: torch.device) -> Callable[[], float]:
 
 
 def dispatched_ops(fn: Callable[[], object]) -> int:
-    """The ATen operations one call of ``fn`` dispatches at the top level (torch.profiler, CPU activity):
-    operations without an ATen operation as parent, forward and backward alike. On a GPU each is at least
-    one kernel launch, so the count says how much of a small step is launch overhead, on any machine."""
+    """The ATen operations one call of ``fn`` dispatches at the top level (torch.profiler, CPU activity): operations
+    without an ATen operation as parent, forward and backward alike. On a GPU each is at least one kernel launch, so the
+    count says how much of a small step is launch overhead, on any machine."""
     from torch.profiler import ProfilerActivity, profile
 
     fn()  # warm: lazily created optimiser state and caches are not part of a step

@@ -1,15 +1,13 @@
 """Bisection search on log(lambda_pen) for a target density (App. E).
 
-The penalized method has no direct handle on the density it reaches; App. E
-shows how many full training runs a bisection needs to land within 1% of a
-50% target. :func:`bisect_lambda` takes any callable that trains with a given
-penalty and returns the achieved L0-density, so the same search runs a toy
-function in tests and real MLP trainings in the book.
+The penalized method has no direct handle on the density it reaches; App. E shows how many full training runs a
+bisection needs to land within 1% of a 50% target. :func:`bisect_lambda` takes any callable that trains with a given
+penalty and returns the achieved L0-density, so the same search runs a toy function in tests and real MLP trainings in
+the book.
 
-A search of the book (``book/bisection.ipynb``) is described by a
-:class:`Search`; its record, ``runs/<experiment>/search-.../metrics.json``,
-lists every training it asked for (each a penalized run with its own record),
-and is what a sweep looks for to know the search is done.
+A search of the book (``book/bisection.ipynb``) is described by a :class:`Search`; its record,
+``runs/<experiment>/search-.../metrics.json``, lists every training it asked for (each a penalized run with its own
+record), and is what a sweep looks for to know the search is done.
 """
 
 import dataclasses
@@ -47,10 +45,9 @@ def bisect_lambda(train_and_measure: Callable[[float], float], target: float, la
                   lambda_high: float, tolerance: float = 0.01, max_iterations: int = 10) -> BisectionResult:
     """Search lambda in [lambda_low, lambda_high] (log scale) until |density - target| <= tolerance.
 
-    Density decreases as lambda grows, so ``lambda_low`` must give a density
-    above the target and ``lambda_high`` one below it; both endpoints are
-    trained first (App. E chose them to enclose the target). If they do not
-    enclose it the search stops there, unconverged, and ``message`` says why.
+    Density decreases as lambda grows, so ``lambda_low`` must give a density above the target and ``lambda_high`` one
+    below it; both endpoints are trained first (App. E chose them to enclose the target). If they do not enclose it the
+    search stops there, unconverged, and ``message`` says why.
     """
     if not 0.0 <= target <= 1.0:
         raise ValueError(f"target density must be in [0, 1]; got {target!r}")
@@ -92,9 +89,8 @@ def bisect_lambda(train_and_measure: Callable[[float], float], target: float, la
 class Search:
     """A bisection search of the book: an MLP on MNIST, penalized, for a target model density (App. E).
 
-    The fields are the parameters of ``book/bisection.ipynb`` (its parameters
-    cell holds their defaults); ``epochs=0`` means the preset's, and
-    ``preset="auto"`` resolves as for a training.
+    The fields are the parameters of ``book/bisection.ipynb`` (its parameters cell holds their defaults); ``epochs=0``
+    means the preset's, and ``preset="auto"`` resolves as for a training.
     """
 
     grouping: str
@@ -121,8 +117,8 @@ class Search:
                     **overrides)
 
     def record_folder(self, smoke: bool) -> Path:
-        """The search's record folder, beside its trainings: ``<runs>/<experiment>/search-.../``
-        (``search-...-smoke``, among the smoke runs, for a search of smoke trainings)."""
+        """The search's record folder, beside its trainings: ``<runs>/<experiment>/search-.../`` (``search-...-smoke``,
+        among the smoke runs, for a search of smoke trainings)."""
         from .presets import resolve_config
 
         config = resolve_config(**self.training(self.lambda_low, smoke=smoke))
@@ -144,9 +140,8 @@ class Search:
 def write_search(search: Search, result: BisectionResult, trainings: dict[float, str]) -> Path:
     """Write the record of a finished search: its parameters, outcome and every training (by run name).
 
-    ``trainings`` maps each evaluated lambda to the run name of its training.
-    An identical record already there is left untouched (re-executing the
-    notebook, as nbval does, changes no file).
+    ``trainings`` maps each evaluated lambda to the run name of its training. An identical record already there is left
+    untouched (re-executing the notebook, as nbval does, changes no file).
     """
     folder = search.folder
     metrics = {"status": "complete", "kind": "bisection search", "run_name": folder.name,

@@ -2,9 +2,9 @@
 
 Everything is read from one data root (:func:`data_root`). MNIST, CIFAR-10, CIFAR-100 and TinyImageNet are held in
 memory as ``uint8`` tensors ``(N, C, H, W)`` and served by :class:`TensorLoader`, which cuts batches by indexing and
-augments whole batches at once: on a CPU far faster than a per-sample ``Dataset`` + ``DataLoader``. Image trees
-(JPEG) are decoded once and cached to a ``.pt`` file (:func:`load_dataset`). ImageNet is too large for memory and
-uses a ``DataLoader`` over a ``torchvision`` ``ImageFolder``.
+augments whole batches at once: on a CPU far faster than a per-sample ``Dataset`` + ``DataLoader``. Image trees (JPEG)
+are decoded once and cached to a ``.pt`` file (:func:`load_dataset`). ImageNet is too large for memory and uses a
+``DataLoader`` over a ``torchvision`` ``ImageFolder``.
 
 On-disk layouts under the data root::
 
@@ -53,8 +53,8 @@ DEFAULT_DATA_ROOT = Path("~/.cache/paperlib/data")
 CACHE_DIR_NAME = "paperlib-cache"
 CACHE_FORMAT_VERSION = 1
 
-# Normalisation statistics (per channel, on the [0, 1] scale): the usual MNIST and CIFAR values (also the
-# authors'); TinyImageNet is mapped to [-1, 1]; ImageNet uses torchvision's statistics.
+# Normalisation statistics (per channel, on the [0, 1] scale): the usual MNIST and CIFAR values (also the authors');
+# TinyImageNet is mapped to [-1, 1]; ImageNet uses torchvision's statistics.
 MNIST_MEAN, MNIST_STD = (0.1307,), (0.3081,)
 CIFAR10_MEAN = (125.3 / 255, 123.0 / 255, 113.9 / 255)
 CIFAR10_STD = (63.0 / 255, 62.1 / 255, 66.7 / 255)
@@ -83,9 +83,9 @@ def data_root() -> Path:
 
 @dataclass(frozen=True)
 class Augment:
-    """Training augmentation of whole batches: pad by ``crop_padding`` zero pixels and crop back to size at random
-    (0: off), then mirror left-right with probability 1/2 (``hflip``). App. J lists TinyImageNet's flip before its
-    crop, which gives the same distribution (the crop offsets are symmetric)."""
+    """Training augmentation of whole batches: pad by ``crop_padding`` zero pixels and crop back to size at random (0:
+    off), then mirror left-right with probability 1/2 (``hflip``). App. J lists TinyImageNet's flip before its crop,
+    which gives the same distribution (the crop offsets are symmetric)."""
 
     crop_padding: int = 0
     hflip: bool = False
@@ -158,8 +158,8 @@ class DatasetPair:
     def content_sha256(self) -> str:
         """SHA-256 of the data read, wherever it lies: equal for two runs exactly when they read the same examples.
 
-        In memory: the training split's uint8 images and int64 labels as stored, then the validation split's.
-        ImageNet (read lazily): every file's path relative to the dataset folder and its size, in reading order.
+        In memory: the training split's uint8 images and int64 labels as stored, then the validation split's. ImageNet
+        (read lazily): every file's path relative to the dataset folder and its size, in reading order.
         """
         digest = hashlib.sha256()
         for split in (self.train, self.val):
@@ -188,9 +188,9 @@ def _image_files(split: Dataset) -> list[str]:
 
 
 def random_crop(images: Tensor, offsets: Tensor, padding: int) -> Tensor:
-    """Crop each image of ``(B, C, H, W)`` ``images`` to its size after zero padding by ``padding``, its top-left
-    corner at its row of int64 ``(B, 2)`` ``offsets`` (in ``[0, 2 * padding]``): torchvision's ``RandomCrop(size,
-    padding)`` per sample, done for the whole batch with two gathers."""
+    """Crop each image of ``(B, C, H, W)`` ``images`` to its size after zero padding by ``padding``, its top-left corner
+    at its row of int64 ``(B, 2)`` ``offsets`` (in ``[0, 2 * padding]``): torchvision's ``RandomCrop(size, padding)``
+    per sample, done for the whole batch with two gathers."""
     b, c, h, w = images.shape
     padded = F.pad(images, (padding, padding, padding, padding))
     rows = offsets[:, 0, None] + torch.arange(h, device=images.device)  # (B, H)
@@ -220,14 +220,14 @@ def _epoch_seed(seed: int, epoch: int) -> int:
 class _EpochLoader:
     """Epoch and position bookkeeping shared by the loaders.
 
-    An epoch's sample order comes from a generator seeded by ``(seed, epoch)``. ``state_dict()`` holds the epoch
-    and the number of batches handed out in it; the position advances *before* a batch is yielded, so a checkpoint
-    taken while the consumer holds a batch resumes with the next one.
+    An epoch's sample order comes from a generator seeded by ``(seed, epoch)``. ``state_dict()`` holds the epoch and the
+    number of batches handed out in it; the position advances *before* a batch is yielded, so a checkpoint taken while
+    the consumer holds a batch resumes with the next one.
 
-    Several processes (:mod:`paperlib.harness.distributed`): ``batch_size`` is the *global* batch; every process
-    draws the same permutation and takes its contiguous slice of each global batch (:meth:`shard`), so together
-    they see the batches of the one-process run. ``share`` is the fraction of the current global batch this
-    process holds (to weight the gradients of unequal last batches).
+    Several processes (:mod:`paperlib.harness.distributed`): ``batch_size`` is the *global* batch; every process draws
+    the same permutation and takes its contiguous slice of each global batch (:meth:`shard`), so together they see the
+    batches of the one-process run. ``share`` is the fraction of the current global batch this process holds (to weight
+    the gradients of unequal last batches).
     """
 
     def __init__(self, num_examples: int, batch_size: int, seed: int, max_batches: int | None,
@@ -256,8 +256,8 @@ class _EpochLoader:
         return full if self.max_batches is None else min(full, self.max_batches)
 
     def shard(self, batch: int) -> tuple[int, int]:
-        """Positions ``[start, stop)`` in the epoch's order of this process's slice of global batch ``batch``: the
-        batch (cut at the end of the data) in ``world_size`` contiguous slices whose sizes differ by at most one."""
+        """Positions ``[start, stop)`` in the epoch's order of this process's slice of global batch ``batch``: the batch
+        (cut at the end of the data) in ``world_size`` contiguous slices whose sizes differ by at most one."""
         low = batch * self.batch_size
         size = min(self.batch_size, self.num_examples - low)
         start = low + size * self.rank // self.world_size
@@ -298,11 +298,11 @@ class TensorLoader(_EpochLoader):
     """Batches of in-memory uint8 images, augmented and normalised per batch, ``(float32 images, int64 labels)`` on
     ``device``.
 
-    An epoch's randomness (order, crop offsets, flips) is drawn up front from its generator, so its batches depend
-    only on ``seed`` and the epoch: a run that saves ``state_dict()`` after a step and later loads it gets exactly
-    the batches still to come. Iterating yields the rest of the current epoch. ``max_batches`` cuts every epoch
-    short (smoke runs). On another device than the CPU the split is moved there whole when the loader is made, so
-    that a batch copies nothing from the host.
+    An epoch's randomness (order, crop offsets, flips) is drawn up front from its generator, so its batches depend only
+    on ``seed`` and the epoch: a run that saves ``state_dict()`` after a step and later loads it gets exactly the
+    batches still to come. Iterating yields the rest of the current epoch. ``max_batches`` cuts every epoch short (smoke
+    runs). On another device than the CPU the split is moved there whole when the loader is made, so that a batch copies
+    nothing from the host.
     """
 
     def __init__(self, images: Tensor, labels: Tensor, batch_size: int, *, shuffle: bool, seed: int = 0,
@@ -360,9 +360,9 @@ class TensorLoader(_EpochLoader):
 class DeviceLoader(_EpochLoader):
     """A ``DataLoader`` over a ``Dataset`` with its own transforms (ImageNet), batches moved to ``device``.
 
-    The order and the worker seeds of an epoch derive from ``(seed, epoch)`` and the loader resumes at the saved
-    batch, but after a mid-epoch resume the crops and flips of the remaining batches may differ (they depend on
-    which worker draws them).
+    The order and the worker seeds of an epoch derive from ``(seed, epoch)`` and the loader resumes at the saved batch,
+    but after a mid-epoch resume the crops and flips of the remaining batches may differ (they depend on which worker
+    draws them).
     """
 
     def __init__(self, dataset: Dataset, batch_size: int, *, shuffle: bool, seed: int = 0,
@@ -426,8 +426,8 @@ def _read_cifar_batches(files: Sequence[Path], label_key: str) -> ImageTensors:
 
 
 def _list_class_tree(base: Path, split: str, classes: Sequence[str], inner: str = "") -> tuple[list[str], list[int]]:
-    """JPEG files of ``base/split/<class>/<inner>/`` in ImageFolder order (class, then file name), as paths
-    relative to ``base``, with their class indices."""
+    """JPEG files of ``base/split/<class>/<inner>/`` in ImageFolder order (class, then file name), as paths relative to
+    ``base``, with their class indices."""
     files, labels = [], []
     for label, cls in enumerate(classes):
         rel_dir = "/".join(part for part in (split, cls, inner) if part)
@@ -481,9 +481,9 @@ def _fingerprint(files: Sequence[str], labels: Sequence[int]) -> str:
 
 def _decoded_split(root: Path, base: Path, key: str, files: list[str], labels: list[int],
                    subset: int | None) -> ImageTensors:
-    """Decoded images of ``files`` (relative to ``base``), via the ``.pt`` cache of the whole split, valid while
-    the file list (names and labels) is unchanged. Without a valid cache, a ``subset`` smaller than the split
-    decodes only the files it needs and writes no cache."""
+    """Decoded images of ``files`` (relative to ``base``), via the ``.pt`` cache of the whole split, valid while the
+    file list (names and labels) is unchanged. Without a valid cache, a ``subset`` smaller than the split decodes only
+    the files it needs and writes no cache."""
     cache = _cache_file(root, base, key)
     fingerprint = _fingerprint(files, labels)
     if cache.exists():
@@ -593,8 +593,8 @@ def _load_tinyimagenet(root: Path, subset: int | None) -> DatasetPair:
 
 
 def imagenet_transforms(train: bool) -> v2.Compose:
-    """ImageNet's standard transforms (App. J): RandomResizedCrop(224) + flip for training, resize 256 + center
-    crop 224 for evaluation; then normalise."""
+    """ImageNet's standard transforms (App. J): RandomResizedCrop(224) + flip for training, resize 256 + center crop 224
+    for evaluation; then normalise."""
     if train:
         geometry = [v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip()]
     else:
@@ -622,11 +622,11 @@ def load_dataset(name: str, root: str | Path | None = None, download: bool = Fal
                  subset: int | None = None) -> DatasetPair:
     """The train and validation splits of ``name`` (one of :data:`DATASETS`) under ``root`` (:func:`data_root`).
 
-    ``download=True`` lets torchvision fetch MNIST, CIFAR-10 (python batches) or CIFAR-100 when missing. CIFAR-10
-    is read from ``cifar-10-batches-py`` when present, else from the JPEG tree ``cifar10-jpeg`` (``source`` says
-    which). JPEG trees are decoded once and cached as uint8 tensors in ``<root>/paperlib-cache/`` (or
-    ``~/.cache/paperlib/tensor-cache`` when the root is read-only). ``subset=n`` keeps the first ``n`` examples of
-    each split (smoke tests). Missing files raise :class:`FileNotFoundError`.
+    ``download=True`` lets torchvision fetch MNIST, CIFAR-10 (python batches) or CIFAR-100 when missing. CIFAR-10 is
+    read from ``cifar-10-batches-py`` when present, else from the JPEG tree ``cifar10-jpeg`` (``source`` says which).
+    JPEG trees are decoded once and cached as uint8 tensors in ``<root>/paperlib-cache/`` (or
+    ``~/.cache/paperlib/tensor-cache`` when the root is read-only). ``subset=n`` keeps the first ``n`` examples of each
+    split (smoke tests). Missing files raise :class:`FileNotFoundError`.
     """
     if name not in DATASETS:
         raise ValueError(f"load_dataset: name={name!r} is not supported; allowed values: {', '.join(DATASETS)}")

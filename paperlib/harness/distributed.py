@@ -1,10 +1,8 @@
 """Several processes, one run: distributed data parallel under ``torchrun`` (issue 9).
 
-``torchrun --nproc_per_node=N -m paperlib.harness.run key=value ...`` starts N
-processes; :func:`setup` (called by :mod:`paperlib.harness.run`) joins them into one
-process group (NCCL on CUDA, where ``LOCAL_RANK`` picks the GPU; gloo on the
-CPU). The runner (:mod:`paperlib.harness.training`) then trains as one process would,
-with these semantics:
+``torchrun --nproc_per_node=N -m paperlib.harness.run key=value ...`` starts N processes; :func:`setup` (called by
+:mod:`paperlib.harness.run`) joins them into one process group (NCCL on CUDA, where ``LOCAL_RANK`` picks the GPU; gloo
+on the CPU). The runner (:mod:`paperlib.harness.training`) then trains as one process would, with these semantics:
 
 Sharding
     ``batch_size`` stays the *global* batch, so records are comparable across
@@ -55,9 +53,8 @@ Records and checkpoints
     ``steps.csv.xz`` is rank 0's slice's (densities and multipliers there are
     global). ``metrics.json`` gains ``distributed`` (absent for one process).
 
-Limitation: a non-finite loss is detected per process; the process that
-raises ends the run (``torchrun`` stops the others), and only when that is
-rank 0 is the record marked failed (otherwise it stays partial).
+Limitation: a non-finite loss is detected per process; the process that raises ends the run (``torchrun`` stops the
+others), and only when that is rank 0 is the record marked failed (otherwise it stays partial).
 """
 
 import os
@@ -96,8 +93,7 @@ def current() -> Context:
 def setup(device: torch.device) -> Context:
     """Join the process group ``torchrun`` describes (``WORLD_SIZE > 1``); one process: nothing to do.
 
-    Runs on ``device``'s type: CUDA with NCCL, one GPU per process of a node
-    (``LOCAL_RANK``); the CPU with gloo.
+    Runs on ``device``'s type: CUDA with NCCL, one GPU per process of a node (``LOCAL_RANK``); the CPU with gloo.
     """
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or dist.is_initialized():
         return current()
@@ -127,8 +123,8 @@ def barrier() -> None:
 def assert_identical(name: str, tensor: torch.Tensor) -> None:
     """Raise on every process unless ``tensor`` is bit-identical on every process.
 
-    Rank 0's value is broadcast and compared exactly; the verdict is reduced so
-    that all processes raise together (none is left waiting in a collective).
+    Rank 0's value is broadcast and compared exactly; the verdict is reduced so that all processes raise together (none
+    is left waiting in a collective).
     """
     context = current()
     if not context.active:
@@ -147,9 +143,8 @@ def weighted_allreduce(loader, bucket: dist.GradBucket) -> torch.futures.Future[
     """DDP communication hook: sum over processes of ``share`` x the local gradient.
 
     ``loader.share`` is this process's fraction of the current global batch
-    (:meth:`paperlib.harness.data._EpochLoader.shard`), so the sum is the gradient of
-    the global batch's mean loss even when the last batch does not split
-    evenly. Terms that do not depend on the data (the expected L2 norm, the
+    (:meth:`paperlib.harness.data._EpochLoader.shard`), so the sum is the gradient of the global batch's mean loss even
+    when the last batch does not split evenly. Terms that do not depend on the data (the expected L2 norm, the
     constraint) have the same gradient everywhere and the shares sum to one.
     """
     buffer = bucket.buffer().mul_(loader.share)
@@ -160,10 +155,9 @@ def weighted_allreduce(loader, bucket: dist.GradBucket) -> torch.futures.Future[
 def wrap(model: nn.Module, loader, device: torch.device) -> nn.Module:
     """``model`` in :class:`~torch.nn.parallel.DistributedDataParallel`, gradients weighted by ``loader.share``.
 
-    Construction broadcasts rank 0's parameters and buffers (identical anyway:
-    every process builds the model from the same seed or checkpoint); the
-    default buffer synchronisation then broadcasts rank 0's buffers (batch-norm
-    running statistics) at every forward, as in the authors' runs.
+    Construction broadcasts rank 0's parameters and buffers (identical anyway: every process builds the model from the
+    same seed or checkpoint); the default buffer synchronisation then broadcasts rank 0's buffers (batch-norm running
+    statistics) at every forward, as in the authors' runs.
     """
     ddp = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     ddp.register_comm_hook(loader, weighted_allreduce)

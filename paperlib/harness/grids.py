@@ -1,8 +1,8 @@
 """Grid files: the runs a grid asks for, their configurations and where their records go.
 
-A grid file (YAML) names a notebook, a dataset, a ``base`` of parameters and either a ``grid`` (a cartesian
-product) or a list of ``runs`` (:mod:`paperlib.harness.sweeps` has the format). Everything that reads grids without
-running them (the sweeps, the run pages' citations, the result pages) asks here.
+A grid file (YAML) names a notebook, a dataset, a ``base`` of parameters and either a ``grid`` (a cartesian product) or
+a list of ``runs`` (:mod:`paperlib.harness.sweeps` has the format). Everything that reads grids without running them
+(the sweeps, the run pages' citations, the result pages) asks here.
 """
 
 import ast
@@ -42,8 +42,8 @@ def notebook_defaults(notebook: str) -> dict:
 
 
 def config_parameters(params: dict, dataset: str, defaults: dict | None = None) -> dict:
-    """The configuration fields among a notebook run's parameters over its ``defaults`` (what a training
-    notebook passes to :func:`~paperlib.harness.training.run_experiment`)."""
+    """The configuration fields among a notebook run's parameters over its ``defaults`` (what a training notebook passes
+    to :func:`~paperlib.harness.training.run_experiment`)."""
     fields = {f.name for f in dataclasses.fields(ExperimentConfig)}
     merged = {**(defaults or {}), "dataset": dataset, **params}  # the grid's dataset over the notebook's default
     return {k: v for k, v in merged.items() if k in fields}
@@ -62,10 +62,9 @@ def run_folder(params: dict, dataset: str, defaults: dict | None = None) -> Path
 def record_folder(notebook: str, params: dict, dataset: str, defaults: dict | None = None) -> Path:
     """Where a notebook run's record goes, the record whose status says whether the run is done.
 
-    A training notebook's is its run's (:func:`run_folder`); the bisection
-    notebook's is its search's (:class:`paperlib.harness.bisection.Search`), which
-    lists the trainings it made. Like a training's, it does not depend on
-    ``$PAPERLIB_SMOKE``: the grid's record is the one asked for.
+    A training notebook's is its run's (:func:`run_folder`); the bisection notebook's is its search's
+    (:class:`paperlib.harness.bisection.Search`), which lists the trainings it made. Like a training's, it does not
+    depend on ``$PAPERLIB_SMOKE``: the grid's record is the one asked for.
     """
     if Path(notebook).stem == "bisection":
         search = bisection.Search.from_parameters({**(defaults or {}), **params})
@@ -76,8 +75,8 @@ def record_folder(notebook: str, params: dict, dataset: str, defaults: dict | No
 def grid_runs(grid_file: str | Path) -> list[tuple[object, Path]]:
     """(resolved configuration, record folder) of every run a grid file asks for, in grid order.
 
-    The folder is the one the run writes to; a record there may have been made with other parameters (an
-    earlier preset under today's name): :func:`grid_records` finds records by their parameters.
+    The folder is the one the run writes to; a record there may have been made with other parameters (an earlier preset
+    under today's name): :func:`grid_records` finds records by their parameters.
     """
     root = records.project_root()
     spec = yaml.safe_load((root / grid_file).read_text())
@@ -96,8 +95,8 @@ CELL_DEFAULTS = {"seed": 0, "compile_gates": "auto"}
 
 
 def cell_parameters(params: dict, dataset: str) -> dict:
-    """The parameters a grid cell sets (``base`` and the cell's own, with the grid's dataset): its configuration
-    fields but :data:`EXECUTION` and those it leaves to its preset (None, 0 epochs), over :data:`CELL_DEFAULTS`."""
+    """The parameters a grid cell sets (``base`` and the cell's own, with the grid's dataset): its configuration fields
+    but :data:`EXECUTION` and those it leaves to its preset (None, 0 epochs), over :data:`CELL_DEFAULTS`."""
     fields = {f.name for f in dataclasses.fields(ExperimentConfig)}
     cell = {name: value for name, value in {"dataset": dataset, **params}.items() if name in fields
             and name not in EXECUTION and value is not None and not (name.endswith("epochs") and value == 0)}
@@ -106,9 +105,9 @@ def cell_parameters(params: dict, dataset: str) -> dict:
 
 def cell_records(frame, params: dict, dataset: str):
     """The rows of the record index ``frame`` (:func:`paperlib.harness.index.record_index`) made with a grid cell's
-    parameters (:func:`cell_parameters`) over its preset: each parameter the cell sets, and nothing else changed
-    from that preset's configuration today (:func:`paperlib.harness.index.changes`), so that a record made at a
-    superseded preset value is not the cell's. Never by folder name, and never by resolving the cell."""
+    parameters (:func:`cell_parameters`) over its preset: each parameter the cell sets, and nothing else changed from
+    that preset's configuration today (:func:`paperlib.harness.index.changes`), so that a record made at a superseded
+    preset value is not the cell's. Never by folder name, and never by resolving the cell."""
     cell = cell_parameters(params, dataset)
     rows = index.select(frame, **cell) if len(frame) else frame
     fields = [f.name for f in dataclasses.fields(ExperimentConfig)]
@@ -119,9 +118,9 @@ def cell_records(frame, params: dict, dataset: str):
 def grid_records(grid_file: str | Path) -> list[tuple[object, Path | None]]:
     """(resolved configuration, folder of its complete record or None) of every run of a grid, in grid order.
 
-    A run's record is found by the parameters its cell sets (:func:`cell_records`), so a record made under an
-    earlier preset is never taken for today's run, wherever it sits. A bisection search's record is its search
-    folder, complete or not (its trainings are records of their own).
+    A run's record is found by the parameters its cell sets (:func:`cell_records`), so a record made under an earlier
+    preset is never taken for today's run, wherever it sits. A bisection search's record is its search folder, complete
+    or not (its trainings are records of their own).
     """
     root = records.project_root()
     spec = yaml.safe_load((root / grid_file).read_text())

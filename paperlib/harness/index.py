@@ -1,11 +1,11 @@
 """Every complete record of ``runs/`` in one table, read from the records themselves.
 
 :func:`record_index` is a :class:`pandas.DataFrame` with one row per complete training record: its folder, every
-parameter of :class:`~paperlib.harness.presets.ExperimentConfig` (a parameter a record predates takes its
-default, the only value the code had before it existed), the protocol its own parameters define
-(:func:`~paperlib.harness.protocols.record_protocol`), what it changes from its protocol (``variant``), where it
-ran, its commit and its results. Pages and claims select their evidence from it by parameters
-(:func:`select`), never by folder name and never by resolving a grid against today's presets.
+parameter of :class:`~paperlib.harness.presets.ExperimentConfig` (a parameter a record predates takes its default, the
+only value the code had before it existed), the protocol its own parameters define
+(:func:`~paperlib.harness.protocols.record_protocol`), what it changes from its protocol (``variant``), where it ran,
+its commit and its results. Pages and claims select their evidence from it by parameters (:func:`select`), never by
+folder name and never by resolving a grid against today's presets.
 
 Example::
 
@@ -29,16 +29,15 @@ PROVENANCE = ("folder", "protocol", "variant", "device", "device_name", "commit"
 
 
 def device_kind(device: str | None) -> str:
-    """How the book names a record's device: ``GPU`` for a CUDA device (``cuda``, ``cuda:0``, or already ``GPU``),
-    else ``CPU`` (a record without a device ran on a CPU)."""
+    """How the book names a record's device: ``GPU`` for a CUDA device (``cuda``, ``cuda:0``, or already ``GPU``), else
+    ``CPU`` (a record without a device ran on a CPU)."""
     return "GPU" if str(device).startswith("cuda") or device == "GPU" else "CPU"
 
 
 def where_ran(devices, seeds=None, mixed: str = "CPU, {gpu} of {runs} on GPU") -> str:
     """Where runs trained, from each run's device (:func:`device_kind`): ``CPU`` or ``GPU`` when all ran on one, ``–``
-    for no run; runs on both are ``mixed`` with the counts (``cpu``, ``gpu``, ``runs``) filled in, or, given each
-    run's seed, which seeds ran where (``CPU: seed 0; GPU: seeds 1, 2``: a mean over them confounds device with
-    seed)."""
+    for no run; runs on both are ``mixed`` with the counts (``cpu``, ``gpu``, ``runs``) filled in, or, given each run's
+    seed, which seeds ran where (``CPU: seed 0; GPU: seeds 1, 2``: a mean over them confounds device with seed)."""
     kinds = [device_kind(device) for device in devices]
     if len(set(kinds)) <= 1:
         return kinds[0] if kinds else "–"
@@ -105,15 +104,15 @@ def _stamp(base: Path) -> tuple:
 
 
 def record_index(runs: Path | None = None) -> pd.DataFrame:
-    """One row per complete training record under ``runs`` (default ``runs/``): see the module's docstring.
-    Cached until a record changes; every call returns a new frame."""
+    """One row per complete training record under ``runs`` (default ``runs/``): see the module's docstring. Cached until
+    a record changes; every call returns a new frame."""
     base = Path(runs or records.runs_dir())
     return _index(str(base), _stamp(base)).copy()
 
 
 def select(frame: pd.DataFrame, **where) -> pd.DataFrame:
-    """The rows of ``frame`` whose columns have the values ``where`` (a list or tuple value: any of them;
-    a per-layer target is compared as its list)."""
+    """The rows of ``frame`` whose columns have the values ``where`` (a list or tuple value: any of them; a per-layer
+    target is compared as its list)."""
     mask = pd.Series(True, index=frame.index)
     for column, value in where.items():
         if column not in frame:

@@ -9,18 +9,15 @@
                                     fine-tuning (§5.5, App. J.7, App. L)
 ==================================  ==========================================================
 
-A method owns the model it trains and its optimisers. The runner
-(:mod:`paperlib.harness.training`) calls, in this order: :meth:`Method.build_model`,
-:meth:`Method.attach`, then per phase (:attr:`Method.phases`) and epoch
-:meth:`Method.step` on every batch and :meth:`Method.end_epoch`; after each
-epoch it evaluates :meth:`Method.test_time_model` and logs
-:meth:`Method.evaluation_log`. :meth:`Method.state_dict` is what a checkpoint
+A method owns the model it trains and its optimisers. The runner (:mod:`paperlib.harness.training`) calls, in this
+order: :meth:`Method.build_model`, :meth:`Method.attach`, then per phase (:attr:`Method.phases`) and epoch
+:meth:`Method.step` on every batch and :meth:`Method.end_epoch`; after each epoch it evaluates
+:meth:`Method.test_time_model` and logs :meth:`Method.evaluation_log`. :meth:`Method.state_dict` is what a checkpoint
 keeps of a method, besides the model.
 
-Under several processes (:mod:`paperlib.harness.distributed`) the runner sets
-:attr:`Method.forward_model` to the model wrapped for data parallelism; the
-training forward goes through it (:meth:`Method.forward`), everything else
-(gates, masks, purging, counting) uses the bare :attr:`Method.model`.
+Under several processes (:mod:`paperlib.harness.distributed`) the runner sets :attr:`Method.forward_model` to the model
+wrapped for data parallelism; the training forward goes through it (:meth:`Method.forward`), everything else (gates,
+masks, purging, counting) uses the bare :attr:`Method.model`.
 """
 
 import contextlib
@@ -68,17 +65,16 @@ def torchvision_resnet50_weights() -> dict:
 class Method:
     """The interface, and what every method shares: the weights' and the gates' optimisers.
 
-    Weights of gated layers are decayed through the expected L2 norm of eq. 13,
-    the other weights by the optimiser; the gates have their own optimiser and
-    learning rate (App. H.1), scheduled only when ``schedule_gates`` asks.
+    Weights of gated layers are decayed through the expected L2 norm of eq. 13, the other weights by the optimiser; the
+    gates have their own optimiser and learning rate (App. H.1), scheduled only when ``schedule_gates`` asks.
     """
 
     #: Whether the model carries hard-concrete gates.
     gated = False
     #: The phases of the history whose rows describe the sparse model (its best error is reported).
     sparse_phases = ("train",)
-    #: Whether the first phase is the same for every ``target``, so that runs differing only in their
-    #: target can share it (magnitude pruning's dense training; :meth:`paperlib.harness.training.Runner.run`).
+    #: Whether the first phase is the same for every ``target``, so that runs differing only in their target can share
+    #: it (magnitude pruning's dense training; :meth:`paperlib.harness.training.Runner.run`).
     target_free_first_phase = False
 
     def __init__(self, config: ExperimentConfig):
@@ -143,9 +139,8 @@ class Method:
     def _loss_and_logits(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Cross-entropy and logits of the mini-batch.
 
-        With ``autocast_bf16`` the forward pass runs under bfloat16 autocast
-        on the batch's device (the runner allows it only on CUDA); the loss,
-        the densities and everything after stay in float32.
+        With ``autocast_bf16`` the forward pass runs under bfloat16 autocast on the batch's device (the runner allows it
+        only on CUDA); the loss, the densities and everything after stay in float32.
         """
         autocast = torch.autocast(x.device.type, dtype=torch.bfloat16) if self.config.autocast_bf16 \
             else contextlib.nullcontext()
@@ -174,8 +169,8 @@ class Method:
     def step_log(self, step: Step) -> dict[str, torch.Tensor] | None:
         """Densities and multipliers at a logged step (dual dynamics); None: nothing to log.
 
-        The values are 0-d tensors left on the device: the runner reads them,
-        with the losses of the steps since its last read, in one transfer.
+        The values are 0-d tensors left on the device: the runner reads them, with the losses of the steps since its
+        last read, in one transfer.
         """
         return None
 
@@ -219,8 +214,8 @@ class Method:
 
 
 class _Gated(Method):
-    """What the two methods with hard-concrete gates share: the step (:class:`~paperlib.method.constrained.ConstrainedStep`),
-    the logs of gates and densities."""
+    """What the two methods with hard-concrete gates share: the step
+    (:class:`~paperlib.method.constrained.ConstrainedStep`), the logs of gates and densities."""
 
     gated = True
 
@@ -250,8 +245,8 @@ class _Gated(Method):
         """One step of :class:`~paperlib.method.constrained.ConstrainedStep`: the primal step on f_obj plus the term in
         the densities (the Lagrangian's, the penalty's), then the dual step of a constrained method.
 
-        The gates' pass samples every gate once, then the forward uses them;
-        f_obj is the loss plus the expected L2 norm of the gated weights (eq. 13).
+        The gates' pass samples every gate once, then the forward uses them; f_obj is the loss plus the expected L2 norm
+        of the gated weights (eq. 13).
         """
         record = self.trainer.roll(lambda: self._loss_and_logits(x, y))
         return Step(record.loss, record.objective, record.output[1], record.densities)
@@ -291,9 +286,8 @@ class _Gated(Method):
 class Constrained(_Gated):
     """min f_obj s.t. L0-density_g <= eps_g, solved as a min-max game on the Lagrangian (eq. 3, eq. 4).
 
-    :meth:`step` is simultaneous gradient descent-ascent (eq. 5): a primal
-    step on the Lagrangian at the current multipliers, then a dual step from
-    the same iterate (or a dual restart, eq. 6).
+    :meth:`step` is simultaneous gradient descent-ascent (eq. 5): a primal step on the Lagrangian at the current
+    multipliers, then a dual step from the same iterate (or a dual restart, eq. 6).
     """
 
     def _constraint(self) -> dict:
@@ -345,10 +339,9 @@ class Dense(Method):
 class MagnitudePruning(Dense):
     """Train dense, prune to the target density, fine-tune (§5.5, App. J.7, App. L).
 
-    Structured: L1-filter pruning (Li et al., 2017) of the layers the gated
-    model gates. Unstructured: the smallest weights of those layers, kept at
-    zero during fine-tuning by masks. Fine-tuning uses a constant learning rate
-    (App. J.7) and every parameter in one optimiser group.
+    Structured: L1-filter pruning (Li et al., 2017) of the layers the gated model gates. Unstructured: the smallest
+    weights of those layers, kept at zero during fine-tuning by masks. Fine-tuning uses a constant learning rate (App.
+    J.7) and every parameter in one optimiser group.
     """
 
     sparse_phases = ("pruned", "finetune")

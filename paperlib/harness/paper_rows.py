@@ -1,12 +1,11 @@
 """A record's numbers beside the rows the paper printed for its setting.
 
 A run's page shows its own row over the paper's (:func:`paper_rows_for`); the book's tables
-(``book/analysis/comparison.py``) build on the same functions. A constrained run's "best" error is taken
-over the epochs at which its constraints hold (:func:`best_feasible_error`, the rule
-:func:`paperlib.harness.rules.feasible`): early in training a constrained model is still dense and often has its
-lowest error. The authors' code takes the lowest error of any epoch of any seed
-(:func:`authors_best_error`). A magnitude-pruning row of App. L is the best error of the fine-tuning so
-far (:func:`best_finetuned_error`). Nothing here invents a number: the paper's come from
+(``book/analysis/comparison.py``) build on the same functions. A constrained run's "best" error is taken over the epochs
+at which its constraints hold (:func:`best_feasible_error`, the rule :func:`paperlib.harness.rules.feasible`): early in
+training a constrained model is still dense and often has its lowest error. The authors' code takes the lowest error of
+any epoch of any seed (:func:`authors_best_error`). A magnitude-pruning row of App. L is the best error of the
+fine-tuning so far (:func:`best_finetuned_error`). Nothing here invents a number: the paper's come from
 ``paper_results.csv``, ours from a record's ``metrics.json`` and ``history.csv``.
 """
 
@@ -32,8 +31,8 @@ ROW_KEYS = ("model", "method", "grouping", "target", "lmbda", "gates_lr", "finet
 
 
 def largest_gap(record: dict) -> float:
-    """The final expected density's largest distance from its target over a constrained run's constraints,
-    in points (positive: above the target, where the constraint is violated)."""
+    """The final expected density's largest distance from its target over a constrained run's constraints, in points
+    (positive: above the target, where the constraint is violated)."""
     gaps = [100 * (density - target) for density, target in constrained_densities(record, record["history"][-1])]
     return max(gaps, key=abs)
 
@@ -41,8 +40,8 @@ def largest_gap(record: dict) -> float:
 def best_feasible_error(record: dict) -> float | None:
     """The lowest validation error over the training epochs at which the constraints hold (see module doc).
 
-    None when no training epoch satisfies them. For runs that are not
-    constrained, the record's best error over training.
+    None when no training epoch satisfies them. For runs that are not constrained, the record's best error over
+    training.
     """
     if record["params"]["method"] != "constrained":
         return record["metrics"]["val_error_best"]
@@ -53,14 +52,14 @@ def best_feasible_error(record: dict) -> float | None:
 
 
 def authors_best_error(runs: list[dict]) -> float:
-    """The lowest validation error of any epoch of any of ``runs``, as the authors' code computes the
-    paper's "best" column (the minimum per seed, then the minimum over seeds); constraints are ignored."""
+    """The lowest validation error of any epoch of any of ``runs``, as the authors' code computes the paper's "best"
+    column (the minimum per seed, then the minimum over seeds); constraints are ignored."""
     return min(float(row["val_error"]) for record in runs for row in record["history"] if row["phase"] == "train")
 
 
 def _finetuning_rows(record: dict, finetune_epochs: int) -> list[dict] | None:
-    """The history rows of a magnitude-pruning record from the pruned model through ``finetune_epochs``
-    epochs of fine-tuning, or None if the run did not get that far (App. L)."""
+    """The history rows of a magnitude-pruning record from the pruned model through ``finetune_epochs`` epochs of
+    fine-tuning, or None if the run did not get that far (App. L)."""
     history = record["history"]
     start = next((i for i, row in enumerate(history) if row["phase"] == "pruned"), None)
     if start is None or start + finetune_epochs >= len(history):
@@ -69,8 +68,8 @@ def _finetuning_rows(record: dict, finetune_epochs: int) -> list[dict] | None:
 
 
 def finetuning_row(record: dict, finetune_epochs: int) -> dict | None:
-    """The history row of a magnitude-pruning record after ``finetune_epochs`` epochs of fine-tuning
-    (0: the pruned model before fine-tuning), or None if the run did not get that far (App. L)."""
+    """The history row of a magnitude-pruning record after ``finetune_epochs`` epochs of fine-tuning (0: the pruned
+    model before fine-tuning), or None if the run did not get that far (App. L)."""
     rows = _finetuning_rows(record, finetune_epochs)
     return None if rows is None else rows[-1]
 
@@ -80,9 +79,9 @@ def best_finetuned_error(record: dict, finetune_epochs: int) -> float | None:
     fine-tuning (0: the pruned model's error), or None if the run did not get that far.
 
     App. L's columns are the "Best Val. Error (%) after fine-tuning for # epochs"
-    (`tab:mnist_unstructured_comparison_mlp`): the best so far, not the error of
-    the checkpoint. The paper's values never rise from 50 to 100 to 200 epochs and
-    often repeat (3.69, 3.69, 3.69 for the MLP at 5%), as a best so far does.
+    (`tab:mnist_unstructured_comparison_mlp`): the best so far, not the error of the checkpoint. The paper's values
+    never rise from 50 to 100 to 200 epochs and often repeat (3.69, 3.69, 3.69 for the MLP at 5%), as a best so far
+    does.
     """
     rows = _finetuning_rows(record, finetune_epochs)
     return None if rows is None else min(float(row["val_error"]) for row in rows)
@@ -90,8 +89,8 @@ def best_finetuned_error(record: dict, finetune_epochs: int) -> float | None:
 
 def our_value(record: dict, metric: str, finetune_epochs: int | None = None):
     """A record's value of one of the paper's metrics (percentages in percent); for magnitude pruning at
-    ``finetune_epochs``, App. L's columns: the best error so far (:func:`best_finetuned_error`), and the
-    error of that checkpoint as the last."""
+    ``finetune_epochs``, App. L's columns: the best error so far (:func:`best_finetuned_error`), and the error of that
+    checkpoint as the last."""
     m = record["metrics"]
     if finetune_epochs is not None and record["params"]["method"] == "magnitude_pruning":
         row = finetuning_row(record, finetune_epochs)
@@ -117,8 +116,8 @@ def _number(text: str) -> float | None:
 
 
 def paper_key(cells: pd.DataFrame) -> dict:
-    """The setting of one row of the paper's tables (its cells in ``paper_results.csv``): model, method,
-    grouping, sparsity, target or λ_pen, gates lr and fine-tuning epochs."""
+    """The setting of one row of the paper's tables (its cells in ``paper_results.csv``): model, method, grouping,
+    sparsity, target or λ_pen, gates lr and fine-tuning epochs."""
     first = cells.iloc[0]
     target = [float(t) for t in first["target"].split()] if first["target"] else None
     return {"model": first["model"], "method": first["method"], "grouping": first["grouping"],
@@ -182,10 +181,10 @@ PAPER_DATASETS = {"mnist": "MNIST", "cifar10": "CIFAR-10", "cifar100": "CIFAR-10
 
 
 def paper_rows_for(record: dict, digits: int = 2) -> pd.DataFrame:
-    """The run's numbers beside every row of the paper's tables printed for its setting (same model family,
-    dataset, method, grouping and target or λ_pen): the first row ours, then one per paper row, named by
-    its table's number and the paper's model. Empty when no table has the setting. The run pages show it
-    under the run's own row; a constrained run's best error is :func:`best_feasible_error`."""
+    """The run's numbers beside every row of the paper's tables printed for its setting (same model family, dataset,
+    method, grouping and target or λ_pen): the first row ours, then one per paper row, named by its table's number and
+    the paper's model. Empty when no table has the setting. The run pages show it under the run's own row; a constrained
+    run's best error is :func:`best_feasible_error`."""
     config = presets.ExperimentConfig(**record["params"])
     paper = paper_results()
     cells = paper[(paper["source_kind"] == "table") & (paper["dataset"] == PAPER_DATASETS.get(config.dataset))]

@@ -1,8 +1,7 @@
 """Figures and tables drawn from run records (the notebooks' and the book's).
 
-Every function takes records as returned by :func:`paperlib.harness.records.load_record`
-(or :func:`paperlib.harness.training.run_experiment`) and never computes a number that
-is not in them.
+Every function takes records as returned by :func:`paperlib.harness.records.load_record` (or
+:func:`paperlib.harness.training.run_experiment`) and never computes a number that is not in them.
 """
 
 import matplotlib.pyplot as plt
@@ -33,15 +32,15 @@ def _targets(record: dict) -> list[float]:
     return target if isinstance(target, list) else [target]
 
 
-#: Width of a run page's figures in inches: at the inline backend's 100 dpi, 720 px, which the book's text
-#: column shows at about its own size, so that 9-point text stays 9 points on the page.
+#: Width of a run page's figures in inches: at the inline backend's 100 dpi, 720 px, which the book's text column shows
+#: at about its own size, so that 9-point text stays 9 points on the page.
 PAGE_WIDTH = 5.4
 
 
 def _log_axis(ax) -> None:
-    """Log-scale the y axis of the data already drawn, with plain tick labels: at 1, 2 and 5 of each decade
-    when the data spans at most two decades (0.5, 1, 2, 5: a 0.9% error is read off the axis), else at each
-    decade (1e-08 ... 1)."""
+    """Log-scale the y axis of the data already drawn, with plain tick labels: at 1, 2 and 5 of each decade when the
+    data spans at most two decades (0.5, 1, 2, 5: a 0.9% error is read off the axis), else at each decade (1e-08 ...
+    1)."""
     low, high = ax.dataLim.intervaly
     ax.set_yscale("log")
     narrow = low > 0 and high / low <= 10 ** 2.5
@@ -55,9 +54,9 @@ def _layer_columns(frame: pd.DataFrame, prefix: str) -> list[str]:
 
 
 def multiplier_names(record: dict, count: int) -> list[str]:
-    """The names of a run's ``count`` multipliers, for a legend: its gated layers' (``fc1``, ``conv2``) when it has
-    one constraint per layer, in the order of its history's ``density[...]`` columns (the constraints' order),
-    else ``λ_0``, ``λ_1`` ..."""
+    """The names of a run's ``count`` multipliers, for a legend: its gated layers' (``fc1``, ``conv2``) when it has one
+    constraint per layer, in the order of its history's ``density[...]`` columns (the constraints' order), else ``λ_0``,
+    ``λ_1`` ..."""
     layers = [column[len("density["):-1] for column in _layer_columns(history_frame(record), "density[")]
     if record["params"].get("grouping") == "layer" and len(layers) == count:
         return layers
@@ -67,8 +66,8 @@ def multiplier_names(record: dict, count: int) -> list[str]:
 def plot_dynamics(record: dict, title: str | None = None) -> plt.Figure:
     """Training dynamics of one run: L0-density, multipliers, training loss and validation error.
 
-    Sized for a run page (:data:`PAGE_WIDTH`, 9-point text); the error and loss panels are log-scaled so
-    that a final error of 0.9% is as readable as the 90% of the first steps. Example::
+    Sized for a run page (:data:`PAGE_WIDTH`, 9-point text); the error and loss panels are log-scaled so that a final
+    error of 0.9% is as readable as the 90% of the first steps. Example::
 
         fig = plot_dynamics(records.load_record("runs/mnist/mlp-constrained-model-t0.33-s0-paper"))
     """
@@ -152,8 +151,8 @@ def plot_gate_histograms(record: dict, layer: str | None = None, epochs: list[st
                          width: float | None = None) -> plt.Figure:
     """Histograms of test-time gate medians of one layer at saved epochs (App. I, Figs. 8-9).
 
-    ``width`` (inches) fits all panels in that width, as a run page does with :data:`PAGE_WIDTH`;
-    without it each panel is 3 inches wide. Example: ``plot_gate_histograms(record, width=PAGE_WIDTH)``.
+    ``width`` (inches) fits all panels in that width, as a run page does with :data:`PAGE_WIDTH`; without it each panel
+    is 3 inches wide. Example: ``plot_gate_histograms(record, width=PAGE_WIDTH)``.
     """
     medians = record["gate_medians"]
     if not medians:

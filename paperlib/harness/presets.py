@@ -1,9 +1,8 @@
 """Experiment configurations: the paper's (App. J, App. L) and a CPU budget.
 
-:class:`ExperimentConfig` lists every knob of a run. :func:`resolve_config`
-starts from a preset for a (dataset, model) pair and applies overrides,
-converting strings (papermill's ``-r`` passes raw strings) and validating every
-value before any training starts.
+:class:`ExperimentConfig` lists every knob of a run. :func:`resolve_config` starts from a preset for a (dataset, model)
+pair and applies overrides, converting strings (papermill's ``-r`` passes raw strings) and validating every value before
+any training starts.
 
 * ``paper``: exactly what the paper ran on GPUs (Tables 5-8, 18, 19).
 * ``cpu``: a budget that fits one run on a 2-core machine in minutes. What it
@@ -83,14 +82,12 @@ class ExperimentConfig:
 # ---------------------------------------------------------------------------
 # The paper's configurations (App. J and L).
 #
-# Where the printed tables and the authors' launch configuration disagree,
-# ``paper`` follows what produced the paper's numbers: the authors'
-# ``configs/defaults/*.yml``, which their ``core_exp.py`` applies *after* the
-# command line, so nothing in their launch scripts overrides them. Each such
-# choice is in book/errata.md.
+# Where the printed tables and the authors' launch configuration disagree, ``paper`` follows what produced the paper's
+# numbers: the authors' ``configs/defaults/*.yml``, which their ``core_exp.py`` applies *after* the command line, so
+# nothing in their launch scripts overrides them. Each such choice is in book/errata.md.
 # ---------------------------------------------------------------------------
-#: The authors' published launch never clamps log_alpha (gates.py, book/errata.md): every paper
-#: configuration turns it off.
+#: The authors' published launch never clamps log_alpha (gates.py, book/errata.md): every paper configuration turns it
+#: off.
 _UNCLAMPED = dict(clamp_log_alpha=False)
 _MNIST = dict(optimizer="adam", lr=7e-4, gates_optimizer="adam", gates_lr=7e-4,
               # Table 5 prints 1e-3; the authors' mnist_defaults.yml (used by both MNIST launch scripts) says 1e-4.
@@ -98,9 +95,8 @@ _MNIST = dict(optimizer="adam", lr=7e-4, gates_optimizer="adam", gates_lr=7e-4,
               weight_decay=0.0, batch_size=128, epochs=200, rho_init=0.5, **_UNCLAMPED)
 #: Louizos et al.'s and the authors' MLP start the input layer's gates at 0.2 (App. A.2).
 _MNIST_MLP = dict(_MNIST, rho_init=[0.2, 0.5, 0.5])
-#: Unstructured MNIST (Table 18, App. L.1): gates at 1e-3, dual lr 1e-3, rho_init 0.05
-#: (the MLP's input layer keeps 0.2, hard-coded in the authors' MLP); magnitude pruning retrains for 200 epochs
-#: with Adam at 7e-4.
+#: Unstructured MNIST (Table 18, App. L.1): gates at 1e-3, dual lr 1e-3, rho_init 0.05 (the MLP's input layer keeps 0.2,
+#: hard-coded in the authors' MLP); magnitude pruning retrains for 200 epochs with Adam at 7e-4.
 _MNIST_UNSTRUCTURED = dict(gates_lr=1e-3, dual_lr=1e-3, rho_init=0.05, finetune_lr=7e-4, finetune_epochs=200)
 _MNIST_MLP_UNSTRUCTURED = dict(_MNIST_UNSTRUCTURED, rho_init=[0.2, 0.05, 0.05])
 _WRN = dict(optimizer="sgdm", lr=0.1, gates_optimizer="sgdm", gates_lr=6.0, dual_lr=7e-4, weight_decay=5e-4,
@@ -136,30 +132,26 @@ PAPER_TINY_UNSTRUCTURED_DUAL_LR = {0.2: 9e-5, 0.1: 2e-4, 0.05: 7e-4, 0.01: 2e-3}
 # CPU budget: what one run on a 2-core machine can afford.
 # ---------------------------------------------------------------------------
 CPU = {
-    # MNIST: the paper's configuration with fewer epochs. An MLP epoch takes
-    # about 2.5 s on one core, so 100 epochs (half the paper's) take ~5 min. A
-    # LeNet5 epoch takes ~13 s: 40 epochs. (Records made before 2026-11-22
-    # 16:00 used rho_init 0.5, dual lr 1e-3 (LeNet5: 3e-3) and clamped gates;
-    # their params.json says so, and run_experiment will not mistake them for
-    # this configuration's.)
+    # MNIST: the paper's configuration with fewer epochs. An MLP epoch takes about 2.5 s on one core, so 100 epochs
+    # (half the paper's) take ~5 min. A LeNet5 epoch takes ~13 s: 40 epochs. (Records made before 2026-11-22 16:00 used
+    # rho_init 0.5, dual lr 1e-3 (LeNet5: 3e-3) and clamped gates; their params.json says so, and run_experiment will
+    # not mistake them for this configuration's.)
     ("mnist", "mlp"): dict(_MNIST_MLP, epochs=100, finetune_epochs=50),
     ("mnist", "lenet5"): dict(_MNIST, epochs=40, finetune_epochs=20),
-    # CIFAR-10 on the CPU (book/results_cifar10.md, "The CPU protocol"). WRN-28-10 costs
-    # 5.95 GMACs per image, far beyond 2 cores. WRN-16-1 keeps its architecture family
-    # (pre-activation blocks, the first convolution of each block gated: 6 gated layers) at
-    # 34M MACs, 1/175 of the cost. Measured 2026-11-24, two runs side by side on one thread
-    # each: 1.75 steps/s, about 235 s per epoch with the evaluation, so 20 epochs take about
-    # 80 minutes. Everything else is Table 6's (optimisers, learning rates, weight decay,
-    # batch, gates at rho_init 0.3, log_alpha unclamped), with the step schedule compressed to
-    # the same fractions of training ([60, 120, 160] of 200 -> [6, 12, 16] of 20) and the dual
-    # learning rate scaled by the same factor (7e-4 x 200/20), so that a multiplier can grow as
-    # much per fraction of training as in the paper (grids/cifar10_dual_lr.yaml tests it).
+    # CIFAR-10 on the CPU (book/results_cifar10.md, "The CPU protocol"). WRN-28-10 costs 5.95 GMACs per image, far
+    # beyond 2 cores. WRN-16-1 keeps its architecture family (pre-activation blocks, the first convolution of each block
+    # gated: 6 gated layers) at 34M MACs, 1/175 of the cost. Measured 2026-11-24, two runs side by side on one thread
+    # each: 1.75 steps/s, about 235 s per epoch with the evaluation, so 20 epochs take about 80 minutes. Everything else
+    # is Table 6's (optimisers, learning rates, weight decay, batch, gates at rho_init 0.3, log_alpha unclamped), with
+    # the step schedule compressed to the same fractions of training ([60, 120, 160] of 200 -> [6, 12, 16] of 20) and
+    # the dual learning rate scaled by the same factor (7e-4 x 200/20), so that a multiplier can grow as much per
+    # fraction of training as in the paper (grids/cifar10_dual_lr.yaml tests it).
     ("cifar10", "wrn-16-1"): dict(_WRN, epochs=20, lr_milestones=[6, 12, 16], dual_lr=7e-3, **_UNCLAMPED),
-    # CIFAR-100 is not on these machines: four epochs exercise the code path. Its CPU budget
-    # keeps the clamp (the configuration default).
+    # CIFAR-100 is not on these machines: four epochs exercise the code path. Its CPU budget keeps the clamp (the
+    # configuration default).
     ("cifar100", "wrn-16-1"): dict(_WRN, epochs=4, lr_milestones=[2, 3], dual_lr=2e-2),
-    # Datasets not available on these machines: shape-preserving tiny budgets
-    # so that the code path is exercised; numbers from them mean little.
+    # Datasets not available on these machines: shape-preserving tiny budgets so that the code path is exercised;
+    # numbers from them mean little.
     ("tinyimagenet", "resnet18"): dict(_RESNET18, epochs=2, lr_milestones=[1], dual_lr=1e-2),
     ("imagenet", "resnet50"): dict(_RESNET50, epochs=1, lr_milestones=[], dual_lr=1e-2, finetune_epochs=1),
 }
@@ -172,33 +164,32 @@ CPU_UNSTRUCTURED = {
 # ---------------------------------------------------------------------------
 # The CPU protocol on which CIFAR-10's targets bind (issue 37).
 # ---------------------------------------------------------------------------
-#: At the ``cpu`` preset's gates learning rate of 6, WideResNet-16-1's gates alone end at 75% model-wise, so
-#: targets of 80% never bind and the flagship at 70% ends at 66.5%. The paper tunes the gates' learning rate
-#: for ResNets (App. H); ``cpu2`` is the ``cpu`` protocol at the largest gates lr of 0.5, 1, 2 and 3 whose
-#: free density (a model-wise target of 100%) is at least 85%, chosen by those free-gates runs alone
-#: (grids/cifar10_cpu_free_gates.yaml; the rule is written there, before the runs). Everything else is the
-#: ``cpu`` protocol's. Records of the ``cpu`` preset keep their names and their meaning.
+#: At the ``cpu`` preset's gates learning rate of 6, WideResNet-16-1's gates alone end at 75% model-wise, so targets of
+#: 80% never bind and the flagship at 70% ends at 66.5%. The paper tunes the gates' learning rate for ResNets (App. H);
+#: ``cpu2`` is the ``cpu`` protocol at the largest gates lr of 0.5, 1, 2 and 3 whose free density (a model-wise target
+#: of 100%) is at least 85%, chosen by those free-gates runs alone (grids/cifar10_cpu_free_gates.yaml; the rule is
+#: written there, before the runs). Everything else is the ``cpu`` protocol's. Records of the ``cpu`` preset keep their
+#: names and their meaning.
 CPU2_GATES_LR = 2
 CPU2 = {("cifar10", "wrn-16-1"): dict(CPU[("cifar10", "wrn-16-1")], gates_lr=CPU2_GATES_LR)}
 #: The preset ``auto`` gives on a machine without CUDA, per dataset (``cpu`` for the others).
 CPU_PROTOCOL = {"cifar10": "cpu2"}
 
 # ---------------------------------------------------------------------------
-# GPU protocol (issue 37): CIFAR-10 on a WideResNet whose gated blocks have the paper's order of gate
-# counts, at the CPU protocol's compressed schedule, for the few minutes a lent GPU gives.
+# GPU protocol (issue 37): CIFAR-10 on a WideResNet whose gated blocks have the paper's order of gate counts, at the CPU
+# protocol's compressed schedule, for the few minutes a lent GPU gives.
 # ---------------------------------------------------------------------------
-#: WideResNet-16-1's blocks have 16, 32 and 64 gates, so one gate is 6.25, 3.1 and 1.6 points of a block's
-#: density and the layer-wise targets cannot land within a point; the paper's WRN-28-10 has 160 to 640.
-#: These candidates have at least 64 per block (WRN-16-4: 64/128/256; WRN-16-8: 128/256/512; WRN-28-10:
-#: 160/320/640). Everything is Table 6's (optimisers, gates lr 6, rho_init 0.3, float32, log_alpha
-#: unclamped) with the CPU protocol's compression: 20 epochs, milestones [6, 12, 16], dual lr 7e-4 x 10.
-#: Which width the protocol uses is chosen by a free-gates run of each (grids/cifar10_gpu_free_gates.yaml):
-#: the cheapest whose free density is at least 85% (the paper's, Table 12: 91.63%).
+#: WideResNet-16-1's blocks have 16, 32 and 64 gates, so one gate is 6.25, 3.1 and 1.6 points of a block's density and
+#: the layer-wise targets cannot land within a point; the paper's WRN-28-10 has 160 to 640. These candidates have at
+#: least 64 per block (WRN-16-4: 64/128/256; WRN-16-8: 128/256/512; WRN-28-10: 160/320/640). Everything is Table 6's
+#: (optimisers, gates lr 6, rho_init 0.3, float32, log_alpha unclamped) with the CPU protocol's compression: 20 epochs,
+#: milestones [6, 12, 16], dual lr 7e-4 x 10. Which width the protocol uses is chosen by a free-gates run of each
+#: (grids/cifar10_gpu_free_gates.yaml): the cheapest whose free density is at least 85% (the paper's, Table 12: 91.63%).
 GPU = {("cifar10", model): dict(_WRN, epochs=20, lr_milestones=[6, 12, 16], dual_lr=7e-3, **_UNCLAMPED)
        for model in ("wrn-16-4", "wrn-16-8", "wrn-28-10")}
 
-#: Each preset's table of (dataset, model) configurations. ``paper`` and ``cpu`` lend each other the pairs
-#: only the other knows (WRN-28-10 asked for on a CPU); ``gpu`` knows its own pairs only.
+#: Each preset's table of (dataset, model) configurations. ``paper`` and ``cpu`` lend each other the pairs only the
+#: other knows (WRN-28-10 asked for on a CPU); ``gpu`` knows its own pairs only.
 PRESET_TABLES = {"paper": PAPER, "cpu": CPU, "cpu2": CPU2, "gpu": GPU}
 
 #: Default model per dataset and preset (the notebooks' default).
@@ -217,8 +208,8 @@ PRESET_DEFAULT_MARKERS = {"model": "", "epochs": 0, "finetune_epochs": 0}
 
 
 def concrete_preset(preset: str, dataset: str | None = None) -> str:
-    """Resolve ``auto`` to ``paper`` on CUDA machines and elsewhere to the dataset's CPU protocol
-    (:data:`CPU_PROTOCOL`: ``cpu2`` for CIFAR-10, ``cpu`` for the others)."""
+    """Resolve ``auto`` to ``paper`` on CUDA machines and elsewhere to the dataset's CPU protocol (:data:`CPU_PROTOCOL`:
+    ``cpu2`` for CIFAR-10, ``cpu`` for the others)."""
     if preset not in PRESETS:
         raise ValueError(f"preset must be one of {PRESETS}; got {preset!r}")
     if preset == "auto":
@@ -255,9 +246,8 @@ def preset_values(preset: str, dataset: str, model: str, sparsity: str = "struct
 def tiny_unstructured_dual_lr(target) -> float | None:
     """The dual lr Table 19 gives for this target density, or None.
 
-    A per-layer list of one repeated target takes that target's value; a list
-    of different targets, or a target the table does not list, has no paper
-    value (:func:`resolve_config` then asks for ``dual_lr``).
+    A per-layer list of one repeated target takes that target's value; a list of different targets, or a target the
+    table does not list, has no paper value (:func:`resolve_config` then asks for ``dual_lr``).
     """
     try:
         if isinstance(target, str):
@@ -415,10 +405,9 @@ def _check_per_layer_length(name: str, values: list, config: ExperimentConfig, n
 def resolve_config(**overrides) -> ExperimentConfig:
     """Preset values for (dataset, model), then the user's overrides, converted and validated.
 
-    ``preset='auto'`` resolves by :func:`concrete_preset` (``paper`` on CUDA, the dataset's CPU
-    protocol otherwise); the resolved name is stored in the config. None, and the markers of
-    :data:`PRESET_DEFAULT_MARKERS` (``model=""``, ``epochs=0``), keep the
-    preset's value.
+    ``preset='auto'`` resolves by :func:`concrete_preset` (``paper`` on CUDA, the dataset's CPU protocol otherwise); the
+    resolved name is stored in the config. None, and the markers of :data:`PRESET_DEFAULT_MARKERS` (``model=""``,
+    ``epochs=0``), keep the preset's value.
     """
     hints = typing.get_type_hints(ExperimentConfig)
     unknown = set(overrides) - set(hints)
@@ -461,10 +450,9 @@ NOT_COMPARED = ("device", "threads", "compile_gates")
 def differing_parameters(recorded: dict, config: ExperimentConfig, ignore: tuple[str, ...] = ()) -> list[str]:
     """The parameters of ``config`` that a record or checkpoint has otherwise, in ``config``'s order.
 
-    Parameters the recorded configuration predates take their defaults;
-    parameters that ``config``'s method does not use (:data:`UNUSED_BY_METHOD`)
-    are not compared, so that a record made when notebooks passed, say,
-    ``lmbda=0.0`` to constrained runs is the record of the same run.
+    Parameters the recorded configuration predates take their defaults; parameters that ``config``'s method does not use
+    (:data:`UNUSED_BY_METHOD`) are not compared, so that a record made when notebooks passed, say, ``lmbda=0.0`` to
+    constrained runs is the record of the same run.
     """
     defaults = ExperimentConfig().to_dict()
     skipped = set(ignore) | set(UNUSED_BY_METHOD[config.method])
@@ -490,9 +478,8 @@ NAMED_IF_CHANGED = ("epochs", "batch_size", "optimizer", "lr", "lr_milestones", 
 def default_run_name(config: ExperimentConfig, preset_config: ExperimentConfig | None = None) -> str:
     """A readable name, unique per setting, e.g. ``wrn-16-1-constrained-model-t0.7-s0-cpu``.
 
-    Hyper-parameters that differ from the preset's (``preset_config``) are
-    appended, e.g. ``...-gates_lr0.1-s0-cpu``, so two runs that differ only
-    there never share a record.
+    Hyper-parameters that differ from the preset's (``preset_config``) are appended, e.g. ``...-gates_lr0.1-s0-cpu``, so
+    two runs that differ only there never share a record.
     """
     def fmt(value):
         if isinstance(value, list):
@@ -530,10 +517,9 @@ def default_run_name(config: ExperimentConfig, preset_config: ExperimentConfig |
 def current_run_name(params: dict) -> str | None:
     """The run name a record's parameters resolve to with today's presets, or None if they no longer resolve.
 
-    A run name spells only what differs from its preset, so a record made before
-    its preset changed resolves to another name (``...-epochs100-...``) or to
-    none: such a record is of an earlier preset, not of the configuration its
-    name now stands for.
+    A run name spells only what differs from its preset, so a record made before its preset changed resolves to another
+    name (``...-epochs100-...``) or to none: such a record is of an earlier preset, not of the configuration its name
+    now stands for.
     """
     try:
         return resolve_config(**{k: v for k, v in params.items() if k != "run_name"}).run_name

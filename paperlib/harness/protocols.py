@@ -1,9 +1,9 @@
 """The book's protocols and the one name each has, defined once.
 
-A *protocol* is a preset's configuration for a dataset (:mod:`paperlib.harness.presets`). Prose, tables, figures
-and run headers name a protocol only through :func:`protocol_name`, and a record's protocol is read from the
-record's own parameters (:func:`record_protocol`): a record whose parameters are not its preset's today is of a
-superseded protocol and is named so, never as today's.
+A *protocol* is a preset's configuration for a dataset (:mod:`paperlib.harness.presets`). Prose, tables, figures and run
+headers name a protocol only through :func:`protocol_name`, and a record's protocol is read from the record's own
+parameters (:func:`record_protocol`): a record whose parameters are not its preset's today is of a superseded protocol
+and is named so, never as today's.
 """
 
 from . import presets
@@ -45,8 +45,8 @@ def long_name(preset: str, dataset: str | None = None) -> str:
 
 
 def preset_config(preset: str, params: dict) -> dict | None:
-    """The configuration ``preset`` gives a record's dataset, model, sparsity, grouping and target, or None if
-    the preset has none for them."""
+    """The configuration ``preset`` gives a record's dataset, model, sparsity, grouping and target, or None if the
+    preset has none for them."""
     try:
         return presets.ExperimentConfig(**presets.preset_values(
             preset, params["dataset"], params["model"], params.get("sparsity", "structured"),
@@ -58,8 +58,8 @@ def preset_config(preset: str, params: dict) -> dict | None:
 def changed_parameters(params: dict, preset: str, predated: bool = True) -> dict | None:
     """The hyper-parameters of :data:`~paperlib.harness.presets.NAMED_IF_CHANGED` (those its method uses) that a
     record's ``params`` set otherwise than ``preset``'s configuration for it (:func:`preset_config`), by name, or None
-    where the preset has none. A parameter the record predates counts at its default, the only value the code had
-    before it existed; with ``predated`` False it is left out (a run page names only what its record holds)."""
+    where the preset has none. A parameter the record predates counts at its default, the only value the code had before
+    it existed; with ``predated`` False it is left out (a run page names only what its record holds)."""
     values = preset_config(preset, params)
     if values is None:
         return None
@@ -75,9 +75,8 @@ def _gives(preset: str, params: dict) -> bool:
 
 
 def record_preset(params: dict) -> str:
-    """The preset whose protocol a record belongs to: its own, unless its own does not give its
-    hyper-parameters and another preset does (a ``cpu`` run at the gates' learning rate of 2 is a run of
-    ``cpu2``'s protocol)."""
+    """The preset whose protocol a record belongs to: its own, unless its own does not give its hyper-parameters and
+    another preset does (a ``cpu`` run at the gates' learning rate of 2 is a run of ``cpu2``'s protocol)."""
     if _gives(params["preset"], params):
         return params["preset"]
     return next((preset for preset in presets.PRESET_TABLES if preset != params["preset"] and _gives(preset, params)),
@@ -85,9 +84,9 @@ def record_preset(params: dict) -> str:
 
 
 def record_protocol(params: dict) -> str:
-    """The protocol a record's own parameters define (:func:`record_preset`), named by :func:`protocol_name`;
-    a record whose parameters are not its preset's today (:func:`~paperlib.harness.presets.current_run_name`
-    does not give back its name) is of that protocol's ``superseded settings``."""
+    """The protocol a record's own parameters define (:func:`record_preset`), named by :func:`protocol_name`; a record
+    whose parameters are not its preset's today (:func:`~paperlib.harness.presets.current_run_name` does not give back
+    its name) is of that protocol's ``superseded settings``."""
     name = protocol_name(record_preset(params), params.get("dataset"))
     current = presets.current_run_name(params)
     return name if current is not None and current == params.get("run_name") else f"{name}, {SUPERSEDED}"

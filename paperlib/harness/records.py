@@ -10,10 +10,10 @@
 ``notebook.ipynb``      the executed notebook (added by :mod:`paperlib.harness.sweeps`)
 =====================  =======================================================
 
-The data files are xz-compressed (``pandas.read_csv`` reads them as they are): a third smaller than gzip, which
-leaves room in what a lent GPU's call carries (the whole tree). Every file is written to a temporary name and moved
-into place (``os.replace`` is atomic), so a record is never half-written; a ``complete`` record is never
-overwritten by a partial or failed run.
+The data files are xz-compressed (``pandas.read_csv`` reads them as they are): a third smaller than gzip, which leaves
+room in what a lent GPU's call carries (the whole tree). Every file is written to a temporary name and moved into place
+(``os.replace`` is atomic), so a record is never half-written; a ``complete`` record is never overwritten by a partial
+or failed run.
 """
 
 import base64
@@ -33,8 +33,8 @@ STATUSES = ("complete", "partial", "failed")
 
 
 def project_root() -> Path:
-    """The nearest folder above the working directory with ``_config.yml`` and ``paperlib/``; else the folder
-    holding this package."""
+    """The nearest folder above the working directory with ``_config.yml`` and ``paperlib/``; else the folder holding
+    this package."""
     for folder in (Path.cwd(), *Path.cwd().parents):
         if (folder / "_config.yml").exists() and (folder / "paperlib").is_dir():
             return folder
@@ -47,15 +47,15 @@ def runs_dir() -> Path:
 
 
 def checkpoints_dir() -> Path:
-    """``$PAPERLIB_CHECKPOINTS``, else ``~/.cache/paperlib/checkpoints/<project path>``: outside the work tree, so
-    that a run cut by the end of a session resumes in the next one when the work tree is laid anew."""
+    """``$PAPERLIB_CHECKPOINTS``, else ``~/.cache/paperlib/checkpoints/<project path>``: outside the work tree, so that
+    a run cut by the end of a session resumes in the next one when the work tree is laid anew."""
     default = Path.home() / ".cache" / "paperlib" / "checkpoints" / str(project_root()).strip("/").replace("/", "-")
     return Path(os.environ.get("PAPERLIB_CHECKPOINTS", default))
 
 
 def run_folder(config) -> Path:
-    """The folder of a resolved configuration's record, ``<runs>/<experiment>/<run name>/``: the one place that
-    derives it. Smoke runs (CI) never land in ``runs/``: unless ``$PAPERLIB_RUNS`` is set, they go to
+    """The folder of a resolved configuration's record, ``<runs>/<experiment>/<run name>/``: the one place that derives
+    it. Smoke runs (CI) never land in ``runs/``: unless ``$PAPERLIB_RUNS`` is set, they go to
     ``<checkpoints>/smoke-runs/``."""
     root = runs_dir()
     if config.smoke and "PAPERLIB_RUNS" not in os.environ:
@@ -69,8 +69,8 @@ def checkpoint_path(config) -> Path:
 
 
 def first_phase_path(config) -> Path:
-    """Where a run leaves the state at the end of a first phase that every target shares (a magnitude-pruning
-    run's trained dense model), for the runs whose parameters differ from its own in ``target`` alone:
+    """Where a run leaves the state at the end of a first phase that every target shares (a magnitude-pruning run's
+    trained dense model), for the runs whose parameters differ from its own in ``target`` alone:
     ``<checkpoints>/<experiment>/first-phase/<model>-s<seed>-<digest of the other parameters>.pt``."""
     shared = {k: v for k, v in config.to_dict().items() if k not in ("target", "run_name", "device", "threads")}
     digest = hashlib.sha256(json.dumps(shared, sort_keys=True).encode()).hexdigest()[:16]
@@ -96,8 +96,8 @@ DATA_FILES = {"history": "history.csv.xz", "steps": "steps.csv.xz", "gate_median
 
 
 def _xz(data: bytes) -> bytes:
-    """``data`` xz-compressed at the strongest preset, with a dictionary just large enough for the data (the size of
-    the preset's 64 MiB dictionary's output, in a few MB of memory instead of about 65)."""
+    """``data`` xz-compressed at the strongest preset, with a dictionary just large enough for the data (the size of the
+    preset's 64 MiB dictionary's output, in a few MB of memory instead of about 65)."""
     dict_size = max(4096, 1 << (len(data) - 1).bit_length())
     return lzma.compress(data, format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64,
                          filters=[{"id": lzma.FILTER_LZMA2, "preset": 9 | lzma.PRESET_EXTREME, "dict_size": dict_size}])
@@ -170,8 +170,8 @@ def read_csv(path: Path) -> list[dict]:
 
 @functools.lru_cache(maxsize=1024)
 def _parsed_csv(path: str, mtime_ns: int, size: int) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
-    """The column names and rows of a CSV file, parsed once per version (modification time and size): the result
-    pages read the same records many times."""
+    """The column names and rows of a CSV file, parsed once per version (modification time and size): the result pages
+    read the same records many times."""
     text = _codec(path)[1](Path(path).read_bytes()).decode()
     reader = csv.DictReader(io.StringIO(text))
     rows = tuple(tuple(row.values()) for row in reader)
@@ -179,9 +179,9 @@ def _parsed_csv(path: str, mtime_ns: int, size: int) -> tuple[tuple[str, ...], t
 
 
 def palette_png(data: bytes) -> bytes:
-    """A PNG re-encoded with a palette of at most 256 colours (no dithering), same size in pixels: a run page's
-    plots (lines, text, flat fills with anti-aliased edges) look the same at about a third of matplotlib's RGBA
-    bytes. ``data`` unchanged when it is a palette image already, has transparent pixels, or would not shrink."""
+    """A PNG re-encoded with a palette of at most 256 colours (no dithering), same size in pixels: a run page's plots
+    (lines, text, flat fills with anti-aliased edges) look the same at about a third of matplotlib's RGBA bytes.
+    ``data`` unchanged when it is a palette image already, has transparent pixels, or would not shrink."""
     from PIL import Image  # torchvision's dependency; imported here, where figures are handled
 
     image = Image.open(io.BytesIO(data))
@@ -196,8 +196,8 @@ def palette_png(data: bytes) -> bytes:
 
 
 def _edit_notebook(run_dir: Path, edit) -> int:
-    """Apply ``edit`` (a cell -> how many of its parts it changed) to every cell of a record's executed notebook,
-    and write the notebook if anything changed; how many parts changed (0 without a notebook)."""
+    """Apply ``edit`` (a cell -> how many of its parts it changed) to every cell of a record's executed notebook, and
+    write the notebook if anything changed; how many parts changed (0 without a notebook)."""
     notebook = Path(run_dir) / "notebook.ipynb"
     if not notebook.exists():
         return 0
@@ -227,8 +227,8 @@ def _smaller_figures(cell: dict) -> int:
 
 
 def compress_notebook_figures(run_dir: Path) -> int:
-    """Re-encode the PNG figures of a record's executed notebook with :func:`palette_png`; how many changed.
-    Nothing else changes (nbval does not compare images)."""
+    """Re-encode the PNG figures of a record's executed notebook with :func:`palette_png`; how many changed. Nothing
+    else changes (nbval does not compare images)."""
     return _edit_notebook(run_dir, _smaller_figures)
 
 
@@ -261,8 +261,8 @@ def _without_bars(cell: dict) -> int:
 
 def drop_progress_bars(run_dir: Path) -> int:
     """Remove the runner's within-epoch progress bars (stderr) from a record's executed notebook; how many outputs
-    changed. In a record they are noise (8.4 of the 44.5 MB of runs/ on 2026-11-23), and each epoch's numbers are
-    in its stdout line and ``history.csv``; every other stderr text (a warning, a traceback) is kept."""
+    changed. In a record they are noise (8.4 of the 44.5 MB of runs/ on 2026-11-23), and each epoch's numbers are in its
+    stdout line and ``history.csv``; every other stderr text (a warning, a traceback) is kept."""
     return _edit_notebook(run_dir, _without_bars)
 
 
@@ -279,9 +279,9 @@ def _without_execution_metadata(cell: dict) -> int:
 
 
 def drop_execution_metadata(run_dir: Path) -> int:
-    """Remove papermill's per-cell timings and status (:data:`EXECUTION_METADATA`, about 400 bytes a cell) and
-    empty tag lists from a record's executed notebook; how many cells changed. The notebook's own metadata (its
-    parameters, which ``conftest.py`` reads) is kept."""
+    """Remove papermill's per-cell timings and status (:data:`EXECUTION_METADATA`, about 400 bytes a cell) and empty tag
+    lists from a record's executed notebook; how many cells changed. The notebook's own metadata (its parameters, which
+    ``conftest.py`` reads) is kept."""
     return _edit_notebook(run_dir, _without_execution_metadata)
 
 
@@ -307,8 +307,8 @@ def load_record(run_dir: Path) -> dict:
 
 def write_record(run_dir: Path, params: dict, metrics: dict, history: list[dict], steps: list[dict],
                  gate_medians: dict) -> None:
-    """Write all files of a record, metrics.json last (its status describes a finished write); refuses to replace
-    a complete record by one that is not complete."""
+    """Write all files of a record, metrics.json last (its status describes a finished write); refuses to replace a
+    complete record by one that is not complete."""
     if metrics.get("status") not in STATUSES:
         raise ValueError(f"metrics status must be one of {STATUSES}; got {metrics.get('status')!r}")
     run_dir = Path(run_dir)
@@ -331,9 +331,9 @@ def find_records(experiment: str | None = None, root: Path | None = None) -> lis
 
 
 def make_portable(run_dir: Path) -> None:
-    """Remove machine paths from a record: the data folder of records made before data was named by
-    checksum (``metrics.json``), and papermill's input and output paths (``notebook.ipynb``), which
-    become relative to the project root. Numbers are left as they are."""
+    """Remove machine paths from a record: the data folder of records made before data was named by checksum
+    (``metrics.json``), and papermill's input and output paths (``notebook.ipynb``), which become relative to the
+    project root. Numbers are left as they are."""
     run_dir = Path(run_dir)
     metrics_path = run_dir / "metrics.json"
     metrics = json.loads(metrics_path.read_text())

@@ -1,10 +1,8 @@
 """How this book judges a run and a claim: every tolerance and every rule, in one place.
 
-Every verdict of the book, MNIST and CIFAR-10 alike, is computed here; the
-pages state these rules in words (book/intro.md, "How this book judges a
-claim") and insert the numbers from this module. The rules return outcomes
-(:class:`Outcome`, :class:`Binding`, :class:`PenaltyOutcome`, :class:`Verdict`)
-and counts, never sentences.
+Every verdict of the book, MNIST and CIFAR-10 alike, is computed here; the pages state these rules in words
+(book/intro.md, "How this book judges a claim") and insert the numbers from this module. The rules return outcomes
+(:class:`Outcome`, :class:`Binding`, :class:`PenaltyOutcome`, :class:`Verdict`) and counts, never sentences.
 
 A run of a constrained model:
 
@@ -24,13 +22,11 @@ A run of a constrained model:
   *violated*; a feasible run none of whose constraints binds is *does not bind*,
   neither a hit nor a miss.
 
-A penalized cell (:func:`judge_penalty`): how far our seeds at the paper's λ_pen
-scatter the density, and whether their mean lands within :data:`PENALTY_POINTS`
-of the paper's density.
+A penalized cell (:func:`judge_penalty`): how far our seeds at the paper's λ_pen scatter the density, and whether their
+mean lands within :data:`PENALTY_POINTS` of the paper's density.
 
-A claim (:func:`claim_verdict`): from the share of its judged runs (or cells)
-that pass, with the same thresholds for every claim (:data:`REPRODUCED_SHARE`,
-:data:`PARTLY_SHARE`).
+A claim (:func:`claim_verdict`): from the share of its judged runs (or cells) that pass, with the same thresholds for
+every claim (:data:`REPRODUCED_SHARE`, :data:`PARTLY_SHARE`).
 
 Example::
 
@@ -118,8 +114,8 @@ class Verdict(str, Enum):
 # --------------------------------------------------------------------------- #
 
 def binding(target: float, free_density: float | None) -> Binding:
-    """Whether a constraint at ``target`` binds, from the free-gates density of the same model and protocol
-    (fractions; None: no free-gates record, :attr:`Binding.UNKNOWN`).
+    """Whether a constraint at ``target`` binds, from the free-gates density of the same model and protocol (fractions;
+    None: no free-gates record, :attr:`Binding.UNKNOWN`).
 
     >>> binding(0.8, 0.75), binding(0.5, 0.75), binding(0.5, None)
     (<Binding.FREE: 'does not bind'>, <Binding.BINDS: 'binds'>, <Binding.UNKNOWN: 'unknown'>)
@@ -130,9 +126,9 @@ def binding(target: float, free_density: float | None) -> Binding:
 
 
 def tolerance(gate_points: float) -> float:
-    """How far (points) a binding constraint may end from its target when one gate is worth ``gate_points``
-    points of its group: :data:`ON_TARGET_POINTS`, or half a gate where a gate is worth more than
-    :data:`COARSE_GATE_POINTS` (WideResNet-16-1's first stage, 16 gates: 3.125).
+    """How far (points) a binding constraint may end from its target when one gate is worth ``gate_points`` points of
+    its group: :data:`ON_TARGET_POINTS`, or half a gate where a gate is worth more than :data:`COARSE_GATE_POINTS`
+    (WideResNet-16-1's first stage, 16 gates: 3.125).
 
     >>> tolerance(0.5), tolerance(6.25)
     (1.0, 3.125)
@@ -141,8 +137,8 @@ def tolerance(gate_points: float) -> float:
 
 
 def feasible(gaps: list[float]) -> bool:
-    """Whether every constraint ends at most :data:`FEASIBLE_POINTS` above its target (``gaps``: final density
-    minus target, points).
+    """Whether every constraint ends at most :data:`FEASIBLE_POINTS` above its target (``gaps``: final density minus
+    target, points).
 
     >>> feasible([0.9, -5.0]), feasible([1.2])
     (True, False)
@@ -151,10 +147,10 @@ def feasible(gaps: list[float]) -> bool:
 
 
 def judge_run(gaps: list[float], bindings: list[Binding], gate_points: list[float]) -> Outcome:
-    """A constrained run's outcome from each constraint's final gap (density minus target, points), whether it
-    binds, and what one gate is worth in its group (points): *violated* when not :func:`feasible`; else *does
-    not bind* when no constraint binds (an unknown binding counts as binding); else *on target* when every
-    binding constraint is within its :func:`tolerance`, *under* when one is further below.
+    """A constrained run's outcome from each constraint's final gap (density minus target, points), whether it binds,
+    and what one gate is worth in its group (points): *violated* when not :func:`feasible`; else *does not bind* when no
+    constraint binds (an unknown binding counts as binding); else *on target* when every binding constraint is within
+    its :func:`tolerance`, *under* when one is further below.
 
     >>> judge_run([-2.0], [Binding.BINDS], [6.25]), judge_run([-2.0], [Binding.BINDS], [0.5])
     (<Outcome.ON_TARGET: 'on target'>, <Outcome.UNDER: 'under'>)
@@ -190,16 +186,16 @@ def passed_and_judged(outcomes) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class PenaltyJudgement:
-    """A penalized cell: our seeds' mean density minus the paper's (points), how far our seeds scatter
-    (largest minus smallest density, points; 0 with one seed), and the outcome."""
+    """A penalized cell: our seeds' mean density minus the paper's (points), how far our seeds scatter (largest minus
+    smallest density, points; 0 with one seed), and the outcome."""
     difference: float
     scatter: float
     outcome: PenaltyOutcome
 
 
 def judge_penalty(ours: list[float], paper: float) -> PenaltyJudgement:
-    """A penalized cell at one of the paper's λ_pen: our seeds' final densities ``ours`` against the paper's
-    ``paper`` (percent): *within* when their mean is within :data:`PENALTY_POINTS` of it.
+    """A penalized cell at one of the paper's λ_pen: our seeds' final densities ``ours`` against the paper's ``paper``
+    (percent): *within* when their mean is within :data:`PENALTY_POINTS` of it.
 
     >>> judge_penalty([30.0, 33.0], 30.0)
     PenaltyJudgement(difference=1.5, scatter=3.0, outcome=<PenaltyOutcome.WITHIN: 'within'>)
@@ -218,8 +214,8 @@ def agrees(difference: float, points: float = AGREE_POINTS) -> bool:
 
 def claim_verdict(passed: int, judged: int, complete: bool = True) -> Verdict:
     """A claim's verdict from how many of its ``judged`` runs (or cells, or checks) pass: *reproduced* from
-    :data:`REPRODUCED_SHARE`, *partly* from :data:`PARTLY_SHARE`, else *not reproduced*; *in progress* while
-    nothing is judged or the planned runs are not ``complete``.
+    :data:`REPRODUCED_SHARE`, *partly* from :data:`PARTLY_SHARE`, else *not reproduced*; *in progress* while nothing is
+    judged or the planned runs are not ``complete``.
 
     >>> claim_verdict(9, 10), claim_verdict(5, 10), claim_verdict(4, 10), claim_verdict(0, 0)
     (<Verdict.REPRODUCED: 'reproduced'>, <Verdict.PARTLY: 'partly'>, <Verdict.NOT_REPRODUCED: 'not reproduced'>, \
@@ -239,9 +235,8 @@ def claim_verdict(passed: int, judged: int, complete: bool = True) -> Verdict:
 # Records in, numbers for the rules out
 # --------------------------------------------------------------------------- #
 
-#: Run parameters that do not change the protocol a free-gates run stands for: what the run was asked
-#: (target, method, penalty), its dual optimiser (idle at a target of 100%), its seed, where it ran and how
-#: it is named.
+#: Run parameters that do not change the protocol a free-gates run stands for: what the run was asked (target, method,
+#: penalty), its dual optimiser (idle at a target of 100%), its seed, where it ran and how it is named.
 NOT_PROTOCOL = frozenset({"experiment", "run_name", "preset", "method", "target", "lmbda", "seed", "device", "threads",
                           "dual_lr", "dual_restarts", "dual_optimizer", "nupi_kp", "nupi_ema", "histogram_epochs",
                           "smoke", "compile_gates"})
@@ -255,11 +250,10 @@ def is_free_gates(record: dict) -> bool:
 
 
 def same_protocol(record: dict, other: dict) -> bool:
-    """Whether two records share a model and protocol: the same model and grouping, and every run parameter
-    outside :data:`NOT_PROTOCOL` that both name (not None: records written before a parameter existed) equal, so
-    a model-wise run is matched with a model-wise free run, and a run at a gates' learning rate with the free run
-    at that rate. The preset's name is not compared, its values are: a ``cpu`` run at gates lr 1 is the
-    ``cpu2`` protocol's run."""
+    """Whether two records share a model and protocol: the same model and grouping, and every run parameter outside
+    :data:`NOT_PROTOCOL` that both name (not None: records written before a parameter existed) equal, so a model-wise
+    run is matched with a model-wise free run, and a run at a gates' learning rate with the free run at that rate. The
+    preset's name is not compared, its values are: a ``cpu`` run at gates lr 1 is the ``cpu2`` protocol's run."""
     a, b = record.get("params") or {}, other.get("params") or {}
     same_model = all(a.get(key) is not None and a.get(key) == b.get(key) for key in ("model", "grouping"))
     shared = [key for key in a.keys() & b.keys() - NOT_PROTOCOL if a[key] is not None and b[key] is not None]
@@ -269,9 +263,8 @@ def same_protocol(record: dict, other: dict) -> bool:
 def constrained_densities(record: dict, row: dict) -> list[tuple[float, float]]:
     """(expected density, target) of every constraint of a history row of a constrained record.
 
-    Model-wise: the model's L0-density against the one target. Layer-wise: each
-    gated layer's expected density against its own target (one target for all
-    layers when a single value is given).
+    Model-wise: the model's L0-density against the one target. Layer-wise: each gated layer's expected density against
+    its own target (one target for all layers when a single value is given).
     """
     target = record["params"]["target"]
     if record["params"]["grouping"] == "model":
@@ -299,9 +292,9 @@ def free_twins(record: dict, free_records: list[dict]) -> list[dict]:
 
 
 def free_densities(record: dict, free_records: list[dict]) -> list[float | None]:
-    """The final expected density of each of ``record``'s constraints in the free-gates runs of its model and
-    protocol among ``free_records`` (:func:`same_protocol`; their mean over seeds, constraint by constraint
-    name), or None for each where there is none."""
+    """The final expected density of each of ``record``'s constraints in the free-gates runs of its model and protocol
+    among ``free_records`` (:func:`same_protocol`; their mean over seeds, constraint by constraint name), or None for
+    each where there is none."""
     names = list(_constraint_densities(record))
     twins = [_constraint_densities(free) for free in free_twins(record, free_records)]
     return [statistics.fmean(twin[name] for twin in twins) if twins and all(name in twin for twin in twins) else None
@@ -310,9 +303,9 @@ def free_densities(record: dict, free_records: list[dict]) -> list[float | None]
 
 @functools.lru_cache(maxsize=None)
 def gate_points(model: str, sparsity: str = "structured") -> tuple[float, dict[str, float]]:
-    """What one gate is worth (points) in each group of ``model``: model-wise, the largest gate's parameters over
-    the model's gated parameters; layer-wise, 100 / a layer's number of gates, by layer name. The model is built
-    on the meta device (no memory).
+    """What one gate is worth (points) in each group of ``model``: model-wise, the largest gate's parameters over the
+    model's gated parameters; layer-wise, 100 / a layer's number of gates, by layer name. The model is built on the meta
+    device (no memory).
 
     >>> gate_points("wrn-16-1")[1]["stage1.0.conv1.conv"]
     6.25
@@ -345,8 +338,8 @@ def constraint_gate_points(record: dict) -> list[float]:
 
 @dataclass(frozen=True)
 class RunJudgement:
-    """A constrained record judged: each constraint's final gap (points), binding and tolerance (points), and
-    the run's :class:`Outcome`."""
+    """A constrained record judged: each constraint's final gap (points), binding and tolerance (points), and the run's
+    :class:`Outcome`."""
     gaps: tuple[float, ...]
     bindings: tuple[Binding, ...]
     tolerances: tuple[float, ...]
@@ -372,8 +365,8 @@ def judge_record(record: dict, free_records: list[dict]) -> RunJudgement:
 
 
 def judge_cell(records: list[dict], free_records: list[dict]) -> RunJudgement:
-    """:func:`judge_run` on a cell of a table (the same setting, several seeds): each constraint's final gap is
-    the mean over the seeds' gaps, judged at the rule's measure (every constraint: the model, or each layer)."""
+    """:func:`judge_run` on a cell of a table (the same setting, several seeds): each constraint's final gap is the mean
+    over the seeds' gaps, judged at the rule's measure (every constraint: the model, or each layer)."""
     judged = [judge_record(record, free_records) for record in records]
     if not judged:
         raise ValueError("a cell to judge needs at least one record")

@@ -1,11 +1,11 @@
 """The run indexes of the book (``book/runs_*.md``): every record of an index's experiment folders, in groups.
 
-An index lists the folders of :func:`paperlib.harness.studies.indexed_experiments`, one group each, titled
-and described by :data:`paperlib.harness.studies.FOLDERS` (written there once, for every folder), with the
-paper's tables it serves and links to the result pages that show it; a folder with a ``split`` is listed in
-parts, one per value of those parameters (``constrained, model-wise``). A group that holds its page's main
-table (``main``) comes first and unfolded; if none does, the first group is unfolded. Each run is named by
-what it trains (:func:`~paperlib.harness.run_pages.run_label`) and by its protocol
+An index lists the folders of :func:`paperlib.harness.studies.indexed_experiments`, one group each, titled and described
+by :data:`paperlib.harness.studies.FOLDERS` (written there once, for every folder), with the paper's tables it serves
+and links to the result pages that show it; a folder with a ``split`` is listed in parts, one per value of those
+parameters (``constrained, model-wise``). A group that holds its page's main table (``main``) comes first and unfolded;
+if none does, the first group is unfolded. Each run is named by what it trains
+(:func:`~paperlib.harness.run_pages.run_label`) and by its protocol
 (:func:`~paperlib.harness.protocols.record_protocol`), linked to its executed notebook.
 
 Example, in a page executed in ``book/``::
@@ -38,9 +38,9 @@ DEFAULTS = {"dual_optimizer": "gradient_ascent", "sparsity": "structured"}
 
 @dataclass
 class Group:
-    """One experiment folder of an index: its title and line (:data:`~paperlib.harness.studies.FOLDERS`), the
-    paper's tables and figures it serves, the result pages that show it, its runs in parts (``[("", rows)]``
-    when it is not split) and whether the index shows it unfolded."""
+    """One experiment folder of an index: its title and line (:data:`~paperlib.harness.studies.FOLDERS`), the paper's
+    tables and figures it serves, the result pages that show it, its runs in parts (``[("", rows)]`` when it is not
+    split) and whether the index shows it unfolded."""
 
     experiment: str
     title: str
@@ -56,8 +56,8 @@ class Group:
 
 
 def page_link(page: str) -> str:
-    """An HTML link to the book page ``book/<page>.md``, named by its title, relative to the working directory
-    (the folder of the page being executed)."""
+    """An HTML link to the book page ``book/<page>.md``, named by its title, relative to the working directory (the
+    folder of the page being executed)."""
     target = records.project_root() / "book" / f"{page}.html"
     return f'<a href="{Path(os.path.relpath(target, Path.cwd())).as_posix()}">{run_pages.page_title(page)}</a>'
 
@@ -75,8 +75,8 @@ def _value(params: dict, name: str):
 
 
 def part_label(params: dict, split: tuple[str, ...]) -> str:
-    """The part of a split folder a run belongs to, in words: ``constrained, model-wise``, ``LeNet5``,
-    ``nuPI, MLP`` (no grouping for a dense or pruned run, which has none)."""
+    """The part of a split folder a run belongs to, in words: ``constrained, model-wise``, ``LeNet5``, ``nuPI, MLP`` (no
+    grouping for a dense or pruned run, which has none)."""
     words = []
     for name in split:
         value = _value(params, name)
@@ -101,8 +101,8 @@ def _part_key(params: dict, split: tuple[str, ...]) -> tuple:
 
 
 def run_row(run_dir: Path) -> dict:
-    """One run of an index: its label linked to its notebook, its protocol, epochs, status and final numbers,
-    and notes a reader needs before trusting the row (``resumed``: its log starts mid-training; ``on GPU``)."""
+    """One run of an index: its label linked to its notebook, its protocol, epochs, status and final numbers, and notes
+    a reader needs before trusting the row (``resumed``: its log starts mid-training; ``on GPU``)."""
     metrics = json.loads((Path(run_dir) / "metrics.json").read_text())
     if metrics.get("kind") == "bisection search":  # its trainings have their own rows
         return {"run": notebook_link(run_dir, run_pages.run_title(metrics).split(" — ")[0]),
@@ -141,16 +141,16 @@ def folder_group(experiment: str) -> Group:
 
 
 def _protocol_rank(row: dict) -> int:
-    """A row's place by its protocol, in the order of :data:`~paperlib.harness.protocols.NAMES` (the paper's
-    first); rows of one protocol keep the order of their run names."""
+    """A row's place by its protocol, in the order of :data:`~paperlib.harness.protocols.NAMES` (the paper's first);
+    rows of one protocol keep the order of their run names."""
     names = list(dict.fromkeys(protocols.NAMES.values()))
     base = row["protocol"].split(",")[0]
     return names.index(base) if base in names else len(names)
 
 
 def index_groups(index: str) -> list[Group]:
-    """The groups of the run index ``index`` (``runs_mnist``): a main table's folders first, unfolded (or, if
-    none is, the first folder), then the others in the order of :data:`~paperlib.harness.studies.STUDIES`."""
+    """The groups of the run index ``index`` (``runs_mnist``): a main table's folders first, unfolded (or, if none is,
+    the first folder), then the others in the order of :data:`~paperlib.harness.studies.STUDIES`."""
     experiments = studies.indexed_experiments(index)
     main = [e for e in experiments if studies.folder(e).main]
     groups = [folder_group(e) for e in main + [e for e in experiments if e not in main]]
@@ -160,8 +160,8 @@ def index_groups(index: str) -> list[Group]:
 
 
 def _protocols(group: Group) -> str:
-    """``paper protocol 100, short protocol 20``: how many of a group's runs each protocol made (its
-    superseded settings counted with it; each row says which)."""
+    """``paper protocol 100, short protocol 20``: how many of a group's runs each protocol made (its superseded settings
+    counted with it; each row says which)."""
     counts = pd.concat([rows["protocol"] for _, rows in group.parts if "protocol" in rows] or [pd.Series()])
     counts = counts.str.split(",").str[0].value_counts()
     if len(counts) == 1:
@@ -170,9 +170,9 @@ def _protocols(group: Group) -> str:
 
 
 def group_html(group: Group, show) -> str:
-    """A group as HTML: a ``<details>`` whose summary holds its title, the paper's tables it serves, its number
-    of runs and their protocols, and its line with links to the pages that show it; then its tables, made by
-    ``show`` (a DataFrame -> Styler, as the book's ``report.show``), one folded ``<details>`` per part."""
+    """A group as HTML: a ``<details>`` whose summary holds its title, the paper's tables it serves, its number of runs
+    and their protocols, and its line with links to the pages that show it; then its tables, made by ``show`` (a
+    DataFrame -> Styler, as the book's ``report.show``), one folded ``<details>`` per part."""
     refs = f" ({', '.join(group.refs)})" if group.refs else ""
     count = f"{group.runs} run{'s' if group.runs != 1 else ''}"
     if group.runs:

@@ -1,9 +1,8 @@
 """The labels of a run's page: its title, its one-line description, the pages that cite it, its table.
 
-A run's executed notebook (``runs/<experiment>/<run>/notebook.ipynb``) is a page of the
-book. Its first cell is written from the record after execution (:func:`write_header`,
-called by :mod:`paperlib.harness.sweeps`): a heading that names the run, which the book takes as
-the page's title, one line of its parameters, and links to the pages that cite it.
+A run's executed notebook (``runs/<experiment>/<run>/notebook.ipynb``) is a page of the book. Its first cell is written
+from the record after execution (:func:`write_header`, called by :mod:`paperlib.harness.sweeps`): a heading that names
+the run, which the book takes as the page's title, one line of its parameters, and links to the pages that cite it.
 Everything here is a function of the record's ``params.json`` and ``metrics.json`` and of
 :mod:`paperlib.harness.studies`; nothing is typed by hand.
 
@@ -61,8 +60,8 @@ def percent(value) -> str:
 
 
 def setting(params: dict) -> str:
-    """The condition a run trains: ``constrained, layer-wise 30%``, ``penalized, model-wise λ_pen 0.1``,
-    ``dense``, ``magnitude pruning to 20%``; ``unstructured`` first for gates on single weights."""
+    """The condition a run trains: ``constrained, layer-wise 30%``, ``penalized, model-wise λ_pen 0.1``, ``dense``,
+    ``magnitude pruning to 20%``; ``unstructured`` first for gates on single weights."""
     method = params["method"]
     grouping = GROUPING_LABELS.get(params.get("grouping"), params.get("grouping"))
     words = {"constrained": f"constrained, {grouping} {percent(params['target'])}" if method == "constrained" else "",
@@ -75,8 +74,8 @@ def setting(params: dict) -> str:
 
 
 def changed(name: str, value) -> str:
-    """A hyper-parameter and its value in words: ``dual lr 0.003``, ``log α clamped: yes``, ``lr milestones
-    12/24/32``, ``linear layers initialised by fan-out`` (never a raw ``True`` or ``fan_out``)."""
+    """A hyper-parameter and its value in words: ``dual lr 0.003``, ``log α clamped: yes``, ``lr milestones 12/24/32``,
+    ``linear layers initialised by fan-out`` (never a raw ``True`` or ``fan_out``)."""
     label = PARAMETER_LABELS.get(name, name.replace("_", " "))
     if isinstance(value, bool):
         return f"{label}: {'yes' if value else 'no'}"
@@ -86,8 +85,8 @@ def changed(name: str, value) -> str:
 
 
 def variations(params: dict) -> list[str]:
-    """What the run changes from its method's and preset's defaults, one short label each (``dual restarts:
-    no``, ``nuPI``, ``gates' lr 3``): the same choices its run name spells
+    """What the run changes from its method's and preset's defaults, one short label each (``dual restarts: no``,
+    ``nuPI``, ``gates' lr 3``): the same choices its run name spells
     (:func:`paperlib.harness.presets.default_run_name`), in words (:func:`changed`)."""
     found = []
     if params["method"] == "constrained":
@@ -121,23 +120,23 @@ def run_title(params: dict) -> str:
 
 
 def run_condition(params: dict) -> str:
-    """What a run trains, without its model and protocol: condition, variations and seed
-    (``constrained, layer-wise 50/30/70/10%, dual lr 0.003, seed 0``)."""
+    """What a run trains, without its model and protocol: condition, variations and seed (``constrained, layer-wise
+    50/30/70/10%, dual lr 0.003, seed 0``)."""
     return ", ".join([setting(params), *variations(params), f"seed {params['seed']}"])
 
 
 def run_label(params: dict) -> str:
-    """A run named by what it trains, for a list of runs: model, condition, what it changes from its preset,
-    seed (``LeNet5, constrained, layer-wise 50/30/70/10%, dual lr 0.003, seed 0``); its protocol is said apart."""
+    """A run named by what it trains, for a list of runs: model, condition, what it changes from its preset, seed
+    (``LeNet5, constrained, layer-wise 50/30/70/10%, dual lr 0.003, seed 0``); its protocol is said apart."""
     return f"{model_label(params['model'])}, {run_condition(params)}"
 
 
 def run_line(params: dict, metrics: dict) -> str:
     """One line of a run's parameters, where it ran and its record, as ``**name** value`` pairs.
 
-    Example: ``**method** constrained · **grouping** model-wise · **target** 20% · **model** MLP on MNIST ·
-    **protocol** paper protocol, 200 of 200 epochs · **seed** 0 · **ran on** CPU (AMD EPYC), 1 thread ·
-    **record** `runs/mnist/...```.
+    Example: ``**method** constrained · **grouping** model-wise · **target** 20% · **model** MLP on MNIST · **protocol**
+    paper protocol, 200 of 200 epochs · **seed** 0 · **ran on** CPU (AMD EPYC), 1 thread · **record**
+    `runs/mnist/...```.
     """
     if metrics.get("kind") == "bisection search":
         pairs = {"method": "penalized, λ_pen searched by bisection",
@@ -171,8 +170,8 @@ def run_line(params: dict, metrics: dict) -> str:
 
 @cache
 def _citations(runs: Path) -> dict[Path, tuple[str, ...]]:
-    """Record folder -> the studies whose grids ask for it (and whose ``where`` it meets), for the records
-    under ``runs`` (:func:`paperlib.harness.records.runs_dir`, the key of the cache)."""
+    """Record folder -> the studies whose grids ask for it (and whose ``where`` it meets), for the records under
+    ``runs`` (:func:`paperlib.harness.records.runs_dir`, the key of the cache)."""
     from . import grids  # the grid files' runs, read when citations are asked for
 
     cited: dict[Path, list[str]] = {}
@@ -186,8 +185,8 @@ def _citations(runs: Path) -> dict[Path, tuple[str, ...]]:
 
 def citing_pages(run_dir: Path) -> dict[str, list[str]]:
     """The result pages that cite a record, each with the paper's tables and figures it shows the record in
-    (``{"results_mnist": ["Table 10"]}``; an empty list for a study of the book's own). A bisection search's
-    trainings are cited through their search."""
+    (``{"results_mnist": ["Table 10"]}``; an empty list for a study of the book's own). A bisection search's trainings
+    are cited through their search."""
     run_dir = Path(run_dir).resolve()
     names = list(_citations(records.runs_dir()).get(run_dir, ()))
     for search in run_dir.parent.glob("search-*/metrics.json"):
@@ -218,8 +217,8 @@ def _page_link(page: str, notebook_dir: Path) -> str:
 
 
 def cited_by_line(run_dir: Path) -> str:
-    """``**cited by** Table 10, Table 11 in [MNIST: ...](../../../book/results_mnist.md) · **all runs**
-    [Runs: MNIST](...)``: links from a run's page back to the pages that cite it and to its run index."""
+    """``**cited by** Table 10, Table 11 in [MNIST: ...](../../../book/results_mnist.md) · **all runs** [Runs:
+    MNIST](...)``: links from a run's page back to the pages that cite it and to its run index."""
     run_dir = Path(run_dir).resolve()
     links = [(", ".join(refs) + " in " if refs else "") + _page_link(page, run_dir)
              for page, refs in citing_pages(run_dir).items()]
@@ -240,8 +239,8 @@ def header(run_dir: Path) -> str:
 
 
 def write_header(run_dir: Path) -> bool:
-    """Replace the first cell of a record's executed notebook (its template's heading) by :func:`header`;
-    whether it changed. Raises if that cell is not a markdown cell that opens with a heading."""
+    """Replace the first cell of a record's executed notebook (its template's heading) by :func:`header`; whether it
+    changed. Raises if that cell is not a markdown cell that opens with a heading."""
     notebook = Path(run_dir) / "notebook.ipynb"
     content = json.loads(notebook.read_text())
     first = content["cells"][0]
@@ -287,8 +286,8 @@ def run_table(record: dict, paper_rows: pd.DataFrame | None = None) -> pd.DataFr
 def show(fig, colors: int = 32) -> None:
     """Display a figure as a palette PNG of at most ``colors`` colours (no dithering), then close it.
 
-    A run page's figures are lines and text in a few colours: 32 keep those colours and their anti-aliased
-    edges to the eye at about a fifth of matplotlib's RGBA bytes. Example: ``show(plots.plot_dynamics(record))``.
+    A run page's figures are lines and text in a few colours: 32 keep those colours and their anti-aliased edges to the
+    eye at about a fifth of matplotlib's RGBA bytes. Example: ``show(plots.plot_dynamics(record))``.
     """
     import matplotlib.pyplot as plt
     from IPython.display import Image, display
@@ -305,8 +304,8 @@ def show(fig, colors: int = 32) -> None:
 
 
 def run_page_remarks(run_dir: Path) -> str:
-    """What a reader of a run's page should know before its log: that the run was resumed (its log starts
-    where it resumed), and that its settings are superseded: its protocol gives another configuration today
+    """What a reader of a run's page should know before its log: that the run was resumed (its log starts where it
+    resumed), and that its settings are superseded: its protocol gives another configuration today
     (:func:`~paperlib.harness.presets.current_run_name`)."""
     if records.record_status(run_dir) is None or not (Path(run_dir) / "params.json").exists():
         return ""  # no record, or a bisection search's (its trainings have their own pages)

@@ -1,5 +1,5 @@
-"""Sphinx extension of the book (``_config.yml``, ``sphinx: extra_extensions``): the pages of run notebooks are
-titled by their run (:func:`paperlib.harness.run_pages.run_title`) and say that they are shown as they ran."""
+"""Sphinx extension of the book (``_config.yml``, ``sphinx: extra_extensions``): the pages of run notebooks are titled
+by their run (:func:`paperlib.harness.run_pages.run_title`) and say that they are shown as they ran."""
 
 import json
 
@@ -17,12 +17,11 @@ def _is_run_page(docname: str) -> bool:
 def _title_run_page(app, doctree) -> None:
     """Name a run notebook's page after its run, in the navigation, and say what a reader should know.
 
-    A notebook executed by the sweeps opens with its run's title
-    (:func:`paperlib.harness.run_pages.write_header`), which the navigation takes; a notebook
-    executed before that opens with its template's heading, the same for all the runs
-    of a grid, so the navigation is given :func:`paperlib.harness.run_pages.run_title` of its
-    record in both cases. A line under the heading says the page is shown as it ran,
-    and whether the run was resumed or its parameters are an earlier preset's.
+    A notebook executed by the sweeps opens with its run's title (:func:`paperlib.harness.run_pages.write_header`),
+    which the navigation takes; a notebook executed before that opens with its template's heading, the same for all the
+    runs of a grid, so the navigation is given :func:`paperlib.harness.run_pages.run_title` of its record in both cases.
+    A line under the heading says the page is shown as it ran, and whether the run was resumed or its parameters are an
+    earlier preset's.
     """
     from docutils import nodes
 

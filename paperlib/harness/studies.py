@@ -1,10 +1,9 @@
 """Every study of the book in one place: which grids make it and which page shows it.
 
-A *study* is one of the paper's result tables (:data:`TABLES`, by its LaTeX label,
-compared with the paper cell by cell), one of its figures or appendix experiments
-(:data:`FIGURES`), or one of the book's own experiments (:data:`OURS`). Each names
-the grid files whose runs make it (every grid names its preset) and the result
-page that shows it. Everything else asks here:
+A *study* is one of the paper's result tables (:data:`TABLES`, by its LaTeX label, compared with the paper cell by
+cell), one of its figures or appendix experiments (:data:`FIGURES`), or one of the book's own experiments
+(:data:`OURS`). Each names the grid files whose runs make it (every grid names its preset) and the result page that
+shows it. Everything else asks here:
 
 - the pages and findings modules, for the grids whose records they read
   (:func:`grids`);
@@ -15,8 +14,8 @@ page that shows it. Everything else asks here:
   tests/test_studies.py checks against the same;
 - the tests, for every grid of the book.
 
-How many runs a cell of the paper aggregates is the paper's, in
-``paper_results.csv`` (:func:`paperlib.paper.paper_results.paper_runs`), not here.
+How many runs a cell of the paper aggregates is the paper's, in ``paper_results.csv``
+(:func:`paperlib.paper.paper_results.paper_runs`), not here.
 """
 
 from dataclasses import dataclass
@@ -30,9 +29,9 @@ from . import records
 
 @dataclass(frozen=True)
 class Study:
-    """The grid files whose runs make a study (a ``paper``-preset grid first where there is one), the result
-    page that shows it (``results_mnist``), and ``where``: the run parameters that pick its records out of
-    grids shared with another study (see :func:`analysis.comparison.compare`)."""
+    """The grid files whose runs make a study (a ``paper``-preset grid first where there is one), the result page that
+    shows it (``results_mnist``), and ``where``: the run parameters that pick its records out of grids shared with
+    another study (see :func:`analysis.comparison.compare`)."""
 
     grids: tuple[str, ...]
     page: str
@@ -124,11 +123,11 @@ RUN_INDEXES = {
 
 @dataclass(frozen=True)
 class Folder:
-    """How the run indexes (book/runs_*.md) present an experiment folder of ``runs/``: its ``title``, what its runs
-    test in words; ``about``, one line on what they are; ``split``, the run parameters whose values divide a long
-    list into parts (``("method", "grouping")``); ``main``: whether it holds the main table of its result page, whose
-    lists the index shows unfolded. The paper's tables and figures it serves and the pages that show it are
-    not written here: :func:`folder_refs` and :func:`folder_pages` read them from :data:`STUDIES`."""
+    """How the run indexes (book/runs_*.md) present an experiment folder of ``runs/``: its ``title``, what its runs test
+    in words; ``about``, one line on what they are; ``split``, the run parameters whose values divide a long list into
+    parts (``("method", "grouping")``); ``main``: whether it holds the main table of its result page, whose lists the
+    index shows unfolded. The paper's tables and figures it serves and the pages that show it are not written here:
+    :func:`folder_refs` and :func:`folder_pages` read them from :data:`STUDIES`."""
 
     title: str
     about: str
@@ -330,8 +329,8 @@ def every_grid() -> tuple[str, ...]:
 
 
 def indexed_experiments(index: str) -> list[str]:
-    """The experiment folders whose runs the run index ``index`` (``runs_mnist``) lists: those of every study
-    shown on its pages, in the order of :data:`STUDIES`."""
+    """The experiment folders whose runs the run index ``index`` (``runs_mnist``) lists: those of every study shown on
+    its pages, in the order of :data:`STUDIES`."""
     pages = RUN_INDEXES[index]
     found = [experiment for item in STUDIES.values() if item.page in pages for experiment in item.experiments]
     return list(dict.fromkeys(found))

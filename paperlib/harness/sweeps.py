@@ -1,9 +1,9 @@
 """Run a grid of notebook executions: ``python -m paperlib.harness.sweeps grids/<name>.yaml``.
 
-A study's name (:mod:`paperlib.harness.studies`: a label of the paper such as
-``tab:cifar10_control``, or one of the book's own studies) stands for its grid files,
-those of one preset with ``--preset``: ``python -m paperlib.harness.sweeps tab:cifar10_control
---preset cpu`` runs the CPU protocol's grids only, not the paper's WideResNet-28-10 ones.
+A study's name (:mod:`paperlib.harness.studies`: a label of the paper such as ``tab:cifar10_control``, or one of the
+book's own studies) stands for its grid files, those of one preset with ``--preset``: ``python -m
+paperlib.harness.sweeps tab:cifar10_control --preset cpu`` runs the CPU protocol's grids only, not the paper's
+WideResNet-28-10 ones.
 
 A grid file (YAML) names one notebook and the runs of one paper table or figure::
 
@@ -18,26 +18,21 @@ A grid file (YAML) names one notebook and the runs of one paper table or figure:
     runs:                     # optional extra parameter sets (merged with base)
       - {grouping: layer, target: [0.3, 0.3, 0.3]}
 
-Each run executes the notebook with papermill in its own process. Runs whose
-record is complete are skipped; partial ones resume from their checkpoint. A
-run of the bisection notebook is a whole search; its record is the search's
-(:func:`record_folder`). The
-executed notebook is moved into the run folder only when the record is
-complete, so a failed run never overwrites anything in ``runs/``. With
-``--commit`` each finished record is committed to git as soon as it finishes.
-While a run goes on, its notebook's output (epochs, progress bars) is written
-to the ``papermill.log`` named when it starts.
+Each run executes the notebook with papermill in its own process. Runs whose record is complete are skipped; partial
+ones resume from their checkpoint. A run of the bisection notebook is a whole search; its record is the search's
+(:func:`record_folder`). The executed notebook is moved into the run folder only when the record is complete, so a
+failed run never overwrites anything in ``runs/``. With ``--commit`` each finished record is committed to git as soon as
+it finishes. While a run goes on, its notebook's output (epochs, progress bars) is written to the ``papermill.log``
+named when it starts.
 
-On a cluster, ``--executor slurm`` submits one job per run whose record is not
-complete through `submitit <https://github.com/facebookincubator/submitit>`_
-(one job array per command), with ``--gpus``, ``--cpus``, ``--timeout-min`` and
-``--partition`` as the jobs' resources. A job that reaches its time limit or is
-preempted is requeued by submitit and resumes from its last checkpoint.
-``--executor local`` runs the same jobs as local processes (what the tests use).
+On a cluster, ``--executor slurm`` submits one job per run whose record is not complete through `submitit
+<https://github.com/facebookincubator/submitit>`_ (one job array per command), with ``--gpus``, ``--cpus``,
+``--timeout-min`` and ``--partition`` as the jobs' resources. A job that reaches its time limit or is preempted is
+requeued by submitit and resumes from its last checkpoint. ``--executor local`` runs the same jobs as local processes
+(what the tests use).
 
-On a machine without Jupyter (a lent GPU node), ``--commands`` prints one
-``python -m paperlib.harness.run`` command per run whose record is not complete; copied
-back into ``runs/``, their records get their executed notebooks from the next
+On a machine without Jupyter (a lent GPU node), ``--commands`` prints one ``python -m paperlib.harness.run`` command per
+run whose record is not complete; copied back into ``runs/``, their records get their executed notebooks from the next
 sweep here (:func:`execute`).
 """
 
@@ -70,9 +65,8 @@ from .vocabulary import PRESETS
 def check_parameters(grid: str, notebook: str, sets: list[dict], defaults: dict) -> None:
     """Raise if a grid gives a notebook a parameter that its parameters cell does not declare.
 
-    papermill only warns about such a parameter and the notebook runs without
-    it: the run would train the notebook's default under the grid's record
-    folder's name (:func:`record_folder` reads every parameter).
+    papermill only warns about such a parameter and the notebook runs without it: the run would train the notebook's
+    default under the grid's record folder's name (:func:`record_folder` reads every parameter).
     """
     unknown = sorted({name for params in sets for name in params} - set(defaults))
     if unknown:
@@ -83,11 +77,10 @@ def check_parameters(grid: str, notebook: str, sets: list[dict], defaults: dict)
 def kernel_config() -> Config:
     """Configuration of the kernel manager that runs a notebook: CurveZMQ keys for its connection.
 
-    ipykernel (>= 7.4) warns "Kernel is running over TCP without encryption ..."
-    when its connection file holds no CurveZMQ keys; jupyter_client (>= 8.9)
-    writes them only when ``KernelManager.transport_encryption`` asks for it
-    ("disabled" by default). "auto" provisions them for kernels whose kernelspec
-    declares curve support (ipykernel's does) and changes nothing for others.
+    ipykernel (>= 7.4) warns "Kernel is running over TCP without encryption ..." when its connection file holds no
+    CurveZMQ keys; jupyter_client (>= 8.9) writes them only when ``KernelManager.transport_encryption`` asks for it
+    ("disabled" by default). "auto" provisions them for kernels whose kernelspec declares curve support (ipykernel's
+    does) and changes nothing for others.
     """
     return Config({"KernelManager": {"transport_encryption": "auto" if zmq.has("curve") else "disabled"}})
 
@@ -111,8 +104,8 @@ def _papermill_command(notebook: str, output: Path, params: dict) -> list[str]:
 
 
 def record_folders(run_dir: Path) -> list[Path]:
-    """The folders that make up one finished record: the run's, and for a bisection search also those of
-    the trainings its record lists (their records are what its notebook and the book load)."""
+    """The folders that make up one finished record: the run's, and for a bisection search also those of the trainings
+    its record lists (their records are what its notebook and the book load)."""
     metrics = json.loads((run_dir / "metrics.json").read_text())
     if metrics.get("kind") != "bisection search":
         return [run_dir]
@@ -137,12 +130,11 @@ def _commit(folders: list[Path]) -> None:
 def execute(notebook: str, dataset: str, params: dict, threads: int, commit: bool, renew: bool = False) -> str:
     """Run one parameter set unless its record is complete; return a one-line status.
 
-    A complete record without its executed notebook (one trained by
-    ``python -m paperlib.harness.run``, see :func:`run_commands`) gets it: the notebook
-    finds the record complete and only shows it, in seconds. ``renew`` does the
-    same for a complete record that has a notebook, replacing it once the new one
-    has run (``benchmarks/regenerate_run_notebooks.py``, after a template changed);
-    an incomplete record is trained as without it.
+    A complete record without its executed notebook (one trained by ``python -m paperlib.harness.run``, see
+    :func:`run_commands`) gets it: the notebook finds the record complete and only shows it, in seconds. ``renew`` does
+    the same for a complete record that has a notebook, replacing it once the new one has run
+    (``benchmarks/regenerate_run_notebooks.py``, after a template changed); an incomplete record is trained as without
+    it.
     """
     run_dir = record_folder(notebook, params, dataset, notebook_defaults(notebook))
     if records.record_status(run_dir) == "complete" and (run_dir / "notebook.ipynb").exists() and not renew:
@@ -160,11 +152,10 @@ def execute(notebook: str, dataset: str, params: dict, threads: int, commit: boo
 def run_commands(notebook: str, dataset: str, params: dict, threads: int) -> str:
     """The ``python -m paperlib.harness.run`` command that trains what the notebook would with ``params``.
 
-    For a machine without Jupyter (a lent GPU node): it writes the same record
-    (:func:`record_folder`, checked here), and a later sweep here adds the
-    executed notebook (:func:`execute`). Training notebooks pass their
-    parameters to :func:`~paperlib.harness.training.run_experiment` unchanged, so the
-    command is the notebook's parameters that are configuration fields.
+    For a machine without Jupyter (a lent GPU node): it writes the same record (:func:`record_folder`, checked here),
+    and a later sweep here adds the executed notebook (:func:`execute`). Training notebooks pass their parameters to
+    :func:`~paperlib.harness.training.run_experiment` unchanged, so the command is the notebook's parameters that are
+    configuration fields.
     """
     if Path(notebook).stem == "bisection":
         raise ValueError("a bisection search is a notebook of many trainings; run it through the notebook")
@@ -249,12 +240,10 @@ def _execute(notebook: str, params: dict, threads: int, commit: bool, run_dir: P
 class ClusterRun:
     """One run of a grid as a submitit job (:func:`execute` in the job's process).
 
-    A job stopped at its time limit or by preemption is requeued with the same
-    arguments (submitit's checkpointing protocol); the run resumes from its last
-    finished epoch (:mod:`paperlib.harness.training`). The ``running.pid`` lock of a
-    stopped job names a process that no longer exists, so the requeued job takes
-    the run (on a shared file system, a live process with the same number on the
-    requeued job's node would make it skip the run: run the sweep again).
+    A job stopped at its time limit or by preemption is requeued with the same arguments (submitit's checkpointing
+    protocol); the run resumes from its last finished epoch (:mod:`paperlib.harness.training`). The ``running.pid`` lock
+    of a stopped job names a process that no longer exists, so the requeued job takes the run (on a shared file system,
+    a live process with the same number on the requeued job's node would make it skip the run: run the sweep again).
     """
 
     def __call__(self, notebook: str, dataset: str, params: dict, threads: int, commit: bool) -> str:
