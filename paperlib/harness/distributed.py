@@ -5,53 +5,40 @@
 on the CPU). The runner (:mod:`paperlib.harness.training`) then trains as one process would, with these semantics:
 
 Sharding
-    ``batch_size`` stays the *global* batch, so records are comparable across
-    process counts. Every process draws the same seeded permutation of an
-    epoch; process ``r`` takes its contiguous slice of each global batch
-    (:meth:`paperlib.harness.data._EpochLoader.shard`). The loaders' positions are
-    the same everywhere, so a checkpoint resumes every process exactly.
+    ``batch_size`` stays the *global* batch, so records are comparable across process counts. Every process draws the
+    same seeded permutation of an epoch; process ``r`` takes its contiguous slice of each global batch
+    (:meth:`paperlib.harness.data._EpochLoader.shard`). The loaders' positions are the same everywhere, so a checkpoint
+    resumes every process exactly.
 Gradients
-    The model's forward and backward run in
-    :class:`~torch.nn.parallel.DistributedDataParallel`: the gradients of every
-    parameter, weights *and* gates' ``log_alpha``, are combined across
-    processes before the optimisers step, weighted by each process's share of
-    the global batch (:func:`weighted_allreduce`; the plain average when the
-    shares are equal). The result is the gradient of the global batch's mean
-    loss, as in one process. Clamping of ``log_alpha``, pruning masks and the
-    dual step then run on every process on identical parameters, and the
-    constraint's density is a deterministic function of ``log_alpha``: the
-    multipliers stay identical, which :func:`assert_identical` checks after
+    The model's forward and backward run in :class:`~torch.nn.parallel.DistributedDataParallel`: the gradients of every
+    parameter, weights *and* gates' ``log_alpha``, are combined across processes before the optimisers step, weighted by
+    each process's share of the global batch (:func:`weighted_allreduce`; the plain average when the shares are equal).
+    The result is the gradient of the global batch's mean loss, as in one process. Clamping of ``log_alpha``, pruning
+    masks and the dual step then run on every process on identical parameters, and the constraint's density is a
+    deterministic function of ``log_alpha``: the multipliers stay identical, which :func:`assert_identical` checks after
     every epoch.
 Gate noise
-    Every process seeds the global RNG with the run's seed and draws the same
-    numbers in the same order (the loaders have their own generators, and every
-    process evaluates), so every process draws the *same* gate sample for the
-    global minibatch: the one-process semantics. Two processes with half the
-    batch each reproduce one process with the full batch to float rounding
-    (tests/test_distributed.py). The authors' DDP had the same semantics:
-    ``core_exp.py`` seeds every process alike (``change_random_seed(args.seed)``,
-    no rank offset; ``utils/basic_utils.py`` seeds torch and every CUDA
-    device), and the gate noise is ``torch.rand`` on each process's GPU
-    (``sparse/l0_layers.py``), drawn only in training mode, so every GPU's
-    generator gave the same sample at every step. (Only rank 0 validated,
-    which moved its *CPU* generator through the ``DataLoader``'s base seed:
-    that changed its data workers' seeds, not the gate noise.)
+    Every process seeds the global RNG with the run's seed and draws the same numbers in the same order (the loaders
+    have their own generators, and every process evaluates), so every process draws the *same* gate sample for the
+    global minibatch: the one-process semantics. Two processes with half the batch each reproduce one process with the
+    full batch to float rounding (tests/test_distributed.py). The authors' DDP had the same semantics: ``core_exp.py``
+    seeds every process alike (``change_random_seed(args.seed)``, no rank offset; ``utils/basic_utils.py`` seeds torch
+    and every CUDA device), and the gate noise is ``torch.rand`` on each process's GPU (``sparse/l0_layers.py``), drawn
+    only in training mode, so every GPU's generator gave the same sample at every step. (Only rank 0 validated, which
+    moved its *CPU* generator through the ``DataLoader``'s base seed: that changed its data workers' seeds, not the gate
+    noise.)
 Batch norm
-    As in the authors' code (plain ``DistributedDataParallel``, default
-    ``broadcast_buffers=True``, no ``SyncBatchNorm``): batch statistics come
-    from each process's own slice of the batch, and the running statistics are
-    rank 0's, broadcast to the others at every forward. ``sync_batchnorm=True``
-    converts the batch norms to :class:`torch.nn.SyncBatchNorm` for training
-    (statistics of the global batch; CUDA only, as torch's SyncBatchNorm); evaluation, checkpoints and the counts
-    see plain ``BatchNorm2d`` modules holding the same tensors.
+    As in the authors' code (plain ``DistributedDataParallel``, default ``broadcast_buffers=True``, no
+    ``SyncBatchNorm``): batch statistics come from each process's own slice of the batch, and the running statistics are
+    rank 0's, broadcast to the others at every forward. ``sync_batchnorm=True`` converts the batch norms to
+    :class:`torch.nn.SyncBatchNorm` for training (statistics of the global batch; CUDA only, as torch's SyncBatchNorm);
+    evaluation, checkpoints and the counts see plain ``BatchNorm2d`` modules holding the same tensors.
 Records and checkpoints
-    Only rank 0 writes them; the others wait at a barrier. Every process loads
-    the checkpoint on resumption (one node, one file system), also with another
-    number of processes. Every process evaluates the whole validation set (same
-    numbers; it keeps the global RNG in step). The epoch means of
-    ``history.csv`` are over all processes' examples; the per-step ``loss`` of
-    ``steps.csv.xz`` is rank 0's slice's (densities and multipliers there are
-    global). ``metrics.json`` gains ``distributed`` (absent for one process).
+    Only rank 0 writes them; the others wait at a barrier. Every process loads the checkpoint on resumption (one node,
+    one file system), also with another number of processes. Every process evaluates the whole validation set (same
+    numbers; it keeps the global RNG in step). The epoch means of ``history.csv`` are over all processes' examples; the
+    per-step ``loss`` of ``steps.csv.xz`` is rank 0's slice's (densities and multipliers there are global).
+    ``metrics.json`` gains ``distributed`` (absent for one process).
 
 Limitation: a non-finite loss is detected per process; the process that raises ends the run (``torchrun`` stops the
 others), and only when that is rank 0 is the record marked failed (otherwise it stays partial).

@@ -5,10 +5,9 @@ pair and applies overrides, converting strings (papermill's ``-r`` passes raw st
 any training starts.
 
 * ``paper``: exactly what the paper ran on GPUs (Tables 5-8, 18, 19).
-* ``cpu``: a budget that fits one run on a 2-core machine in minutes. What it
-  shrinks is written next to each entry: fewer epochs, a narrower/shallower
-  WideResNet for CIFAR, a proportionally compressed learning-rate schedule and
-  a larger dual learning rate (the multiplier has far fewer steps to grow in).
+* ``cpu``: a budget that fits one run on a 2-core machine in minutes. What it shrinks is written next to each entry:
+  fewer epochs, a narrower/shallower WideResNet for CIFAR, a proportionally compressed learning-rate schedule and a
+  larger dual learning rate (the multiplier has far fewer steps to grow in).
 * ``auto``: ``paper`` when CUDA is available, ``cpu`` otherwise.
 """
 

@@ -6,21 +6,16 @@ Every verdict of the book, MNIST and CIFAR-10 alike, is computed here; the pages
 
 A run of a constrained model:
 
-- **Feasible** (:func:`feasible`): every constraint ends at most
-  :data:`FEASIBLE_POINTS` above its target, App. G's "feasible or within (~1%)
-  of the desired target".
-- **Binds** (:func:`binding`): a constraint binds when the same model at the same
-  protocol with free gates (a target of 100%, which never binds) ends above the
-  target. Without such a record the binding is *unknown*, and the constraint is
-  judged as if it bound: a target is never called "does not bind" without a
-  free-gates record.
-- **On target** (:func:`judge_run`): feasible, and within the tolerance of every
-  constraint that binds. The tolerance is :data:`ON_TARGET_POINTS`, or half a
-  gate where one gate is worth more than :data:`COARSE_GATE_POINTS` of its group
-  (:func:`tolerance`). A feasible run further under a binding target is
-  *under*; a run over a target by more than :data:`FEASIBLE_POINTS` is
-  *violated*; a feasible run none of whose constraints binds is *does not bind*,
-  neither a hit nor a miss.
+- **Feasible** (:func:`feasible`): every constraint ends at most :data:`FEASIBLE_POINTS` above its target, App. G's
+  "feasible or within (~1%) of the desired target".
+- **Binds** (:func:`binding`): a constraint binds when the same model at the same protocol with free gates (a target of
+  100%, which never binds) ends above the target. Without such a record the binding is *unknown*, and the constraint is
+  judged as if it bound: a target is never called "does not bind" without a free-gates record.
+- **On target** (:func:`judge_run`): feasible, and within the tolerance of every constraint that binds. The tolerance is
+  :data:`ON_TARGET_POINTS`, or half a gate where one gate is worth more than :data:`COARSE_GATE_POINTS` of its group
+  (:func:`tolerance`). A feasible run further under a binding target is *under*; a run over a target by more than
+  :data:`FEASIBLE_POINTS` is *violated*; a feasible run none of whose constraints binds is *does not bind*, neither a
+  hit nor a miss.
 
 A penalized cell (:func:`judge_penalty`): how far our seeds at the paper's λ_pen scatter the density, and whether their
 mean lands within :data:`PENALTY_POINTS` of the paper's density.

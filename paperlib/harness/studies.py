@@ -5,13 +5,11 @@ cell), one of its figures or appendix experiments (:data:`FIGURES`), or one of t
 (:data:`OURS`). Each names the grid files whose runs make it (every grid names its preset) and the result page that
 shows it. Everything else asks here:
 
-- the pages and findings modules, for the grids whose records they read
-  (:func:`grids`);
-- the sweeps, which take a study's name in place of its grid files
-  (``python -m paperlib.harness.sweeps tab:cifar10_control``);
-- the run indexes (book/runs_*.md), for the experiment folders whose runs they
-  list (:func:`indexed_experiments`), and ``_toc.yml``, whose globs
-  tests/test_studies.py checks against the same;
+- the pages and findings modules, for the grids whose records they read (:func:`grids`);
+- the sweeps, which take a study's name in place of its grid files (``python -m paperlib.harness.sweeps
+  tab:cifar10_control``);
+- the run indexes (book/runs_*.md), for the experiment folders whose runs they list (:func:`indexed_experiments`), and
+  ``_toc.yml``, whose globs tests/test_studies.py checks against the same;
 - the tests, for every grid of the book.
 
 How many runs a cell of the paper aggregates is the paper's, in ``paper_results.csv``

@@ -4,11 +4,10 @@
 
 1. resolve and validate the parameters (:mod:`paperlib.harness.presets`);
 2. return the record if it is complete (nothing is loaded or built);
-3. otherwise load the data (:mod:`paperlib.harness.data`) and let the method
-   (:mod:`paperlib.harness.methods`: constrained, penalized, dense or magnitude
-   pruning) build its model and train it, epoch by epoch;
-4. after every epoch, evaluate the method's test-time model (App. D), count
-   its parameters and MACs, checkpoint, and rewrite the record.
+3. otherwise load the data (:mod:`paperlib.harness.data`) and let the method (:mod:`paperlib.harness.methods`:
+   constrained, penalized, dense or magnitude pruning) build its model and train it, epoch by epoch;
+4. after every epoch, evaluate the method's test-time model (App. D), count its parameters and MACs, checkpoint, and
+   rewrite the record.
 
 Checkpoints live outside the work tree (:func:`paperlib.harness.records.checkpoints_dir`). A killed run started again
 with the same parameters resumes after its last finished epoch and, on the CPU, ends with the same numbers as an
