@@ -1,7 +1,7 @@
 """Run one experiment from the command line, in one process or several under ``torchrun``.
 
-    python -m paperlib.harness.run dataset=mnist model=mlp target=0.3 epochs=2 torchrun --nproc_per_node=8 -m
-    paperlib.harness.run dataset=cifar10 model=wrn-28-10 target=0.7 preset=paper
+    python -m paperlib.harness.run dataset=mnist model=mlp target=0.3 epochs=2
+    torchrun --nproc_per_node=8 -m paperlib.harness.run dataset=cifar10 model=wrn-28-10 target=0.7 preset=paper
 
 Arguments are ``key=value`` or ``--key value`` (``--key=value``), with the parameters of
 :func:`paperlib.harness.training.run_experiment` (those of :class:`~paperlib.harness.presets.ExperimentConfig`, plus
