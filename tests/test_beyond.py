@@ -253,8 +253,7 @@ def test_what_was_not_run_is_one_command_per_row_with_a_loop_over_targets(monkey
     table = pd.DataFrame({"model": ["m"] * 4, "method": ["constrained", "constrained", "magnitude_pruning", "dense"],
                           "grouping": ["layer", "layer", "layer", "—"], "target / λ_pen": ["20%", "10%", "20%", ""],
                           "protocol": ["not run", "not run", "not run", "paper protocol, 1 ep, 1 seed"]})
-    table.attrs["missing"] = {"m constrained layer 20%": f"python -m paperlib.harness.sweeps grids/tinyimagenet.yaml ; at the "
-                                                          f"paper's protocol: {papermill} -p target 0.2",
+    table.attrs["missing"] = {"m constrained layer 20%": f"{papermill} -p target 0.2",
                               "m constrained layer 10%": f"{papermill} -p target 0.1",
                               "m magnitude_pruning layer 20%": "python -m paperlib.harness.sweeps grids/imagenet_magnitude_pruning.yaml"}
     monkeypatch.setattr(beyond, "compare_table", lambda label: table)

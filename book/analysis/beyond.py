@@ -1,12 +1,10 @@
 """The paper's experiments beyond its structured MNIST and CIFAR-10 tables, as our records answer them
 (``book/results_unstructured.md``: App. L's unstructured gates against magnitude pruning; ``book/results_beyond.md``:
-Table 4's model sizes, App. E's bisection for a penalty, what was not run).
-
-A function whose numbers go into the page's prose returns them as ``{glue name: number}``; the page
-glues them (myst-nb) and formats them. Nothing here builds a sentence or invents a number: ours come from
-the records in ``runs/``, the paper's from ``paper_results.csv``.
+Table 4's model sizes, App. E's bisection for a penalty, what was not run). A function whose numbers go into the
+page's prose returns ``{glue name: number}``; the page glues and formats them.
 """
 
+import functools
 import json
 import re
 
@@ -38,28 +36,27 @@ INITIALISATIONS = {"fan_in": "fan-in init.", "fan_out": "fan-out init.",
                    "authors": "authors' init. (fan-out, ÷ (1 − ρ_init))"}
 #: A glued number of ours while its record is missing (the page's table of what was not run gives the command).
 NO_RECORD = float("nan")
+#: Methods as the page names them.
+METHOD_WORDS = {"magnitude_pruning": "magnitude pruning", "constrained": "L0, constrained", "dense": "dense",
+                "penalized": "L0, penalized", "louizos": "Louizos et al."}
 
 
-# --------------------------------------------------------------------------- #
-# App. L: magnitude pruning against the paper
-# --------------------------------------------------------------------------- #
+# --- App. L: magnitude pruning against the paper ---------------------------------------------------
 
 def paper_pruned_error(model: str, density: float, finetune_epochs: int = 0) -> float:
-    """The paper's best validation error (%) of ``model`` magnitude-pruned to ``density`` and fine-tuned for
-    ``finetune_epochs`` epochs (0: just pruned), as Table 20 (MLP) or Table 21 (LeNet5) prints it."""
+    """The paper's best error (%) of ``model`` magnitude-pruned to ``density``, fine-tuned ``finetune_epochs``."""
     return paper_cell(PRUNING_TABLES[model], method="magnitude_pruning", target=density,
                       finetune_epochs=finetune_epochs, metric="val_error_best").value_num
 
 
 def paper_dense_error(model: str) -> float:
-    """The paper's best validation error (%) of the dense ``model`` of Table 20 or Table 21."""
+    """The paper's best error (%) of the dense ``model`` of Table 20 or Table 21."""
     return paper_cell(PRUNING_TABLES[model], method="dense", metric="val_error_best").value_num
 
 
 def read_pruning_variants(model: str, init: str = "fan_in", seed: int = 0) -> dict:
-    """The record of ``benchmarks/pruning_variants.py`` for one dense model: its validation error
-    (``dense_val_error``) and that of each pruned copy before fine-tuning,
-    ``pruned_val_error[str(density)][variant]`` (App. L)."""
+    """The record of ``benchmarks/pruning_variants.py`` for one dense model: its ``dense_val_error`` and each
+    pruned copy's error before fine-tuning, ``pruned_val_error[str(density)][variant]``."""
     path = records.runs_dir() / "pruning_variants" / f"{model}-{init}-s{seed}.json"
     if not path.exists():
         raise FileNotFoundError(f"no record {path}; PAPERLIB_DATA=../shared/data python benchmarks/pruning_variants.py "
@@ -67,18 +64,8 @@ def read_pruning_variants(model: str, init: str = "fan_in", seed: int = 0) -> di
     return json.loads(path.read_text())
 
 
-def _pruned(variants: dict, variant: str, densities=ABOVE_ONE_PERCENT) -> list[float]:
-    return [variants["pruned_val_error"][str(density)][variant] for density in densities]
-
-
-#: Methods as the page names them.
-METHOD_WORDS = {"magnitude_pruning": "magnitude pruning", "constrained": "L0, constrained", "dense": "dense",
-                "penalized": "L0, penalized", "louizos": "Louizos et al."}
-
-
 def readable(table: pd.DataFrame) -> pd.DataFrame:
-    """A :func:`analysis.comparison.compact` table with its methods in words ("magnitude pruning", not
-    ``magnitude_pruning``) and its run links kept; the attrs stay."""
+    """A :func:`analysis.comparison.compact` table with its methods in words (:data:`METHOD_WORDS`)."""
     result = table.copy()
     for column in ("row", "method"):
         if column in result:
@@ -88,52 +75,50 @@ def readable(table: pd.DataFrame) -> pd.DataFrame:
     return result
 
 
-def error_density(model: str, finetune_epochs: int = 200) -> pd.DataFrame:
-    """App. L's error against density for ``model``, ours and the paper's: one row per source (``paper``,
-    ``ours``), method (``constrained``, ``magnitude_pruning``) and target, with the density reached (%; a
-    magnitude-pruned model has exactly its target) and the best validation error (%), for magnitude pruning
-    after ``finetune_epochs`` epochs of fine-tuning; ours is the mean over our seeds (None where the table has
-    no value, e.g. a constrained run whose constraint never held)."""
+@functools.cache
+def compare_table_cached(label: str) -> pd.DataFrame:
+    """:func:`analysis.comparison.compare_table` of one of App. L's tables, read once per page."""
+    return compare_table(label)
+
+
+def _mean(values) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _pruning_rows(model: str):
+    """(row, our values, target label, the paper's best error) of the constrained and magnitude-pruning rows of
+    App. L's table for ``model``."""
     table = compare_table_cached(PRUNING_TABLES[model])
+    return [(row, values, row["target / λ_pen"], comparison.mean_of(str(row["val. error best (%) paper"])))
+            for (_, row), values in zip(table.iterrows(), table.attrs["values"])
+            if row["method"] in ("constrained", "magnitude_pruning")]
+
+
+def error_density(model: str, finetune_epochs: int = 200) -> pd.DataFrame:
+    """App. L's error against density for ``model``: per source (paper, ours), method and target, the density
+    reached (%; a magnitude-pruned model has exactly its target) and the best error (%; magnitude pruning after
+    ``finetune_epochs`` of fine-tuning); ours is the mean over our seeds."""
     rows = []
-    for (_, row), values in zip(table.iterrows(), table.attrs["values"]):
-        if row["method"] not in ("constrained", "magnitude_pruning"):
+    for row, values, label, paper_error in _pruning_rows(model):
+        pruned, target = row["method"] == "magnitude_pruning", float(label.rstrip("%"))
+        if pruned and row["fine-tuned (epochs)"] != str(finetune_epochs):
             continue
-        if row["method"] == "magnitude_pruning" and row["fine-tuned (epochs)"] != str(finetune_epochs):
-            continue
-        target = float(row["target / λ_pen"].rstrip("%"))
-        paper_density = row.get("L0-density (%) paper")
-        paper_density = target if row["method"] == "magnitude_pruning" or paper_density is None \
-            else float(str(paper_density).split(" ± ")[0])
-        errors, densities = values.get("val_error_best") or [], values.get("l0_density") or []
-        rows.append({"source": "paper", "method": row["method"], "target (%)": target, "density (%)": paper_density,
-                     "error (%)": float(str(row["val. error best (%) paper"]).split(" ± ")[0])})
-        rows.append({"source": "ours", "method": row["method"], "target (%)": target,
-                     "density (%)": target if row["method"] == "magnitude_pruning" or not densities
-                     else sum(densities) / len(densities),
-                     "error (%)": sum(errors) / len(errors) if errors else None})
+        paper_density, densities = row.get("L0-density (%) paper"), values.get("l0_density")
+        rows += [{"source": "paper", "method": row["method"], "target (%)": target, "error (%)": paper_error,
+                  "density (%)": target if pruned or paper_density is None else comparison.mean_of(str(paper_density))},
+                 {"source": "ours", "method": row["method"], "target (%)": target,
+                  "density (%)": target if pruned or not densities else _mean(densities),
+                  "error (%)": _mean(values.get("val_error_best"))}]
     return pd.DataFrame(rows, columns=["source", "method", "target (%)", "density (%)", "error (%)"])
 
 
-def compare_table_cached(label: str) -> pd.DataFrame:
-    """:func:`analysis.comparison.compare_table` of one of App. L's tables, read once per page."""
-    if label not in _COMPARED:
-        _COMPARED[label] = compare_table(label)
-    return _COMPARED[label]
-
-
-_COMPARED: dict[str, pd.DataFrame] = {}
-
-#: The marker of each method in :func:`plot_error_density`; the paper's and ours take the book's style for each
-#: (:mod:`analysis.style`: the paper's black, hollow and dashed, ours blue, filled and solid).
+#: The marker of each method in :func:`plot_error_density`.
 METHOD_MARKERS = {"constrained": "o", "magnitude_pruning": "s"}
 
 
 def plot_error_density(tables: dict[str, pd.DataFrame], finetune_epochs: int = 200) -> plt.Figure:
-    """One panel per model (``{"MLP": error_density("mlp"), ...}``): best validation error against density, both
-    on log scales, for L0 constrained and magnitude pruning (after ``finetune_epochs`` epochs of fine-tuning): the
-    paper's and ours in the book's style for each (:mod:`analysis.style`), a marker per method
-    (:data:`METHOD_MARKERS`)."""
+    """One panel per model (``{"MLP": error_density("mlp"), ...}``): best error against density on log scales,
+    the paper's and ours in the book's styles (:mod:`analysis.style`), a marker per method."""
     fig, axes = plt.subplots(1, len(tables), figsize=(7, 3.4), squeeze=False)
     for ax, (title, table) in zip(axes[0], tables.items()):
         for source in ("paper", "ours"):
@@ -156,24 +141,16 @@ def plot_error_density(tables: dict[str, pd.DataFrame], finetune_epochs: int = 2
 
 
 def unstructured_summary(model: str) -> pd.DataFrame:
-    """App. L's table for ``model`` in one row per target density: the constrained run's density and best error,
-    and the magnitude-pruned model's best error just pruned and after 200 epochs of fine-tuning, each the paper's
-    beside ours (ours: mean over our seeds)."""
-    table = compare_table_cached(PRUNING_TABLES[model])
+    """App. L's table for ``model``, one row per target: the constrained run's density and best error, and the
+    magnitude-pruned model's best error just pruned and fine-tuned 200 epochs, the paper's beside ours (mean)."""
     cells = {}
-    for (_, row), values in zip(table.iterrows(), table.attrs["values"]):
-        if row["method"] not in ("constrained", "magnitude_pruning"):
-            continue
-        target = row["target / λ_pen"]
-        errors = values.get("val_error_best") or []
-        ours = sum(errors) / len(errors) if errors else None
-        paper = float(str(row["val. error best (%) paper"]).split(" ± ")[0])
-        cell = cells.setdefault(target, {"target": target})
+    for row, values, target, paper in _pruning_rows(model):
+        ours, cell = _mean(values.get("val_error_best")), cells.setdefault(target, {"target": target})
         if row["method"] == "constrained":
-            densities = values.get("l0_density") or []
-            cell.update({("L0, constrained", "density paper"): float(str(row["L0-density (%) paper"]).split(" ± ")[0]),
-                         ("L0, constrained", "density ours"): sum(densities) / len(densities) if densities else None,
-                         ("L0, constrained", "error paper"): paper, ("L0, constrained", "error ours"): ours})
+            method = "L0, constrained"
+            cell.update({(method, "density paper"): comparison.mean_of(str(row["L0-density (%) paper"])),
+                         (method, "density ours"): _mean(values.get("l0_density")),
+                         (method, "error paper"): paper, (method, "error ours"): ours})
         elif row["fine-tuned (epochs)"] in ("0", "200"):
             when = "just pruned" if row["fine-tuned (epochs)"] == "0" else "fine-tuned 200 ep"
             cell.update({(f"magnitude pruning, {when}", "paper"): paper, (f"magnitude pruning, {when}", "ours"): ours})
@@ -182,21 +159,10 @@ def unstructured_summary(model: str) -> pd.DataFrame:
     return result.rename_axis(index="target").reset_index()
 
 
-def _at_paper_protocol(command: str) -> str:
-    """Of :func:`analysis.comparison.compare`'s commands for a missing row (alternatives joined by " ; "), the
-    first at the paper's protocol: a sweep of a ``paper``-preset grid, or the papermill run it names."""
-    for part in command.split(" ; "):
-        part = part.rpartition("at the paper's protocol: ")[2]
-        if not part.startswith("python -m paperlib.harness.sweeps ") or studies.grid_preset(part.split()[-1]) == "paper":
-            return part
-    return command
-
-
 def not_run(reasons: dict[str, str]) -> pd.DataFrame:
-    """What was not run, one row per command: the paper's table, the rows it would fill (the row descriptions of
-    :func:`analysis.comparison.compare`), why not (``reasons``, by table label: the page says why) and the
-    command at the paper's protocol. Rows that differ only in their target or λ_pen share one command, a loop
-    over the values."""
+    """What was not run, one row per command at the paper's protocol (:func:`analysis.comparison.compare`'s
+    ``missing``): the paper's table, the rows it would fill and why not (``reasons``, by table label). Rows that
+    differ only in their target or λ_pen share one command, a loop over the values."""
     groups: dict[tuple[str, str], dict] = {}
     for label, reason in reasons.items():
         table = compare_table(label)
@@ -204,62 +170,50 @@ def not_run(reasons: dict[str, str]) -> pd.DataFrame:
             if row["method"] == "louizos" or comparison.has_protocol(row["protocol"]):
                 continue
             grouping = row["grouping"] if row["method"] != "dense" and row["grouping"] != "—" else ""
-            key = " ".join(part for part in (row["model"], row["method"], grouping, row["target / λ_pen"]) if part)
-            command = _at_paper_protocol(table.attrs["missing"][key])
+            command = table.attrs["missing"][" ".join(part for part in (row["model"], row["method"], grouping,
+                                                                         row["target / λ_pen"]) if part)]
             varying = re.search(r" -p (target|lmbda) (\S+)", command) if command.startswith("papermill") else None
-            stem = command.replace(varying[0], "") if varying else command
-            group = groups.setdefault((label, stem), {"table": ref(label), "rows": [], "why not": reason,
-                                                      "values": [], "name": varying[1] if varying else None})
-            prefix = METHOD_WORDS.get(row["method"], row["method"]) + (
+            group = groups.setdefault((label, command.replace(varying[0], "") if varying else command),
+                                      {"table": ref(label), "what": {}, "why not": reason, "values": [],
+                                       "name": varying and varying[1]})
+            words = METHOD_WORDS.get(row["method"], row["method"]) + (
                 f", {row['grouping']}-wise" if row["grouping"] in ("model", "layer") else "")
-            group["rows"].append((prefix, row["target / λ_pen"]))
-            if varying:
-                group["values"].append(varying[2])
+            group["what"].setdefault(words, []).append(row["target / λ_pen"])
+            group["values"] += [varying[2]] if varying else []
     rows = []
     for (_, stem), group in groups.items():
         name, values = group["name"], list(dict.fromkeys(group["values"]))
         command = stem if not values else f"{stem} -p {name} {values[0]}" if len(values) == 1 else \
             f"for v in {' '.join(values)}; do {stem} -p {name} $v; done"
-        by_prefix: dict[str, list[str]] = {}
-        for prefix, value in group["rows"]:
-            by_prefix.setdefault(prefix, []).append(value)
-        what = "; ".join(f"{prefix} {', '.join(dict.fromkeys(v for v in values if v))}".strip()
-                         for prefix, values in by_prefix.items())
-        rows.append({"table": group["table"], "what": what,
-                     "why not": group["why not"], "command": command})
+        what = "; ".join(f"{words} {', '.join(dict.fromkeys(v for v in settings if v))}".strip()
+                         for words, settings in group["what"].items())
+        rows.append({"table": group["table"], "what": what, "why not": group["why not"], "command": command})
     return pd.DataFrame(rows, columns=["table", "what", "why not", "command"])
 
 
 def pruning_variants_table(model: str) -> pd.DataFrame:
-    """Validation error (%) before fine-tuning of every pruned copy of our dense ``model``s, at App. L's four
-    densities, below the paper's (Table 20 or Table 21): one row per dense model (initialisation, seed, its
-    error) and way of pruning (every layer, one layer alone, all but the output layer, one global threshold)."""
+    """Error (%) before fine-tuning of every pruned copy of our dense ``model``s at App. L's densities, below the
+    paper's: one row per dense model (initialisation, seed, error) and way of pruning."""
     rows = {("paper", "as printed (App. L)"): [paper_pruned_error(model, density) for density in DENSITIES]}
     for init, name in INITIALISATIONS.items():
         for path in sorted((records.runs_dir() / "pruning_variants").glob(f"{model}-{init}-s*.json")):
             variants = json.loads(path.read_text())
             dense = f"ours, {name}, seed {variants['seed']}, dense {variants['dense_val_error']:.2f}%"
             for variant in variants["pruned_val_error"][str(DENSITIES[0])]:
-                rows[(dense, variant)] = _pruned(variants, variant, DENSITIES)
+                rows[(dense, variant)] = [variants["pruned_val_error"][str(d)][variant] for d in DENSITIES]
     table = pd.DataFrame(list(rows.values()), columns=[f"{100 * density:g}%" for density in DENSITIES])
     table.index = pd.MultiIndex.from_tuples(rows, names=["dense model", "pruned"])
     return table
 
 
 def _pct(density: float) -> str:
-    """A density as a glue name's suffix: 0.2 -> "20", 0.05 -> "5"."""
-    return f"{100 * density:g}"
+    return f"{100 * density:g}"  # a glue name's suffix: 0.2 -> "20", 0.05 -> "5"
 
 
 def pruned_copies(model: str, variants: dict) -> dict[str, float]:
-    """Our dense ``model`` and its pruned copies before fine-tuning, beside the paper's (App. L): the dense error
-    (``<model>_dense``; the paper's ``<model>_paper_dense``) and, at 20, 10 and 5% (suffix ``_20``, ``_10``,
-    ``_5``), every layer pruned as App. L says (``<model>_just_pruned_<d>``; the paper's
-    ``<model>_paper_just_pruned_<d>``) and one threshold over all layers (``<model>_global_<d>``).
-
-    >>> pruned_copies("mlp", read_pruning_variants("mlp"))["mlp_paper_just_pruned_20"]
-    3.81
-    """
+    """Our dense ``model`` and its copies before fine-tuning, beside the paper's: ``<model>_dense``,
+    ``<model>_paper_dense`` and, at 20, 10 and 5%, every layer pruned (``<model>_just_pruned_<d>``, the paper's
+    ``<model>_paper_just_pruned_<d>``) and one global threshold (``<model>_global_<d>``)."""
     numbers = {f"{model}_dense": variants["dense_val_error"], f"{model}_paper_dense": paper_dense_error(model)}
     for density in ABOVE_ONE_PERCENT:
         errors = variants["pruned_val_error"][str(density)]
@@ -270,10 +224,9 @@ def pruned_copies(model: str, variants: dict) -> dict[str, float]:
 
 
 def mlp_layers_pruned_alone(variants: dict) -> dict[str, float]:
-    """Which of the MLP's layers makes its just-pruned error: the output layer pruned alone to 20%
-    (``mlp_out_20``) and to 10% (``mlp_out_10``); the most that the first or second layer alone costs down to
-    10%, in points over the dense model (``mlp_first_two_cost``); every layer but the output pruned, at each
-    density (``mlp_but_output_<d>``), and the paper's error at 1% (``mlp_paper_1``, Table 20)."""
+    """Which MLP layer makes its just-pruned error: the output layer alone at 20 and 10% (``mlp_out_<d>``), the
+    most the first or second layer alone costs down to 10% over the dense model (``mlp_first_two_cost``), all
+    but the output layer (``mlp_but_output_<d>``) and the paper's error at 1% (``mlp_paper_1``)."""
     errors = variants["pruned_val_error"]
     first_two = max(errors[str(density)][f"fc{layer} alone"] for density in DENSITIES[:2] for layer in (1, 2))
     return {"mlp_out_20": errors["0.2"]["fc3 alone"], "mlp_out_10": errors["0.1"]["fc3 alone"],
@@ -283,18 +236,15 @@ def mlp_layers_pruned_alone(variants: dict) -> dict[str, float]:
 
 
 def initialisations(variant_records: list[dict]) -> dict[str, float]:
-    """Dense models initialised otherwise than ours (``--init``): each one's dense error
-    (``<model>_<init>_dense``) and its error pruned in every layer to 20% (``<model>_<init>_pruned_20``)."""
-    numbers = {}
-    for variants in variant_records:
-        name = f"{variants['model']}_{variants['init']}"
-        numbers[f"{name}_dense"] = variants["dense_val_error"]
-        numbers[f"{name}_pruned_20"] = variants["pruned_val_error"]["0.2"]["every layer"]
-    return numbers
+    """Dense models initialised otherwise (``--init``): the dense error and the error pruned to 20%."""
+    return {name: value for variants in variant_records
+            for name, value in ((f"{variants['model']}_{variants['init']}_dense", variants["dense_val_error"]),
+                                (f"{variants['model']}_{variants['init']}_pruned_20",
+                                 variants["pruned_val_error"]["0.2"]["every layer"]))}
 
 
 def lenet5_first_convolution(variants: dict) -> dict[str, float]:
-    """LeNet5's first convolution (500 weights) pruned alone to 20%, the others dense (``lenet5_conv1_20``)."""
+    """LeNet5's first convolution (500 weights) pruned alone to 20%, the others dense."""
     return {"lenet5_conv1_20": variants["pruned_val_error"]["0.2"]["conv1 alone"]}
 
 
@@ -305,10 +255,8 @@ def constrained_runs(grid_file: str, target: float, key: str = "model") -> dict[
 
 
 def mlp_at_one_percent(record: dict) -> dict[str, float]:
-    """The constrained MLP asked for 1% on every layer (Table 20): its final model density (``mlp1_density``),
-    the higher of its first two layers' (``mlp1_first_two``) and its output layer's (``mlp1_output``), in %, and
-    its final error (``mlp1_final_error``): where a layer misses its target, the table gives the run no best
-    error."""
+    """The constrained MLP asked for 1% on every layer: model, first two layers' (higher) and output layer's
+    density (%) and the final error; where a layer misses its target the table gives the run no best error."""
     metrics = record["metrics"]
     layers = [100 * density for density in metrics["l0_density_per_layer"].values()]
     return {"mlp1_density": 100 * metrics["l0_density"], "mlp1_first_two": max(layers[:2]),
@@ -316,9 +264,8 @@ def mlp_at_one_percent(record: dict) -> dict[str, float]:
 
 
 def lenet5_at_one_percent(record: dict) -> dict[str, float]:
-    """The constrained LeNet5 asked for 1% on every layer (Table 21): its final model density
-    (``lenet1_density``), its lowest and highest layer's (``lenet1_lowest``, ``lenet1_highest``), in %, and its
-    best error at the epochs where every constraint holds (``lenet1_best``)."""
+    """The constrained LeNet5 asked for 1% on every layer: model, lowest and highest layer density (%) and the
+    best error of the epochs where every constraint holds."""
     metrics = record["metrics"]
     layers = [100 * density for density in metrics["l0_density_per_layer"].values()]
     return {"lenet1_density": 100 * metrics["l0_density"], "lenet1_lowest": min(layers),
@@ -331,11 +278,8 @@ def magnitude_pruning_runs(model: str) -> list[dict]:
 
 
 def mlp_pruning_against_paper(table: pd.DataFrame) -> dict[str, float]:
-    """Our magnitude-pruned MLP against the paper's, from the comparison of Table 20
-    (:func:`analysis.comparison.compare_table`), over its rows with our records: the seeds behind each mean
-    (``mlp_pruned_seeds``), and the lowest and highest of ours minus the paper's after 50 or more epochs of
-    fine-tuning at 20, 10 and 5% (``mlp_finetuned_low``, ``mlp_finetuned_high``) and at 1% (``mlp1_finetuned_low``,
-    ``mlp1_finetuned_high``)."""
+    """Our magnitude-pruned MLP against the paper's (Table 20's comparison): the seeds behind each mean, and the
+    lowest and highest of ours minus the paper's after 50 or more epochs of fine-tuning, at 20 to 5% and at 1%."""
     rows = table[(table["method"] == "magnitude_pruning") & table["val. error best (%) ours"].notna()]
     above_one = rows["target / λ_pen"] != "1%"
     finetuned = rows["fine-tuned (epochs)"] != "0"
@@ -348,15 +292,13 @@ def mlp_pruning_against_paper(table: pd.DataFrame) -> dict[str, float]:
 
 
 def finetuned_errors(record: dict, epochs=FINETUNING_EPOCHS) -> list[float]:
-    """A magnitude-pruning record's best validation error after each of ``epochs`` epochs of fine-tuning
-    (App. L's columns: the best so far)."""
+    """A magnitude-pruning record's best error after each of ``epochs`` of fine-tuning (the best so far)."""
     return [best_finetuned_error(record, finetune_epochs) for finetune_epochs in epochs]
 
 
 def mlp_one_percent_by_seed(runs: list[dict]) -> dict[str, float]:
-    """The MLP magnitude-pruned to 1% (Table 20): how far apart its seeds end after 200 epochs of fine-tuning
-    (``mlp1_seed_spread``, points) and how much the paper's own cell falls from 100 to 200 epochs
-    (``mlp1_paper_drop``). ``runs``: the MLP's magnitude-pruning records."""
+    """The MLP magnitude-pruned to 1%: how far apart its seeds end after 200 epochs of fine-tuning (points) and
+    how much the paper's cell falls from 100 to 200 epochs."""
     at_one = [run for run in runs if run["params"]["target"] == 0.01]
     if not at_one:
         raise ValueError(f"no magnitude-pruning record at 1% among the {len(runs)} given: "
@@ -367,11 +309,8 @@ def mlp_one_percent_by_seed(runs: list[dict]) -> dict[str, float]:
 
 
 def lenet5_finetuning(runs: list[dict]) -> dict[str, float]:
-    """The magnitude-pruned LeNet5 through fine-tuning, beside the paper's (Table 21): at 20%, its best error
-    after one epoch (``lenet5_ft_1``) and after 200 (``lenet5_ft_200``; the paper's ``lenet5_paper_ft_200``); at
-    1%, its best error after 200 epochs (``lenet5_1_ft_200``) and the paper's, the same before and after
-    fine-tuning (``lenet5_1_paper``). Ours is :data:`NO_RECORD` where ``runs`` (LeNet5's magnitude-pruning
-    records) has none at that density."""
+    """The magnitude-pruned LeNet5 through fine-tuning beside the paper's: at 20%, after 1 and 200 epochs; at 1%,
+    after 200 (the paper's is the same before and after); :data:`NO_RECORD` where ``runs`` has none."""
     by_target = {run["params"]["target"]: run for run in runs}
     at_20, at_1 = by_target.get(0.2), by_target.get(0.01)
     return {"lenet5_ft_1": NO_RECORD if at_20 is None else best_finetuned_error(at_20, 1),
@@ -382,8 +321,7 @@ def lenet5_finetuning(runs: list[dict]) -> dict[str, float]:
 
 
 def dense_baseline(model: str) -> dict | None:
-    """App. L's dense ``model`` at the paper's protocol (the dense row of Table 20 or Table 21), or None while
-    its record is not complete."""
+    """App. L's dense ``model`` at the paper's protocol, or None while its record is not complete."""
     folder = next((folder for config, folder in report.grid_runs(UNSTRUCTURED_GRID)
                    if config.method == "dense" and config.model == model), None)
     if folder is None:
@@ -397,11 +335,9 @@ def dense_epochs(history: list[dict]) -> list[tuple[str, str, str]]:
 
 
 def dense_phases(runs: list[dict], baseline: dict | None) -> pd.DataFrame:
-    """The dense model each magnitude-pruning record pruned (App. L prunes a trained dense model): its target,
-    whose dense phase it pruned (``first_phase_of``: another target's run, named by its target, else its own), the CPU that trained
-    it, the dense model's error at the end of that phase and the pruned model's before fine-tuning; and whether
-    its own dense phase is the ``baseline`` record's training, epoch by epoch (None where it pruned another
-    run's, or without a baseline)."""
+    """The dense model each magnitude-pruning record pruned: whose dense phase (``first_phase_of``: another
+    target's run, else its own), where it trained, its error and the pruned model's; and whether its own dense
+    phase is the ``baseline`` record's training epoch by epoch (None where it pruned another's)."""
     targets = {run["params"].get("run_name"): run["params"]["target"] for run in runs}
     rows = []
     for run in runs:
@@ -420,9 +356,7 @@ def dense_phases(runs: list[dict], baseline: dict | None) -> pd.DataFrame:
                                        "dense phase = dense baseline record"])
 
 
-# --------------------------------------------------------------------------- #
-# Table 4: the dense models' sizes
-# --------------------------------------------------------------------------- #
+# --- Table 4: the dense models' sizes ----------------------------------------------------------------
 
 #: Table 4's models as we build and count them: (our name, classes of its head, input shape). Each has the head
 #: of the dataset it trains on here: WideResNet-28-10 has CIFAR-10's 10 classes, where the paper's 36.5M
@@ -432,9 +366,8 @@ MODEL_STATS = (("mlp", 10, (1, 28, 28)), ("lenet5", 10, (1, 28, 28)), ("wrn-28-1
 
 
 def model_statistics(models: tuple[tuple[str, int, tuple[int, ...]], ...] = MODEL_STATS) -> pd.DataFrame:
-    """Table 4 beside our counts: each dense model (by :func:`~paperlib.paper.models.display_name`) with its
-    parameters and MACs as the paper prints them and as :mod:`paperlib.method.counting` counts them (the paper's
-    convention), its input and the classes of its head (``classes``)."""
+    """Table 4 beside our counts (:mod:`paperlib.method.counting`, the paper's convention): each dense model's
+    parameters and MACs, its input and the classes of its head."""
     printed = paper_results()
     printed = printed[printed["table"] == "tab:model_stats"].set_index(["model", "metric"])["value"]
     rows = []
@@ -448,9 +381,7 @@ def model_statistics(models: tuple[tuple[str, int, tuple[int, ...]], ...] = MODE
     return pd.DataFrame(rows)
 
 
-# --------------------------------------------------------------------------- #
-# App. E: a bisection for a penalty against one constrained run
-# --------------------------------------------------------------------------- #
+# --- App. E: a bisection for a penalty against one constrained run ---------------------------------
 
 BISECTION_GRID, = studies.grids("app:bisection")
 #: A qualifier of ``paper_results.csv`` in words.
@@ -471,9 +402,8 @@ def _closest(search: dict) -> dict:
 
 
 def plot_bisections(searches: list[dict]) -> plt.Figure:
-    """Figure 5 from our searches (``report.complete_searches``): each training's λ_pen and L0-density, labelled
-    by the iteration that asked for it (the two endpoints are 0), and the target ± tolerance as a band; one
-    panel per search."""
+    """Figure 5 from our searches: each training's λ_pen and L0-density, labelled by its iteration (the two
+    endpoints are 0), the target ± tolerance as a band; one panel per search."""
     if not searches:
         raise ValueError(f"no search to plot: python -m paperlib.harness.sweeps {BISECTION_GRID}")
     fig, axes = plt.subplots(1, len(searches), figsize=(min(7.0, 3.5 * len(searches)), 3.2), squeeze=False)
@@ -493,8 +423,7 @@ def plot_bisections(searches: list[dict]) -> plt.Figure:
 
 def bisection_rows(grid_file: str = BISECTION_GRID) -> pd.DataFrame:
     """One row per search of the grid: the trainings App. E says a search needs and ours, whether it converged,
-    the λ_pen whose density came closest to the target, that density, and the run's notebook; a search without
-    a complete record gives its status, and the table's ``attrs["command"]`` the sweep that makes it."""
+    the λ_pen that came closest to the target and its density; ``attrs["command"]`` makes a missing search."""
     searches = {search["grouping"]: search for search in report.complete_searches(grid_file)}
     qualifier, value = paper_bisection_trainings()
     rows = []
@@ -517,9 +446,7 @@ def bisection_rows(grid_file: str = BISECTION_GRID) -> pd.DataFrame:
 
 def bisection_against_constraint(searches: list[dict], constrained: dict[str, dict]) -> pd.DataFrame:
     """App. E's point as a table: per grouping, the trainings our bisection search took to land within its
-    tolerance of 50% (``searches``) and the one run of the constrained MLP asked for 50% (``constrained``: its
-    records by grouping, at the protocol of Table 10), with each one's epochs a training, final density and
-    error (the search: its closest training's density). Empty rows are left out."""
+    tolerance of 50% beside the one constrained MLP run asked for 50% (``constrained``, by grouping)."""
     rows = []
     for search in searches:
         closest = _closest(search)

@@ -1,7 +1,5 @@
 """The training dynamics the paper shows (§5.3, App. G, App. I; book/results_dynamics.md): dual restarts and gate
-medians. Each figure is drawn from one grid, the most faithful protocol that has records
-(:func:`~analysis.report.grid_to_show`).
-"""
+medians, each from the most faithful protocol that has records (:func:`~analysis.report.grid_to_show`)."""
 
 import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
@@ -16,15 +14,9 @@ RESTARTS_GRIDS = list(studies.grids("fig:dual_restarts"))
 HISTOGRAM_GRIDS = list(studies.grids("fig:mnist_gate_histograms"))
 
 
-def _densities(run: dict) -> pd.Series:
-    """The model's logged L0-density (%) at every step."""
-    return 100 * plots.steps_frame(run)["l0_density"]
-
-
 def restarts_rows(runs: list[dict]) -> pd.DataFrame:
-    """One row per run of the dual-restarts figure, by target and restarts first: its final logged density, the
-    highest and lowest density after it first reaches its target (the last density if it never does; %), and
-    its final error (%).
+    """One row per run of the dual-restarts figure, by target, restarts first: its final logged density, the
+    highest and lowest after it first reaches its target (the last if it never does; %), its final error (%).
 
     >>> run = {"metrics": {"val_error_final": 1.0}, "params": {"target": 0.3, "dual_restarts": True},
     ...        "steps": [{"l0_density": d} for d in (0.9, 0.25, 0.5, 0.75)]}
@@ -33,7 +25,7 @@ def restarts_rows(runs: list[dict]) -> pd.DataFrame:
     """
     rows = []
     for run in sorted(runs, key=lambda run: (run["params"]["target"], not run["params"]["dual_restarts"])):
-        density, target = _densities(run), 100 * run["params"]["target"]
+        density, target = 100 * plots.steps_frame(run)["l0_density"], 100 * run["params"]["target"]
         feasible = density[density <= target]
         after = density.loc[feasible.index[0]:] if len(feasible) else density.iloc[-1:]
         rows.append({"target (%)": target, "restarts": "✓" if run["params"]["dual_restarts"] else "✗",
@@ -68,8 +60,7 @@ def plot_restarts(runs: list[dict]) -> plt.Figure:
 
 
 def fractional_rows(runs: list[dict]) -> pd.DataFrame:
-    """The share (%) of the first gated layer's medians still strictly between 0 and 1 at the last saved epoch,
-    one row per run (:func:`~analysis.report.fractional_medians`)."""
+    """Per run, the share (%) of the first gated layer's medians strictly between 0 and 1 at the last saved epoch."""
     rows = []
     for run in runs:
         layer, fractional = report.fractional_medians(run)
