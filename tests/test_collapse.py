@@ -65,7 +65,6 @@ def test_largest_multiplier_is_read_from_the_per_step_log():
 
 def test_peak_error_counts_from_epoch_10_on():
     run = record([90, 95, *[2.0] * 8, 3, 7, 7, 5, 1])  # epoch 1 is worse, but early
-    assert collapse.late_errors(run).index[0] == 10
     assert collapse.peak_error(run) == (7.0, 11)  # the first of two equal peaks
 
 
@@ -102,7 +101,7 @@ def test_saved_medians_are_ordered_by_epoch_and_the_test_time_share_counts_non_z
     medians = {"0": {"fc2": [0.5] * 4}, "20": {"fc2": [0.0, 0.2, 0.7, 0.0]}, "3": {"fc2": [0.4] * 4}}
     run = record([90, 5], medians=medians)
     assert collapse.saved_epochs(run) == [0, 3, 20]
-    assert collapse.last_medians(run).tolist() == [0.0, 0.2, 0.7, 0.0]  # epoch 20, not "3"
+    assert collapse.medians(run).tolist() == [0.0, 0.2, 0.7, 0.0]  # the last: epoch 20, not "3"
     assert collapse.kept_share(run, 20) == 50.0
     assert collapse.kept_share(run, 3) == 100.0
 
@@ -135,11 +134,6 @@ def test_the_median_band_and_how_fast_it_falls_until_it_reaches_zero():
     assert band.loc[10, [5, 50, 95]].tolist() == pytest.approx([0.05, 0.5, 0.95])
     drops = collapse.band_drops(band.loc[:9], from_epoch=6)
     assert sorted(drops) == pytest.approx([0.06, 0.06, 0.08, 0.08])  # not the last fall, to 0
-
-
-def test_closest_epoch_matches_an_expected_density():
-    run = record([90, 9, 8, 7], densities={"fc2": [0.83, 0.7, 0.6, 0.5]})
-    assert collapse.closest_epoch(run, 0.62) == 2
 
 
 def test_crossing_epochs_give_each_layers_first_epoch_below_half():

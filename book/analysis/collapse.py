@@ -2,8 +2,8 @@
 superseded settings that ended far worse than they had been during training, read from their records.
 
 The runs (:data:`VARIANTS`) are found in the record index by their parameters and protocol (:func:`find`), never
-by their folder. ``*_numbers`` give the page's prose its numbers, formatted as the page prints them (numbers,
-never clauses: the page writes the sentences); :func:`missing_runs` the commands of the runs without a record.
+by folder. ``*_numbers`` give the page's prose its numbers, formatted as the page prints them (numbers, never
+clauses: the page writes the sentences).
 """
 
 import json
@@ -33,9 +33,8 @@ FC2 = LAYERS.index("fc2")
 
 @dataclass(frozen=True)
 class Variant:
-    """One run of the investigation: its label on the page, the grid that makes it (None: a run made with
-    ``python -m paperlib.harness.run``, whose arguments ``params`` are), and the values of the record index's
-    columns (:func:`paperlib.harness.index.select`: parameters and protocol) that single out its record."""
+    """A run of the investigation: its label on the page, the grid that makes it (None: made with
+    ``python -m paperlib.harness.run``) and the record index's values that single out its record."""
 
     label: str
     grid: str | None
@@ -80,9 +79,8 @@ VARIANTS = {
                      {**_HAND_MADE, "target": TABLE1_TARGETS, "dual_lr": 3e-3, "clamp_log_alpha": True, "epochs": 14,
                       "histogram_epochs": list(range(15))}),
 }
-#: The rows of the page's first table: the Table 1 cell.
+#: The rows of the page's first table (the Table 1 cell) and second (the layer-wise cells of Table 11).
 TABLE1 = ("old", "fast", "fast_unclamped", "dual_1e3", "slow_clamped", "slow", "paper")
-#: The rows of the page's second table: the layer-wise cells of Table 11.
 CONTROL = ("control_old", "control_slow", "control_35", "control_paper")
 #: The runs that :func:`plot_descent`, :func:`plot_error_against_density` and :func:`plot_fc2_medians` draw.
 DESCENT = ("fast", "fast_unclamped", "dual_1e3", "slow")
@@ -93,13 +91,11 @@ PAPER_GRIDS = [studies.grids(name, preset="paper")[0]
                for name in ("tab:mnist", "tab:lenet_control", "fig:dual_restarts", "fig:mnist_gate_histograms")]
 
 
-# --------------------------------------------------------------------------- #
-# The runs and their records
-# --------------------------------------------------------------------------- #
+# --- the runs and their records ------------------------------------------------------------------
 
 def find(variant: Variant, frame: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The row of the record index (``frame``, default every record of ``runs/``) of a run: the one whose columns
-    have the variant's values; empty where it has no complete record yet."""
+    """The row of the record index (``frame``, default every record) whose columns have the variant's values;
+    empty where it has no complete record yet."""
     found = index.select(index.record_index() if frame is None else frame, **variant.params)
     if len(found) > 1:
         raise ValueError(f"{len(found)} records have {variant.params}; the variant {variant.label!r} needs one")
@@ -116,20 +112,19 @@ def command(variant: Variant) -> str:
 
 
 def load(variant: Variant, frame: pd.DataFrame | None = None) -> dict | None:
-    """A run's record (:func:`find`, :func:`paperlib.harness.index.load`), or None when it has none."""
+    """A run's record (:func:`find`), or None when it has none."""
     found = find(variant, frame)
     return index.load(found)[0] if len(found) else None
 
 
 def load_runs() -> dict[str, dict | None]:
-    """The record of every run of :data:`VARIANTS`, by name; None for a run without a complete record."""
+    """The record of every run of :data:`VARIANTS` by name; None for a run without a complete record."""
     frame = index.record_index()
     return {name: load(variant, frame) for name, variant in VARIANTS.items()}
 
 
 def missing_runs(runs: dict[str, dict | None], names: tuple[str, ...] | None = None) -> pd.DataFrame:
-    """One row per run of ``names`` (default: every run) without a complete record: what it is and the command
-    that makes it (empty when every run has a record)."""
+    """One row per run of ``names`` (default: every run) without a complete record, and its command."""
     rows = [{"what": VARIANTS[name].label, "command": command(VARIANTS[name])}
             for name in (names or tuple(runs)) if runs[name] is None]
     return pd.DataFrame(rows, columns=["what", "command"])
@@ -143,9 +138,7 @@ def _record(runs: dict[str, dict | None], name: str) -> dict:
     return runs[name]
 
 
-# --------------------------------------------------------------------------- #
-# What one record says
-# --------------------------------------------------------------------------- #
+# --- what one record says ------------------------------------------------------------------------
 
 def by_epoch(run: dict) -> pd.DataFrame:
     """A run's history, numeric, indexed by epoch (epoch 0: at initialisation)."""
@@ -153,19 +146,33 @@ def by_epoch(run: dict) -> pd.DataFrame:
 
 
 def layers(run: dict) -> pd.DataFrame:
-    """Per layer, indexed by its name: the final expected density and the test-time share of groups kept
+    """Per layer (the index): final expected density and test-time share of groups kept
     (:func:`~analysis.report.layer_densities`)."""
     return report.layer_densities(run).set_index("layer")
 
 
+def _first(found: pd.Index, run: dict, what: str):
+    """The first of ``found``; an error saying the run never did ``what`` where it is empty."""
+    if found.empty:
+        raise ValueError(f"{what} in {run['params']['run_name']}")
+    return found[0]
+
+
 def crossing_epoch(run: dict, layer: str = "fc2") -> int:
-    """The first epoch that ends with the layer's expected density below 50%: the density at which a layer
-    of equal gates would lose them all at test time (the median of Eq. 9 is 0 where P(z ≠ 0) < ½)."""
+    """The first epoch that ends with the layer's expected density below 50%: where a layer of equal gates would
+    lose them all at test time (the median of Eq. 9 is 0 where P(z ≠ 0) < ½)."""
     density = by_epoch(run)[f"density[{layer}]"]
-    below = density.index[density < 0.5]
-    if below.empty:
-        raise ValueError(f"{layer}'s expected density never went below 50% in {run['params']['run_name']}")
-    return below[0]
+    return _first(density.index[density < 0.5], run, f"{layer}'s expected density never went below 50%")
+
+
+def crossing_epochs(run: dict) -> dict[str, int]:
+    """:func:`crossing_epoch` of each layer."""
+    return {layer: int(crossing_epoch(run, layer)) for layer in LAYERS}
+
+
+def _lambda_at_crossing(run: dict) -> float:
+    """fc2's multiplier at the end of the epoch of its :func:`crossing_epoch`."""
+    return by_epoch(run).loc[crossing_epoch(run), f"lambda_{FC2}"]
 
 
 def largest_multiplier(run: dict, index: int = FC2) -> float:
@@ -173,56 +180,42 @@ def largest_multiplier(run: dict, index: int = FC2) -> float:
     return plots.steps_frame(run)[f"lambda_{index}"].max()
 
 
-def late_errors(run: dict) -> pd.Series:
-    """The validation error (%) of every epoch from :data:`LATE_EPOCH` on, by epoch."""
-    return by_epoch(run).loc[LATE_EPOCH:, "val_error"]
-
-
 def peak_error(run: dict) -> tuple[float, int]:
     """The worst validation error (%) from :data:`LATE_EPOCH` on, and its epoch (the first, if tied)."""
-    errors = late_errors(run)
+    errors = by_epoch(run).loc[LATE_EPOCH:, "val_error"]
     return errors.max(), errors.idxmax()
 
 
 def plateau(run: dict) -> pd.Series:
-    """The errors (%), by epoch, of the epochs whose error is at most one test image (0.01%) from
-    :data:`PREDICTS_ONE`: the epochs where the test-time model predicts the digit 1 for every image."""
+    """The errors (%) of the epochs at most one test image (0.01%) from :data:`PREDICTS_ONE`: where the
+    test-time model predicts the digit 1 for every image."""
     errors = by_epoch(run)["val_error"]
     return errors[(errors - PREDICTS_ONE).abs().mul(100).round() <= 1]
 
 
 def first_epoch_above(run: dict, error: float = 10.0) -> int:
-    """The first epoch after epoch 1 whose validation error is above ``error`` (%) (every run's first epoch is)."""
+    """The first epoch after epoch 1 (every run's first is) whose validation error is above ``error`` (%)."""
     errors = by_epoch(run).loc[2:, "val_error"]
-    above = errors.index[errors > error]
-    if above.empty:
-        raise ValueError(f"{run['params']['run_name']} never had an error above {error:g}% after epoch 1")
-    return above[0]
+    return _first(errors.index[errors > error], run, f"never had an error above {error:g}% after epoch 1")
 
 
 def first_restart(run: dict, index: int = FC2) -> int:
     """The first epoch that ends with constraint ``index``'s multiplier lower than the epoch before: a dual
     restart (Eq. 6), the multiplier set to zero once its constraint holds."""
     lambdas = by_epoch(run)[f"lambda_{index}"]
-    fell = lambdas.index[lambdas.diff() < 0]
-    if fell.empty:
-        raise ValueError(f"the multiplier of constraint {index} never fell in {run['params']['run_name']}")
-    return fell[0]
+    return _first(lambdas.index[lambdas.diff() < 0], run, f"the multiplier of constraint {index} never fell")
 
 
 def first_epoch_at_target(run: dict, index: int = FC2) -> float:
-    """The (fractional) epoch of the first logged step with constraint ``index``'s density at or below its
-    target, from the per-step log."""
+    """The (fractional) epoch of the first logged step with constraint ``index`` at or below its target."""
     steps = plots.steps_frame(run)
     at_target = steps.loc[steps[f"constrained_density_{index}"] <= run["params"]["target"][index], "epoch"]
-    if at_target.empty:
-        raise ValueError(f"constraint {index} never reached its target in {run['params']['run_name']}")
-    return at_target.iloc[0]
+    return _first(pd.Index(at_target), run, f"constraint {index} never reached its target")
 
 
-def medians(run: dict, epoch: int | str, layer: str = "fc2") -> np.ndarray:
-    """The test-time gate medians (Eq. 9) of a layer at a saved epoch."""
-    return np.array(run["gate_medians"][str(epoch)][layer])
+def medians(run: dict, epoch: int | str | None = None, layer: str = "fc2") -> np.ndarray:
+    """The test-time gate medians (Eq. 9) of a layer at a saved epoch (None: the last)."""
+    return np.array(run["gate_medians"][str(saved_epochs(run)[-1] if epoch is None else epoch)][layer])
 
 
 def saved_epochs(run: dict) -> list[int]:
@@ -230,14 +223,8 @@ def saved_epochs(run: dict) -> list[int]:
     return sorted(int(epoch) for epoch in run["gate_medians"])
 
 
-def last_medians(run: dict, layer: str = "fc2") -> np.ndarray:
-    """The gate medians of a layer at the last saved epoch."""
-    return medians(run, saved_epochs(run)[-1], layer)
-
-
 def kept_share(run: dict, epoch: int | str, layer: str = "fc2") -> float:
-    """The share (%) of a layer's gates with a non-zero median at a saved epoch: the groups the test-time
-    (purged) model keeps."""
+    """The share (%) of a layer's gates with a non-zero median at a saved epoch: the groups the purged model keeps."""
     return 100 * np.mean(medians(run, epoch, layer) > 0)
 
 
@@ -249,14 +236,11 @@ def prob_from_medians(values) -> np.ndarray:
 
 
 def zero_median_gates(run: dict, layer: str = "fc2") -> dict:
-    """How much of a layer's final expected density sits on gates whose median is 0 (the test-time model
-    drops them): the number of such gates, their share (%) of the expected density and their mean
-    P(z ≠ 0), and the largest P(z ≠ 0) of the layer's gates (:func:`prob_from_medians`).
-
-    The expected density is the mean of P(z ≠ 0) over the layer's gates (Eq. 8), so the zero-median gates
-    carry the total less what the fractional and open medians give exactly.
-    """
-    values = last_medians(run, layer)
+    """How much of a layer's final expected density sits on gates whose median is 0 (dropped at test time):
+    their number, share (%) of the expected density and mean P(z ≠ 0), and the layer's largest P(z ≠ 0).
+    The expected density is the mean P(z ≠ 0) (Eq. 8), so the zero-median gates carry the total less what the
+    fractional and open medians give exactly (:func:`prob_from_medians`)."""
+    values = medians(run, layer=layer)
     prob, zero = prob_from_medians(values), values == 0
     total = len(values) * run["metrics"]["l0_density_per_layer"][layer]  # the sum of P(z ≠ 0) over the gates
     on_zero = total - prob[~zero].sum()
@@ -275,30 +259,17 @@ def median_band(run: dict, layer: str = "fc2") -> pd.DataFrame:
 
 
 def band_drops(band: pd.DataFrame, from_epoch: int, percentiles=(50, 95)) -> pd.Series:
-    """How far each of these percentiles of :func:`median_band` falls per epoch from ``from_epoch`` on, over
-    the epochs that end with it still above 0."""
+    """How far each of these percentiles of :func:`median_band` falls per epoch from ``from_epoch`` on, over the
+    epochs that end with it still above 0."""
     later = band.loc[from_epoch:]
     return pd.concat([-later[q].diff()[later[q] > 0] for q in percentiles]).dropna()
 
 
-def closest_epoch(run: dict, density: float, layer: str = "fc2") -> int:
-    """The epoch that ends with the layer's expected density closest to ``density`` (a fraction)."""
-    return (by_epoch(run)[f"density[{layer}]"] - density).abs().idxmin()
-
-
-def crossing_epochs(run: dict) -> dict[str, int]:
-    """When each layer's expected density first went below 50% (:func:`crossing_epoch`), by layer."""
-    return {layer: int(crossing_epoch(run, layer)) for layer in LAYERS}
-
-
-# --------------------------------------------------------------------------- #
-# Tables and figures
-# --------------------------------------------------------------------------- #
+# --- tables and figures --------------------------------------------------------------------------
 
 def variant_row(name: str, run: dict | None) -> dict:
-    """A run's row: its dual learning rate and clamp, final and best error, peak error from
-    :data:`LATE_EPOCH` on, expected / test-time density per layer ("conv1 (%)": "50.0 / 48.0"), final
-    multipliers in the layers' order; its status alone without a complete record."""
+    """A run's row: dual learning rate and clamp, errors (final, best, peak from :data:`LATE_EPOCH`), expected /
+    test-time density per layer ("conv1 (%)": "50.0 / 48.0"), final multipliers; "not run" without a record."""
     label = VARIANTS[name].label
     if run is None:
         return {"variant": f"{label}: not run"}
@@ -320,8 +291,7 @@ def variant_row(name: str, run: dict | None) -> dict:
 
 
 def variant_table(runs: dict[str, dict | None], names: tuple[str, ...]) -> pd.DataFrame:
-    """One :func:`variant_row` per run; ``attrs["command"]`` makes the rows without a record
-    (:func:`~analysis.report.show` puts it in the caption)."""
+    """One :func:`variant_row` per run; ``attrs["command"]`` (the caption) makes the rows without a record."""
     table = pd.DataFrame([variant_row(name, runs[name]) for name in names])
     missing = [command(VARIANTS[name]) for name in names if runs[name] is None]
     if missing:
@@ -330,9 +300,8 @@ def variant_table(runs: dict[str, dict | None], names: tuple[str, ...]) -> pd.Da
 
 
 def plot_descent(runs: dict[str, dict | None]) -> plt.Figure:
-    """The runs of :data:`DESCENT` against epochs: fc2's expected density (lines) and test-time share of
-    gates kept (circles, at the saved epochs), fc2's multiplier, and the test-time model's error. A run
-    without a record is left out (:func:`missing_runs` lists it)."""
+    """The runs of :data:`DESCENT` against epochs: fc2's expected density (lines) and test-time share kept
+    (circles), fc2's multiplier, and the test-time error; a run without a record is left out."""
     fig, grid = plt.subplots(2, 2, figsize=(7, 4.7))
     axes = grid.flat
     for i, name in enumerate(DESCENT):
@@ -448,204 +417,181 @@ def plot_fc2_medians(runs: dict[str, dict | None]) -> plt.Figure:
     return fig
 
 
-# --------------------------------------------------------------------------- #
-# The numbers of the page's prose, as it prints them
-# --------------------------------------------------------------------------- #
+# --- the numbers of the page's prose, as it prints them ------------------------------------------
 
-def _fixed(value, digits: int = 1) -> str:
+_EXPECTED, _KEPT = "expected L0-density (%)", "groups kept at test time (%)"
+
+
+def _f(value, digits: int = 1) -> str:
     return f"{value:.{digits}f}"
 
 
 def _just_above(value: float, digits: int) -> str:
     """The smallest number with this many decimals that is above ``value`` ("stays below 1.9%")."""
-    return _fixed((np.floor(value * 10**digits) + 1) / 10**digits, digits)
+    return _f((np.floor(value * 10**digits) + 1) / 10**digits, digits)
+
+
+def _layer(run: dict, layer: str, column: str = _EXPECTED, digits: int = 1) -> str:
+    return _f(layers(run).loc[layer, column], digits)
 
 
 def _plateau_numbers(name: str, run: dict) -> dict[str, str]:
     """The errors of :func:`plateau` (one value, or a range) and its first and last epochs."""
     errors = plateau(run)
-    low, high = _fixed(errors.min(), 2), _fixed(errors.max(), 2)
+    low, high = _f(errors.min(), 2), _f(errors.max(), 2)
     return {f"{name}_errors": low if low == high else f"{low} to {high}",
-            f"{name}_first": _fixed(errors.index.min(), 0), f"{name}_last": _fixed(errors.index.max(), 0)}
+            f"{name}_first": _f(errors.index.min(), 0), f"{name}_last": _f(errors.index.max(), 0)}
 
 
 def _layer_numbers(name: str, run: dict) -> dict[str, str]:
     """Every layer's final expected density and test-time share of groups kept, conv1 / conv2 / fc1 / fc2."""
     kept = layers(run)
-    return {f"{name}_expected": " / ".join(_fixed(v) for v in kept["expected L0-density (%)"]),
-            f"{name}_kept": " / ".join(f"{round(v, 1):g}" for v in kept["groups kept at test time (%)"])}
+    return {f"{name}_expected": " / ".join(_f(v) for v in kept[_EXPECTED]),
+            f"{name}_kept": " / ".join(f"{round(v, 1):g}" for v in kept[_KEPT])}
 
 
 def intro_numbers(runs: dict[str, dict | None]) -> dict[str, str]:
     """The introduction's: best and final error of the two collapsed records."""
-    numbers = {}
-    for name, run in (("table1", _record(runs, "old")), ("control", _record(runs, "control_old"))):
-        numbers[f"{name}_best"] = _fixed(run["metrics"]["val_error_best"])
-        numbers[f"{name}_final"] = _fixed(run["metrics"]["val_error_final"])
-    return numbers
+    return {f"{name}_{which}": _f(_record(runs, variant)["metrics"][f"val_error_{which}"])
+            for name, variant in (("table1", "old"), ("control", "control_old")) for which in ("best", "final")}
 
 
 def experiment_numbers(runs: dict[str, dict | None]) -> dict[str, str]:
-    """Those of "The experiments": final errors, the peak of the 10⁻³ run, how low the 10⁻⁴ runs stay, and
-    fc2's and fc1's expected against test-time densities."""
+    """"The experiments": final errors, the 10⁻³ run's peak, how low the 10⁻⁴ runs stay, fc2's and fc1's
+    expected against test-time densities."""
     fast, dual_1e3, paper = (_record(runs, name) for name in ("fast", "dual_1e3", "paper"))
     slow_runs = [_record(runs, name) for name in ("slow_clamped", "slow", "paper")]
     peak, peak_epoch = peak_error(dual_1e3)
-    numbers = {
-        "fast_final": _fixed(fast["metrics"]["val_error_final"]),
-        "fast_unclamped_final": _fixed(_record(runs, "fast_unclamped")["metrics"]["val_error_final"]),
-        "fast_architecture": "-".join(map(str, fast["metrics"]["pruned_architecture"])),
-        "slow_clamped_final": _fixed(slow_runs[0]["metrics"]["val_error_final"], 2),
-        "slow_final": _fixed(slow_runs[1]["metrics"]["val_error_final"], 2),
-        "dual_1e3_peak": _fixed(peak), "dual_1e3_peak_epoch": _fixed(peak_epoch, 0),
-        "dual_1e3_final": _fixed(dual_1e3["metrics"]["val_error_final"], 2),
-        "slow_below": _just_above(max(peak_error(run)[0] for run in slow_runs), 1),
-    }
-    for name, run in (("fast", fast), ("paper", paper)):
-        numbers[f"{name}_fc2_expected"] = _fixed(layers(run).loc["fc2", "expected L0-density (%)"])
-        numbers[f"{name}_fc2_kept_pct"] = _fixed(layers(run).loc["fc2", "groups kept at test time (%)"])
-    numbers["fast_fc2_kept"] = layers(fast).loc["fc2", "groups kept"]
-    numbers["paper_fc2_kept_count"] = layers(paper).loc["fc2", "groups kept"].split()[0]
-    numbers["fast_fc1_kept_pct"] = _fixed(layers(fast).loc["fc1", "groups kept at test time (%)"], 0)
-    numbers["fast_fc1_expected"] = _fixed(layers(fast).loc["fc1", "expected L0-density (%)"], 0)
-    return numbers
+    return {"fast_final": _f(fast["metrics"]["val_error_final"]),
+            "fast_unclamped_final": _f(_record(runs, "fast_unclamped")["metrics"]["val_error_final"]),
+            "fast_architecture": "-".join(map(str, fast["metrics"]["pruned_architecture"])),
+            "slow_clamped_final": _f(slow_runs[0]["metrics"]["val_error_final"], 2),
+            "slow_final": _f(slow_runs[1]["metrics"]["val_error_final"], 2),
+            "dual_1e3_peak": _f(peak), "dual_1e3_peak_epoch": _f(peak_epoch, 0),
+            "dual_1e3_final": _f(dual_1e3["metrics"]["val_error_final"], 2),
+            "slow_below": _just_above(max(peak_error(run)[0] for run in slow_runs), 1),
+            **{f"{name}_fc2_{what}": _layer(run, "fc2", column) for name, run in (("fast", fast), ("paper", paper))
+               for what, column in (("expected", _EXPECTED), ("kept_pct", _KEPT))},
+            "fast_fc2_kept": layers(fast).loc["fc2", "groups kept"],
+            "paper_fc2_kept_count": layers(paper).loc["fc2", "groups kept"].split()[0],
+            "fast_fc1_kept_pct": _layer(fast, "fc1", _KEPT, 0), "fast_fc1_expected": _layer(fast, "fc1", digits=0)}
 
 
 def jump_numbers(runs: dict[str, dict | None]) -> dict[str, str]:
-    """Those of "When the error jumps": fc2's density and the error of the clamped 3·10⁻³ run at the epochs
-    the prose names, its plateau at :data:`PREDICTS_ONE`, when the error first passes 10% at 3·10⁻³ and
-    10⁻³, and the multipliers and fc2's crossing of 50% at 10⁻⁴."""
+    """"When the error jumps": the clamped 3·10⁻³ run's fc2 density and error at the epochs the prose names, its
+    plateau at :data:`PREDICTS_ONE`, when the error first passes 10% at 3·10⁻³ and 10⁻³, and the multipliers
+    and fc2's crossing of 50% at 10⁻⁴."""
     fast, dual_1e3, slow, paper = (_record(runs, name) for name in ("fast", "dual_1e3", "slow", "paper"))
     history, restart = by_epoch(fast), first_restart(fast)
     fc2 = 100 * history["density[fc2]"]
-    numbers = {"fast_max_lambda": _fixed(largest_multiplier(fast)), "fast_fc2_at_6": _fixed(fc2.loc[6], 0),
-               "fast_fc2_lowest": _fixed(fc2.loc[restart - 1], 0),  # the epoch before the restart
-               "fast_lowest_epoch": _fixed(restart - 1, 0)}
-    for epoch, digits in ((10, 1), (11, 0), (12, 0), (13, 1)):
-        numbers[f"jump_error_{epoch}"] = _fixed(history.loc[epoch, "val_error"], digits)
-    for epoch in (10, 11, 13):
-        numbers[f"jump_fc2_{epoch}"] = _fixed(fc2.loc[epoch])
-    numbers.update(_plateau_numbers("plateau", fast))
-    numbers["fast_fc2_at_20"] = _fixed(fc2.loc[20])
-    numbers["fast_open_at_20"] = str((medians(fast, 20) > 0).sum())
-    numbers["fast_jump_epoch"] = _fixed(first_epoch_above(fast), 0)
-    numbers["dual_1e3_jump_epoch"] = _fixed(first_epoch_above(dual_1e3), 0)
-    numbers["dual_1e3_delay"] = _fixed(first_epoch_above(dual_1e3) - first_epoch_above(fast), 0)
-    slow_lambda = max(largest_multiplier(run) for run in (_record(runs, "slow_clamped"), slow))
-    numbers["slow_lambda_below"] = _just_above(slow_lambda, 2)
-    numbers["paper_max_lambda"] = _fixed(largest_multiplier(paper), 2)
-    numbers["slow_crossing"] = _fixed(crossing_epoch(slow), 0)
-    numbers["slow_crossing_lambda"] = _fixed(by_epoch(slow).loc[crossing_epoch(slow), f"lambda_{FC2}"], 2)
-    return numbers
+    return {"fast_max_lambda": _f(largest_multiplier(fast)), "fast_fc2_at_6": _f(fc2.loc[6], 0),
+            "fast_fc2_lowest": _f(fc2.loc[restart - 1], 0),  # the epoch before the restart
+            "fast_lowest_epoch": _f(restart - 1, 0),
+            **{f"jump_error_{epoch}": _f(history.loc[epoch, "val_error"], digits)
+               for epoch, digits in ((10, 1), (11, 0), (12, 0), (13, 1))},
+            **{f"jump_fc2_{epoch}": _f(fc2.loc[epoch]) for epoch in (10, 11, 13)},
+            **_plateau_numbers("plateau", fast),
+            "fast_fc2_at_20": _f(fc2.loc[20]), "fast_open_at_20": str((medians(fast, 20) > 0).sum()),
+            "fast_jump_epoch": _f(first_epoch_above(fast), 0),
+            "dual_1e3_jump_epoch": _f(first_epoch_above(dual_1e3), 0),
+            "dual_1e3_delay": _f(first_epoch_above(dual_1e3) - first_epoch_above(fast), 0),
+            "slow_lambda_below": _just_above(max(largest_multiplier(run)
+                                                 for run in (_record(runs, "slow_clamped"), slow)), 2),
+            "paper_max_lambda": _f(largest_multiplier(paper), 2), "slow_crossing": _f(crossing_epoch(slow), 0),
+            "slow_crossing_lambda": _f(_lambda_at_crossing(slow), 2)}
 
 
 def gate_numbers(runs: dict[str, dict | None]) -> dict[str, str]:
-    """Those of "fc2's gates, epoch by epoch": the band of fc2's medians in the run that saved them every
-    epoch (its width at epochs 7 and 8, how fast it falls from epoch 6, its zeros), and the spread of the
-    medians at 3·10⁻³ and 10⁻⁴ at the expected density of the 10⁻⁴ run's epoch 20."""
+    """"fc2's gates, epoch by epoch": the band of fc2's medians in the run that saved them every epoch (its width
+    at epochs 7 and 8, how fast it falls from epoch 6, its zeros), and the spread of the medians at 3·10⁻³ and
+    10⁻⁴ at the expected density of the 10⁻⁴ run's epoch 20."""
     every, slow = _record(runs, "every"), _record(runs, "slow")
     band = median_band(every)
-    width = band.loc[[7, 8], 95] - band.loc[[7, 8], 5]
-    drops = band_drops(band, from_epoch=6)
+    width, drops = band.loc[[7, 8], 95] - band.loc[[7, 8], 5], band_drops(band, from_epoch=6)
     lambdas = by_epoch(every).loc[7:12, f"lambda_{FC2}"]  # fc2's multiplier over the epochs of those falls
-    numbers = {"band_width": _fixed(width.mean()),
-               "band_drops": f"{drops.min():.2f} to {drops.max():.2f}",
-               "band_lambdas": f"{lambdas.min():.0f} to {lambdas.max():.0f}",
-               "p95_first": _fixed(band.loc[6, 95], 2), "p95_last": _fixed(band.loc[12, 95], 2),
-               "open_at_11": str((medians(every, 11) > 0).sum()),
-               "p75_below_at_11": _just_above(band.loc[11, 75], 3)}
     slow_density = by_epoch(slow).loc[20, "density[fc2]"]
-    matched = closest_epoch(every, slow_density)
-    numbers["matched_density"] = _fixed(100 * slow_density, 0)
-    numbers["matched_epoch"] = _fixed(matched, 0)
+    matched = (by_epoch(every)["density[fc2]"] - slow_density).abs().idxmin()  # the epoch closest to it
+    numbers = {"band_width": _f(width.mean()), "band_drops": f"{drops.min():.2f} to {drops.max():.2f}",
+               "band_lambdas": f"{lambdas.min():.0f} to {lambdas.max():.0f}",
+               "p95_first": _f(band.loc[6, 95], 2), "p95_last": _f(band.loc[12, 95], 2),
+               "open_at_11": str((medians(every, 11) > 0).sum()),
+               "p75_below_at_11": _just_above(band.loc[11, 75], 3),
+               "matched_density": _f(100 * slow_density, 0), "matched_epoch": _f(matched, 0)}
     for name, run, epoch in (("fast", every, matched), ("slow", slow, 20)):
         q25, q75 = np.percentile(medians(run, epoch), [25, 75])
         numbers[f"matched_iqr_{name}"] = f"{q25:.2f}–{q75:.2f}"
         numbers[f"matched_zeros_{name}"] = str((medians(run, epoch) == 0).sum())
-    numbers["every_fc2_expected"] = _fixed(layers(every).loc["fc2", "expected L0-density (%)"])
-    numbers["every_fc2_kept_pct"] = _fixed(layers(every).loc["fc2", "groups kept at test time (%)"], 0)
-    numbers["slow_fc2_expected"] = _fixed(layers(slow).loc["fc2", "expected L0-density (%)"])
-    numbers["slow_fc2_kept_pct"] = _fixed(layers(slow).loc["fc2", "groups kept at test time (%)"])
-    numbers["slow_fc2_kept_pct_rounded"] = _fixed(layers(slow).loc["fc2", "groups kept at test time (%)"], 0)
-    return numbers
+    return numbers | {"every_fc2_expected": _layer(every, "fc2"), "every_fc2_kept_pct": _layer(every, "fc2", _KEPT, 0),
+                      "slow_fc2_expected": _layer(slow, "fc2"), "slow_fc2_kept_pct": _layer(slow, "fc2", _KEPT),
+                      "slow_fc2_kept_pct_rounded": _layer(slow, "fc2", _KEPT, 0)}
 
 
 def cause_numbers(runs: dict[str, dict | None]) -> dict[str, str]:
-    """Those of "The cause" that the records give: the clamped 3·10⁻³ run's training against test-time
-    error, where fc2's expected density sits (:func:`zero_median_gates`), the decided gates of the
-    paper-protocol run, the multipliers at fc2's crossing of 50%, and the recovery after the restart."""
+    """"The cause": the clamped 3·10⁻³ run's training against test-time error, where fc2's expected density sits
+    (:func:`zero_median_gates`), the paper-protocol run's decided gates, the multipliers at fc2's crossing of
+    50%, and the recovery after the restart."""
     fast, paper = _record(runs, "fast"), _record(runs, "paper")
     history, restart, zeros = by_epoch(fast), first_restart(fast), zero_median_gates(fast)
-    numbers = {"fast_train_error_at_20": _fixed(history.loc[20, "train_error"], 0),
-               "fast_error_at_20": _fixed(history.loc[20, "val_error"], 2),
-               "fast_final_exact": _fixed(fast["metrics"]["val_error_final"], 2),
-               "fast_max_p": _fixed(zeros["largest P"], 2), "fast_zero_share": _fixed(zeros["share (%)"]),
-               "fast_zero_count": str(zeros["gates"]), "fast_zero_mean_p": _fixed(zeros["mean P"], 2),
-               "paper_decided_open": str((prob_from_medians(last_medians(paper)) > 0.9).sum())}
-    for name, digits in (("fast", 0), ("dual_1e3", 1), ("slow", 1)):
-        run = _record(runs, name)
-        numbers[f"{name}_crossing_lambda_about"] = _fixed(by_epoch(run).loc[crossing_epoch(run), f"lambda_{FC2}"],
-                                                          digits)
-    numbers["fast_restart"] = _fixed(restart, 0)
-    numbers["fast_error_at_restart"] = _fixed(history.loc[restart, "val_error"], 2)
-    numbers["fast_recovery_epochs"] = _fixed(fast["metrics"]["epochs_completed"] - restart, 0)
-    return numbers
+    return {"fast_train_error_at_20": _f(history.loc[20, "train_error"], 0),
+            "fast_error_at_20": _f(history.loc[20, "val_error"], 2),
+            "fast_final_exact": _f(fast["metrics"]["val_error_final"], 2),
+            "fast_max_p": _f(zeros["largest P"], 2), "fast_zero_share": _f(zeros["share (%)"]),
+            "fast_zero_count": str(zeros["gates"]), "fast_zero_mean_p": _f(zeros["mean P"], 2),
+            "paper_decided_open": str((prob_from_medians(medians(paper)) > 0.9).sum()),
+            **{f"{name}_crossing_lambda_about": _f(_lambda_at_crossing(_record(runs, name)), digits)
+               for name, digits in (("fast", 0), ("dual_1e3", 1), ("slow", 1))},
+            "fast_restart": _f(restart, 0), "fast_error_at_restart": _f(history.loc[restart, "val_error"], 2),
+            "fast_recovery_epochs": _f(fast["metrics"]["epochs_completed"] - restart, 0)}
 
 
 def control_numbers(runs: dict[str, dict | None]) -> dict[str, str]:
-    """Those of "Table 11's layer-wise cells: the same cause": the 20% record at superseded settings (multipliers, jump,
-    crossings, plateau, final densities), the 35% one's dip, and the 20% cell at the short protocol and at
-    the paper's protocol."""
+    """"Table 11's layer-wise cells: the same cause": the 20% record at superseded settings (multipliers, jump,
+    crossings, plateau, final densities), the 35% one's dip, and the 20% cell at the short and paper protocols."""
     old, at_35, slow = (_record(runs, name) for name in ("control_old", "control_35", "control_slow"))
-    history = by_epoch(old)
+    history, crossings = by_epoch(old), crossing_epochs(old)
     maxima = [largest_multiplier(old, index) for index in range(len(LAYERS))]
-    stuck = plateau(old)
-    train = history.loc[stuck.index, "train_error"]
+    train = history.loc[plateau(old).index, "train_error"]
     peak, peak_epoch = peak_error(at_35)
     lambdas = slow["metrics"]["multipliers_final"]
-    above = layers(slow)["expected L0-density (%)"] - layers(slow)["target (%)"]
-    crossings = crossing_epochs(old)
+    above = layers(slow)[_EXPECTED] - layers(slow)["target (%)"]
     paper = _record(runs, "control_paper")
-    paper_gaps = layers(paper)["expected L0-density (%)"] - layers(paper)["target (%)"]
+    paper_gaps = layers(paper)[_EXPECTED] - layers(paper)["target (%)"]
     cell = paper_cell("tab:lenet_control", model="LeNet5", method="constrained", grouping="layer", target=0.2,
                       metric="val_error_final")
     return {"control_max_lambdas": f"{min(maxima):.0f} to {max(maxima):.0f}",
-            "control_error_8": _fixed(history.loc[8, "val_error"]),
-            "control_error_11": _fixed(history.loc[11, "val_error"], 0),
+            "control_error_8": _f(history.loc[8, "val_error"]), "control_error_11": _f(history.loc[11, "val_error"], 0),
             "control_crossing_first": str(min(crossings.values())),
             "control_crossing_last": str(max(crossings.values())),
             **_plateau_numbers("control_plateau", old),
             "control_plateau_train": f"{train.min():.0f}–{train.max():.0f}",
             **_layer_numbers("control", old),
-            "control_35_peak": _fixed(peak), "control_35_peak_epoch": _fixed(peak_epoch, 0),
-            "control_35_final": _fixed(at_35["metrics"]["val_error_final"], 2),
-            "control_slow_peak": _fixed(peak_error(slow)[0], 2),
-            "control_slow_final": _fixed(slow["metrics"]["val_error_final"], 2),
-            "control_slow_best": _fixed(slow["metrics"]["val_error_best"], 2),
+            "control_35_peak": _f(peak), "control_35_peak_epoch": _f(peak_epoch, 0),
+            "control_35_final": _f(at_35["metrics"]["val_error_final"], 2),
+            "control_slow_peak": _f(peak_error(slow)[0], 2),
+            "control_slow_final": _f(slow["metrics"]["val_error_final"], 2),
+            "control_slow_best": _f(slow["metrics"]["val_error_best"], 2),
             **_layer_numbers("control_slow", slow),
             "control_slow_lambdas": f"{min(lambdas):.2f} to {max(lambdas):.2f}",
             "control_slow_above": f"{above.min():.0f} to {above.max():.0f}",
-            "control_paper_final": _fixed(paper["metrics"]["val_error_final"], 2),
-            "control_paper_printed": f"{cell.value} ± {cell.ci}", "control_paper_gap": _fixed(paper_gaps.abs().max(), 2)}
+            "control_paper_final": _f(paper["metrics"]["val_error_final"], 2),
+            "control_paper_printed": f"{cell.value} ± {cell.ci}", "control_paper_gap": _f(paper_gaps.abs().max(), 2)}
 
 
 def fix_numbers(runs: dict[str, dict | None]) -> dict[str, str]:
-    """Those of "The fix, and what it costs": the 10⁻⁴ run's conv layers at epoch 40, and the paper-protocol
-    run's epoch at fc2's target (to the nearest ten: "around epoch 70") and its errors."""
+    """"The fix, and what it costs": the 10⁻⁴ run's conv layers at epoch 40, and the paper-protocol run's epoch at
+    fc2's target (to the nearest ten: "around epoch 70") and its errors."""
     slow, paper = _record(runs, "slow"), _record(runs, "paper")
-    return {"slow_conv1_expected": _fixed(layers(slow).loc["conv1", "expected L0-density (%)"]),
-            "slow_conv2_expected": _fixed(layers(slow).loc["conv2", "expected L0-density (%)"]),
-            "paper_fc2_at_target": _fixed(round(first_epoch_at_target(paper), -1), 0),
-            "paper_final": _fixed(paper["metrics"]["val_error_final"], 2),
-            "paper_best": _fixed(paper["metrics"]["val_error_best"], 2)}
+    return {"slow_conv1_expected": _layer(slow, "conv1"), "slow_conv2_expected": _layer(slow, "conv2"),
+            "paper_fc2_at_target": _f(round(first_epoch_at_target(paper), -1), 0),
+            "paper_final": _f(paper["metrics"]["val_error_final"], 2),
+            "paper_best": _f(paper["metrics"]["val_error_best"], 2)}
 
 
 def unverified_numbers() -> dict[str, str]:
-    """Those of "What remains unverified": the complete LeNet5 records of :data:`PAPER_GRIDS` (how many, how
-    many layer-wise, the largest final error) and how far the paper-protocol grid of Table 11 is."""
+    """"What remains unverified": the complete LeNet5 records of :data:`PAPER_GRIDS` (how many, how many
+    layer-wise, the largest final error) and how far the paper-protocol grid of Table 11 is."""
     lenet = report.final_errors(PAPER_GRIDS, "paper").query("model == 'lenet5'")
     found = [folder for _, folder in report.grid_records(_CONTROL_PAPER)]
-    done, total = sum(folder is not None for folder in found), len(found)
     return {"paper_lenet_runs": str(len(lenet)), "paper_lenet_layer_runs": str((lenet["grouping"] == "layer").sum()),
-            "paper_lenet_worst": _fixed(lenet["val. error final (%)"].max(), 2),
-            "lenet_control_paper_done": str(done), "lenet_control_paper_total": str(total)}
+            "paper_lenet_worst": _f(lenet["val. error final (%)"].max(), 2),
+            "lenet_control_paper_done": str(len(found) - found.count(None)), "lenet_control_paper_total": str(len(found))}
