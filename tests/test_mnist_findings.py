@@ -145,19 +145,6 @@ def test_the_target_gaps_figure_puts_each_run_beside_the_papers_cell():
     assert not any(len(c.get_offsets()) for c in lenet.collections)  # cpu runs are not drawn
 
 
-def test_not_run_counts_each_grids_runs_without_a_record_found_by_their_parameters(monkeypatch, tmp_path):
-    done, superseded = tmp_path / "done", tmp_path / "superseded"
-    for folder in (done, superseded):  # a complete record sits where the run writes, made with other parameters
-        folder.mkdir()
-        (folder / "metrics.json").write_text(json.dumps({"status": "complete"}))
-    monkeypatch.setattr(report, "grid_runs", lambda grid: {"a.yaml": [(None, done), (None, superseded)],
-                                                           "b.yaml": [(None, done)]}[grid])
-    monkeypatch.setattr(report, "grid_records", lambda grid: {"a.yaml": [(None, done), (None, None)],
-                                                              "b.yaml": [(None, done)]}[grid])
-    table = findings.not_run(["a.yaml", "b.yaml", "a.yaml"])
-    assert table.values.tolist() == [["a.yaml", "1 of 2", "python -m paperlib.harness.sweeps a.yaml"]]
-
-
 def test_penalty_summary_counts_cells_within_and_the_largest_scatter():
     from paperlib.harness import rules
 

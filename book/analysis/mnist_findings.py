@@ -101,22 +101,10 @@ def table1_records() -> list[dict]:
     return report.complete_records(TABLE1_GRID) or report.complete_records(TABLE1_CPU_GRID)
 
 
-def not_run(grids) -> pd.DataFrame:
-    """One row per grid with runs that have no complete record, found by their parameters
-    (:func:`paperlib.harness.grids.grid_records`, never by folder): how many are missing and the command."""
-    rows = []
-    for grid in dict.fromkeys(grids):
-        found = [folder for _, folder in report.grid_records(grid)]
-        if None in found:
-            rows.append({"grid": str(grid), "runs missing": f"{found.count(None)} of {len(found)}",
-                         "command": report.sweep_command([grid])})
-    return pd.DataFrame(rows, columns=["grid", "runs missing", "command"])
-
-
 def naming_pending(table: pd.DataFrame, grids) -> pd.DataFrame:
-    """``table``, with the command that makes the missing runs of ``grids`` in ``attrs["command"]`` (which
-    :func:`report.show` puts in the caption) where there are any."""
-    pending = not_run(grids)
+    """``table``, with the command that makes the missing runs of ``grids`` (:func:`report.missing_runs`, found
+    by their parameters) in ``attrs["command"]`` (which :func:`report.show` puts in the caption)."""
+    pending = report.missing_runs(grids)
     if len(pending):
         table.attrs["command"] = report.sweep_command(pending["grid"])
     return table
