@@ -1,23 +1,12 @@
-"""Training methods: one class each, behind one interface (§3, §5.5, App. B, App. J.7, App. L).
+"""Training methods, one class each behind one interface (§3, §5.5, App. B, App. J.7, App. L): :class:`Constrained` (the
+Lagrangian of eq. 4 by simultaneous GDA, eq. 5, with dual restarts, eq. 6), :class:`Penalized` (loss + lambda_pen *
+L0-density), :class:`Dense` (the baseline) and :class:`MagnitudePruning` (train dense, prune, fine-tune).
 
-==================================  ==========================================================
-:class:`Constrained`                gated model; Lagrangian of eq. 4, simultaneous GDA (eq. 5)
-                                    with dual restarts (eq. 6)
-:class:`Penalized`                  gated model; loss + lambda_pen * L0-density (§2, App. B, C)
-:class:`Dense`                      plain model, no sparsity (the baseline)
-:class:`MagnitudePruning`           dense training, then L1-filter or magnitude pruning, then
-                                    fine-tuning (§5.5, App. J.7, App. L)
-==================================  ==========================================================
-
-A method owns the model it trains and its optimisers. The runner (:mod:`paperlib.harness.training`) calls, in this
-order: :meth:`Method.build_model`, :meth:`Method.attach`, then per phase (:attr:`Method.phases`) and epoch
-:meth:`Method.step` on every batch and :meth:`Method.end_epoch`; after each epoch it evaluates
-:meth:`Method.test_time_model` and logs :meth:`Method.evaluation_log`. :meth:`Method.state_dict` is what a checkpoint
-keeps of a method, besides the model.
-
-Under several processes (:mod:`paperlib.harness.distributed`) the runner sets :attr:`Method.forward_model` to the model
-wrapped for data parallelism; the training forward goes through it (:meth:`Method.forward`), everything else (gates,
-masks, purging, counting) uses the bare :attr:`Method.model`.
+A method owns its model and optimisers. The runner (:mod:`paperlib.harness.training`) calls :meth:`Method.build_model`,
+:meth:`Method.attach`, then per phase and epoch :meth:`Method.step` on every batch and :meth:`Method.end_epoch`; it
+evaluates :meth:`Method.test_time_model`. Under several processes the training forward goes through
+:attr:`Method.forward_model` (the model wrapped for data parallelism); gates, masks, purging and counting use the bare
+:attr:`Method.model`.
 """
 
 import contextlib
@@ -63,11 +52,8 @@ def torchvision_resnet50_weights() -> dict:
 
 
 class Method:
-    """The interface, and what every method shares: the weights' and the gates' optimisers.
-
-    Weights of gated layers are decayed through the expected L2 norm of eq. 13, the other weights by the optimiser; the
-    gates have their own optimiser and learning rate (App. H.1), scheduled only when ``schedule_gates`` asks.
-    """
+    """The interface, and what every method shares: the weights' optimiser (gated weights are decayed through the
+    expected L2 norm of eq. 13 instead) and the gates' own (App. H.1), scheduled only when ``schedule_gates`` asks."""
 
     #: Whether the model carries hard-concrete gates.
     gated = False
@@ -137,11 +123,8 @@ class Method:
         return Step(loss, loss, logits)
 
     def _loss_and_logits(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Cross-entropy and logits of the mini-batch.
-
-        With ``autocast_bf16`` the forward pass runs under bfloat16 autocast on the batch's device (the runner allows it
-        only on CUDA); the loss, the densities and everything after stay in float32.
-        """
+        """Cross-entropy and logits of the mini-batch; with ``autocast_bf16`` the forward runs under bfloat16 autocast
+        (CUDA only), the loss, the densities and everything after stay in float32."""
         autocast = torch.autocast(x.device.type, dtype=torch.bfloat16) if self.config.autocast_bf16 \
             else contextlib.nullcontext()
         with autocast:
@@ -167,11 +150,7 @@ class Method:
         return self.model
 
     def step_log(self, step: Step) -> dict[str, torch.Tensor] | None:
-        """Densities and multipliers at a logged step (dual dynamics); None: nothing to log.
-
-        The values are 0-d tensors left on the device: the runner reads them, with the losses of the steps since its
-        last read, in one transfer.
-        """
+        """Densities and multipliers at a logged step as 0-d tensors left on the device; None: nothing to log."""
         return None
 
     def evaluation_log(self) -> dict:
@@ -242,12 +221,8 @@ class _Gated(Method):
         return purge(self.model).to(memory_format=memory_format(self.model))
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> Step:
-        """One step of :class:`~paperlib.method.constrained.ConstrainedStep`: the primal step on f_obj plus the term in
-        the densities (the Lagrangian's, the penalty's), then the dual step of a constrained method.
-
-        The gates' pass samples every gate once, then the forward uses them; f_obj is the loss plus the expected L2 norm
-        of the gated weights (eq. 13).
-        """
+        """One step of :class:`~paperlib.method.constrained.ConstrainedStep`: the primal step on f_obj (the loss plus
+        the expected L2 norm of eq. 13) plus the term in the densities, then a constrained method's dual step."""
         record = self.trainer.roll(lambda: self._loss_and_logits(x, y))
         return Step(record.loss, record.objective, record.output[1], record.densities)
 
@@ -284,11 +259,8 @@ class _Gated(Method):
 
 
 class Constrained(_Gated):
-    """min f_obj s.t. L0-density_g <= eps_g, solved as a min-max game on the Lagrangian (eq. 3, eq. 4).
-
-    :meth:`step` is simultaneous gradient descent-ascent (eq. 5): a primal step on the Lagrangian at the current
-    multipliers, then a dual step from the same iterate (or a dual restart, eq. 6).
-    """
+    """min f_obj s.t. L0-density_g <= eps_g, a min-max game on the Lagrangian (eq. 3, 4) played by simultaneous gradient
+    descent-ascent (eq. 5) with dual restarts (eq. 6)."""
 
     def _constraint(self) -> dict:
         c = self.config
@@ -337,12 +309,9 @@ class Dense(Method):
 
 
 class MagnitudePruning(Dense):
-    """Train dense, prune to the target density, fine-tune (§5.5, App. J.7, App. L).
-
-    Structured: L1-filter pruning (Li et al., 2017) of the layers the gated model gates. Unstructured: the smallest
-    weights of those layers, kept at zero during fine-tuning by masks. Fine-tuning uses a constant learning rate (App.
-    J.7) and every parameter in one optimiser group.
-    """
+    """Train dense, prune to the target density, fine-tune (§5.5, App. J.7, App. L): structured, L1-filter pruning (Li
+    et al., 2017) of the layers the gated model gates; unstructured, their smallest weights, kept at zero by masks.
+    Fine-tuning has a constant learning rate (App. J.7) and one optimiser group."""
 
     sparse_phases = ("pruned", "finetune")
     target_free_first_phase = True  # App. L: one dense model, pruned at each target

@@ -1,14 +1,10 @@
-"""Experiment configurations: the paper's (App. J, App. L) and a CPU budget.
+"""Experiment configurations: the paper's (App. J, App. L) and budgets for CPUs and a lent GPU.
 
 :class:`ExperimentConfig` lists every knob of a run. :func:`resolve_config` starts from a preset for a (dataset, model)
 pair and applies overrides, converting strings (papermill's ``-r`` passes raw strings) and validating every value before
-any training starts.
-
-* ``paper``: exactly what the paper ran on GPUs (Tables 5-8, 18, 19).
-* ``cpu``: a budget that fits one run on a 2-core machine in minutes. What it shrinks is written next to each entry:
-  fewer epochs, a narrower/shallower WideResNet for CIFAR, a proportionally compressed learning-rate schedule and a
-  larger dual learning rate (the multiplier has far fewer steps to grow in).
-* ``auto``: ``paper`` when CUDA is available, ``cpu`` otherwise.
+any training starts. ``paper`` is exactly what the paper ran (Tables 5-8, 18, 19); ``cpu`` fits one run on a 2-core
+machine, with what it shrinks written next to each entry; ``auto`` is ``paper`` on CUDA, else the dataset's CPU
+protocol.
 """
 
 import dataclasses
@@ -243,11 +239,7 @@ def preset_values(preset: str, dataset: str, model: str, sparsity: str = "struct
 
 
 def tiny_unstructured_dual_lr(target) -> float | None:
-    """The dual lr Table 19 gives for this target density, or None.
-
-    A per-layer list of one repeated target takes that target's value; a list of different targets, or a target the
-    table does not list, has no paper value (:func:`resolve_config` then asks for ``dual_lr``).
-    """
+    """The dual lr Table 19 gives for this target density (a list of one repeated target: that target's), or None."""
     try:
         if isinstance(target, str):
             target = json.loads(target)
@@ -336,14 +328,10 @@ def _check_range(name: str, value, low=None, high=None, low_open=False) -> None:
 
 def validate(config: ExperimentConfig) -> None:
     """Raise a ValueError naming the parameter, the value and what is allowed."""
-    _check_choice("dataset", config.dataset, DATASETS)
-    _check_choice("sparsity", config.sparsity, SPARSITY_KINDS)
-    _check_choice("method", config.method, METHODS)
-    _check_choice("grouping", config.grouping, GROUPINGS)
-    _check_choice("optimizer", config.optimizer, OPTIMIZERS)
-    _check_choice("gates_optimizer", config.gates_optimizer, OPTIMIZERS)
-    _check_choice("linear_init", config.linear_init, LINEAR_INITS)
-    _check_choice("compile_gates", config.compile_gates, COMPILE_GATES)
+    for name, allowed in (("dataset", DATASETS), ("sparsity", SPARSITY_KINDS), ("method", METHODS),
+                          ("grouping", GROUPINGS), ("optimizer", OPTIMIZERS), ("gates_optimizer", OPTIMIZERS),
+                          ("linear_init", LINEAR_INITS), ("compile_gates", COMPILE_GATES)):
+        _check_choice(name, getattr(config, name), allowed)
     if config.linear_init != "fan_in" and config.method in ("dense", "magnitude_pruning"):
         raise ValueError(f"parameter 'linear_init' initialises gated linear layers only; method {config.method!r} "
                          f"trains a model without gates, whose layers use fan-in: got linear_init={config.linear_init!r}")
@@ -402,12 +390,8 @@ def _check_per_layer_length(name: str, values: list, config: ExperimentConfig, n
 
 
 def resolve_config(**overrides) -> ExperimentConfig:
-    """Preset values for (dataset, model), then the user's overrides, converted and validated.
-
-    ``preset='auto'`` resolves by :func:`concrete_preset` (``paper`` on CUDA, the dataset's CPU protocol otherwise); the
-    resolved name is stored in the config. None, and the markers of :data:`PRESET_DEFAULT_MARKERS` (``model=""``,
-    ``epochs=0``), keep the preset's value.
-    """
+    """Preset values for (dataset, model) (``auto`` resolved by :func:`concrete_preset`), then the user's overrides,
+    converted and validated; None and :data:`PRESET_DEFAULT_MARKERS` keep the preset's value."""
     hints = typing.get_type_hints(ExperimentConfig)
     unknown = set(overrides) - set(hints)
     if unknown:
@@ -447,12 +431,8 @@ NOT_COMPARED = ("device", "threads", "compile_gates")
 
 
 def differing_parameters(recorded: dict, config: ExperimentConfig, ignore: tuple[str, ...] = ()) -> list[str]:
-    """The parameters of ``config`` that a record or checkpoint has otherwise, in ``config``'s order.
-
-    Parameters the recorded configuration predates take their defaults; parameters that ``config``'s method does not use
-    (:data:`UNUSED_BY_METHOD`) are not compared, so that a record made when notebooks passed, say, ``lmbda=0.0`` to
-    constrained runs is the record of the same run.
-    """
+    """The parameters of ``config`` that a record or checkpoint has otherwise, in ``config``'s order: one it predates
+    counts at its default; those ``config``'s method does not use (:data:`UNUSED_BY_METHOD`) are not compared."""
     defaults = ExperimentConfig().to_dict()
     skipped = set(ignore) | set(UNUSED_BY_METHOD[config.method])
     return [name for name, value in config.to_dict().items()
@@ -461,8 +441,7 @@ def differing_parameters(recorded: dict, config: ExperimentConfig, ignore: tuple
 
 def config_differences(recorded: dict, config: ExperimentConfig, ignore: tuple[str, ...] = ()) -> list[str]:
     """``name: recorded X, now Y`` for every parameter of :func:`differing_parameters`."""
-    defaults = ExperimentConfig().to_dict()
-    current = config.to_dict()
+    defaults, current = ExperimentConfig().to_dict(), config.to_dict()
     return [f"{name}: recorded {recorded.get(name, defaults[name])!r}, now {current[name]!r}"
             for name in differing_parameters(recorded, config, ignore)]
 
@@ -470,16 +449,13 @@ def config_differences(recorded: dict, config: ExperimentConfig, ignore: tuple[s
 #: Hyper-parameters named in a run's name when they differ from the preset's value.
 NAMED_IF_CHANGED = ("epochs", "batch_size", "optimizer", "lr", "lr_milestones", "lr_gamma", "momentum",
                     "weight_decay", "gates_optimizer", "gates_lr", "schedule_gates", "dual_lr", "nupi_kp", "nupi_ema",
-                    "rho_init",
-                    "linear_init", "clamp_log_alpha", "finetune_epochs", "finetune_lr")
+                    "rho_init", "linear_init", "clamp_log_alpha", "finetune_epochs", "finetune_lr")
 
 
 def default_run_name(config: ExperimentConfig, preset_config: ExperimentConfig | None = None) -> str:
-    """A readable name, unique per setting, e.g. ``wrn-16-1-constrained-model-t0.7-s0-cpu``.
-
-    Hyper-parameters that differ from the preset's (``preset_config``) are appended, e.g. ``...-gates_lr0.1-s0-cpu``, so
-    two runs that differ only there never share a record.
-    """
+    """A readable name, unique per setting (``wrn-16-1-constrained-model-t0.7-s0-cpu``): hyper-parameters that differ
+    from the preset's are appended (``...-gates_lr0.1-s0-cpu``), so two runs that differ only there never share a
+    record."""
     def fmt(value):
         if isinstance(value, list):
             return "_".join(fmt(v) for v in value)
@@ -514,12 +490,8 @@ def default_run_name(config: ExperimentConfig, preset_config: ExperimentConfig |
 
 
 def current_run_name(params: dict) -> str | None:
-    """The run name a record's parameters resolve to with today's presets, or None if they no longer resolve.
-
-    A run name spells only what differs from its preset, so a record made before its preset changed resolves to another
-    name (``...-epochs100-...``) or to none: such a record is of an earlier preset, not of the configuration its name
-    now stands for.
-    """
+    """The run name a record's parameters resolve to with today's presets, or None: a record made before its preset
+    changed resolves to another name (``...-epochs100-...``) or to none."""
     try:
         return resolve_config(**{k: v for k, v in params.items() if k != "run_name"}).run_name
     except (ValueError, TypeError):

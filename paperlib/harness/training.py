@@ -1,21 +1,11 @@
 """Run one experiment from a parameter set and write its record (App. J).
 
-:func:`run_experiment` is the single entry point that every notebook calls:
-
-1. resolve and validate the parameters (:mod:`paperlib.harness.presets`);
-2. return the record if it is complete (nothing is loaded or built);
-3. otherwise load the data (:mod:`paperlib.harness.data`) and let the method (:mod:`paperlib.harness.methods`:
-   constrained, penalized, dense or magnitude pruning) build its model and train it, epoch by epoch;
-4. after every epoch, evaluate the method's test-time model (App. D), count its parameters and MACs, checkpoint, and
-   rewrite the record.
-
-Checkpoints live outside the work tree (:func:`paperlib.harness.records.checkpoints_dir`). A killed run started again
-with the same parameters resumes after its last finished epoch and, on the CPU, ends with the same numbers as an
-uninterrupted run: the checkpoint holds the model, optimisers, scheduler, multipliers, data-loader position and RNG
-states.
-
-Several processes (``torchrun``, :mod:`paperlib.harness.run`) run the same loop on their shards of every global batch;
-:mod:`paperlib.harness.distributed` says what is averaged, which gate noise each process draws and who writes.
+:func:`run_experiment`, which every notebook calls, resolves the parameters, returns the record if it is complete, and
+otherwise lets the method (:mod:`paperlib.harness.methods`) build its model and train it; after every epoch it evaluates
+the test-time model (App. D), counts it, checkpoints and rewrites the record. A killed run started again resumes after
+its last finished epoch and, on the CPU, ends with the numbers of an uninterrupted run: the checkpoint holds the model,
+optimisers, schedulers, multipliers, loader position and RNG states. Several processes (``torchrun``) run the same loop
+on their shards of every global batch (:mod:`paperlib.harness.distributed`).
 """
 
 import math
@@ -47,11 +37,7 @@ SMOKE_BATCH_SIZE = 16
 
 
 class NonFiniteLossError(RuntimeError):
-    """The training loss became NaN or infinite; the run is recorded as failed.
-
-    Found where the runner reads the losses (at the next logged step or the end of the epoch, :meth:`Runner._read`); the
-    message names the first non-finite step.
-    """
+    """The training loss became NaN or infinite (found by :meth:`Runner._read`); the run is recorded as failed."""
 
 
 def resolve_device(name: str) -> torch.device:
@@ -66,15 +52,11 @@ AUTOGROUP = Path("/proc/self/autogroup")
 
 
 def keep_nice_in_own_session() -> None:
-    """Give this process's autogroup the process's own nice value, so that ``nice`` on a sweep lowers its runs' share of
-    the CPU.
+    """Give this process's autogroup its own nice value, so that ``nice`` on a sweep lowers its runs' CPU share.
 
-    Papermill starts each run's kernel in a session of its own, and under autogroup scheduling (the default of most
-    Linux distributions) sessions share the CPU equally whatever their processes' nice values: a sweep started with
-    ``nice`` would otherwise take as much CPU as any other. Measured here, two CIFAR-10 runs at nice 5 beside an MNIST
-    run at 10 and another at 12 went from 1.4 to 2.1 steps a second. Only a process that leads its own session (as a
-    papermill kernel does) changes its group: a run started from a terminal shares the terminal's group, whose other
-    processes keep their share. Where there is no autogroup file (not Linux, autogroup off), nothing changes.
+    Papermill starts each kernel in a session of its own, and under autogroup scheduling sessions share the CPU equally
+    whatever their nice values (measured: two CIFAR-10 runs at nice 5 beside MNIST runs at 10 and 12 went from 1.4 to
+    2.1 steps a second). Only a session leader (a papermill kernel) changes its group; without autogroup, nothing.
     """
     if os.getsid(0) != os.getpid():
         return
@@ -85,12 +67,8 @@ def keep_nice_in_own_session() -> None:
 
 
 def device_name(device: torch.device) -> str:
-    """The GPU's name, or the CPU's model with the vector instructions torch's kernels use.
-
-    The instruction set is part of what a record ran on: oneDNN picks other kernels (other summation orders) with
-    AVX-512 than with AVX2, so the same run on two CPUs agrees only up to float rounding, and training amplifies the
-    difference.
-    """
+    """The GPU's name, or the CPU's model with the vector instructions torch uses: oneDNN sums in other orders with
+    AVX-512 than with AVX2, so the same run on two CPUs agrees only up to float rounding, which training amplifies."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     model = platform.processor() or platform.machine()
@@ -107,15 +85,12 @@ STEPS_LOG_ROWS = 1000
 
 
 def steps_log_interval(steps_per_epoch: int, epochs: int) -> int:
-    """Log every this many steps: 20 times an epoch, or fewer in long runs, so that a run's steps log holds at most
-    about :data:`STEPS_LOG_ROWS` rows (a 200-epoch MNIST run: 5 an epoch, about 30 KB compressed, where 20 an epoch took
-    90-125 KB)."""
+    """Log every this many steps: 20 times an epoch, fewer in long runs (at most about :data:`STEPS_LOG_ROWS` rows)."""
     return max(1, steps_per_epoch // 20, steps_per_epoch * epochs // STEPS_LOG_ROWS)
 
 
 def time_left(epochs_done: int, epochs_planned: int, wall_time_s: float) -> str:
-    """`` (about N min left)`` at the mean pace of the epochs done so far; empty before the first or after the last (the
-    runner prints it after each epoch, so a user sees how long the run will take)."""
+    """`` (about N min left)`` at the mean pace of the epochs done so far; empty before the first or after the last."""
     if epochs_done < 1 or epochs_done >= epochs_planned:
         return ""
     minutes = (epochs_planned - epochs_done) * wall_time_s / epochs_done / 60
@@ -160,8 +135,7 @@ _layered_pickle = types.SimpleNamespace(Unpickler=_LayeredUnpickler, load=pickle
 
 
 def _upgrade_checkpoint(payload: dict) -> dict:
-    """Checkpoints written before :mod:`paperlib.harness.methods` kept the masks of magnitude pruning in the run
-    state."""
+    """Checkpoints written before :mod:`paperlib.harness.methods` kept magnitude pruning's masks in the run state."""
     masks = payload["state"].__dict__.pop("weight_masks", None)
     if "weight_masks" not in payload:
         payload["weight_masks"] = masks or {}
@@ -169,15 +143,10 @@ def _upgrade_checkpoint(payload: dict) -> dict:
 
 
 class Runner:
-    """The loop of one run: data, a method (:mod:`paperlib.harness.methods`), evaluation, checkpoints, the record.
-
-    It knows nothing of how a method trains: it asks the method for its model, its phases, one step per batch, the
-    test-time model and what to log.
-    """
+    """The loop of one run: data, a method (:mod:`paperlib.harness.methods`: it knows nothing of how a method trains),
+    evaluation, checkpoints, the record."""
 
     def __init__(self, config: ExperimentConfig, progress: bool = True, sync_batchnorm: bool = False):
-        """``sync_batchnorm``: with several processes, train with ``SyncBatchNorm``
-        (:mod:`paperlib.harness.distributed`)."""
         self.config = config
         self.dist = distributed.current()
         self.sync_batchnorm = sync_batchnorm
@@ -217,12 +186,8 @@ class Runner:
 
     # ----- training ------------------------------------------------------------
     def train_epoch(self) -> dict:
-        """One pass over the training data, one method step per batch; mean loss, error and objective.
-
-        No step waits for the device: each leaves its loss, objective and number of correct predictions there, and the
-        runner reads what has piled up in one transfer at each logged step and at the end of the epoch (:meth:`_read`).
-        A non-finite loss raises there, naming its step.
-        """
+        """One pass over the training data, one method step per batch; mean loss, error and objective. No step waits for
+        the device: what the steps leave there is read in one transfer at each logged step (:meth:`_read`)."""
         self.method.model.train()
         totals = {"loss": 0.0, "objective": 0.0, "correct": 0, "seen": 0}
         pending = []  # (step, batch size, loss, objective, correct) of the steps not read yet, on the device
@@ -245,12 +210,9 @@ class Runner:
                 "train_objective": totals["objective"] / seen}
 
     def _read(self, pending: list, totals: dict, logged: dict | None = None) -> tuple[float | None, dict | None]:
-        """Bring the ``pending`` steps' numbers and the ``logged`` tensors to the host in one transfer.
-
-        Adds each step's loss and objective times its batch size to ``totals`` in step order and in double precision, as
-        Python floats (the sums a per-step ``.item()`` gave), and empties ``pending``. Returns the last step's loss and
-        ``logged`` as floats; raises :class:`NonFiniteLossError` at the first non-finite loss.
-        """
+        """Bring the ``pending`` steps' numbers and the ``logged`` tensors to the host in one transfer, add them to
+        ``totals`` in step order as Python floats (the sums a per-step ``.item()`` gave); the last loss and
+        ``logged``."""
         if not pending:
             return None, logged
         steps, sizes, losses, objectives, correct = zip(*pending)
@@ -475,11 +437,8 @@ class Runner:
 
 
 def check_record_matches(recorded: dict, config: ExperimentConfig) -> None:
-    """Raise if a record under this run name was made with other parameters.
-
-    A run name spells only what differs from the preset, so a preset that changed since a record was made gives an old
-    record the new name (:func:`~paperlib.harness.presets.config_differences` says what is compared).
-    """
+    """Raise if a record under this run name was made with other parameters: a run name spells only what differs from
+    the preset, so a preset changed since gives an old record the new name."""
     differences = config_differences(recorded, config, ignore=NOT_COMPARED)
     if differences:
         raise RuntimeError(f"the record of run {config.experiment}/{config.run_name} was made with other parameters "
@@ -496,13 +455,9 @@ def resolve_run_config(**params) -> ExperimentConfig:
 
 
 def run_experiment(progress: bool = True, **params) -> dict:
-    """Resolve ``params`` (see :class:`~paperlib.harness.presets.ExperimentConfig`), run, return the record.
-
-    If the record of these parameters is already complete it is returned without loading any data or training; pass
-    ``rerun=True`` to train again (the old record is replaced only when the new run completes). ``sync_batchnorm=True``:
-    under several processes, train with synchronised batch norm (:mod:`paperlib.harness.distributed`); not a parameter
-    of the record.
-    """
+    """Resolve ``params`` (:class:`~paperlib.harness.presets.ExperimentConfig`), run, return the record; a complete
+    record is returned without loading anything. ``rerun=True`` trains again (the old record is replaced when the new
+    run completes); ``sync_batchnorm=True`` trains several processes with synchronised batch norm."""
     rerun = bool(params.pop("rerun", False))
     sync_batchnorm = bool(params.pop("sync_batchnorm", False))
     config = resolve_run_config(**params)
