@@ -143,12 +143,6 @@ def test_the_protocol_table_reads_each_protocols_preset_and_names_what_differs_f
     assert not table.isin(["True", "False"]).any().any()
 
 
-def test_epoch_minutes_divide_wall_time_by_epochs():
-    runs = [{"metrics": {"wall_time_s": 4800.0, "epochs_completed": 20}},
-            {"metrics": {"wall_time_s": 600.0, "epochs_completed": 4}}]
-    assert control.epoch_minutes(runs).tolist() == pytest.approx([4.0, 2.5])
-
-
 def test_the_pages_selections_of_the_control_records(monkeypatch):
     def run(method="constrained", grouping="layer", target=0.2, seed=0, dual_lr=7e-3, experiment="cifar10_control",
             **params):

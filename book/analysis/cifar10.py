@@ -50,10 +50,7 @@ def free_density(model: str, gates_lr: float, free: list[dict]) -> float | None:
 
 
 def constrained_runs(grids, seed: int | None = None) -> list[dict]:
-    """The complete constrained records of ``grids`` (of ``seed`` only, if given), in the control table's order."""
-    runs = [run for grid in grids for run in report.complete_records(grid) if run["params"]["method"] == "constrained"
-            and (seed is None or run["params"]["seed"] == seed)]
-    return sorted(runs, key=control.table_order)
+    return control.table_runs(grids, "constrained", seed)
 
 
 def protocol_outcomes(protocol: Protocol, free: list[dict] | None = None) -> list[rules.Outcome]:

@@ -86,10 +86,6 @@ def setting(params: dict) -> str:
     return params["method"]
 
 
-def run_label(run: dict) -> str:
-    return f"{run['params']['grouping']}-wise {setting(run['params'])}"
-
-
 def condition(params: dict, seed: bool = False) -> str:
     """A run named by its condition, as the page's rows name it (with its seed if ``seed``).
 
@@ -207,16 +203,22 @@ def table_order(run: dict) -> tuple:
             m["seed"])
 
 
+def table_runs(grids, method: str | None = None, seed: int | None = None) -> list[dict]:
+    """The complete records of ``grids`` (of ``method`` and ``seed`` only, if given), in :func:`table_order`."""
+    return sorted((run for grid in grids for run in complete_records(grid)
+                   if method in (None, run["params"]["method"]) and seed in (None, run["params"]["seed"])),
+                  key=table_order)
+
+
 def control_runs() -> list[dict]:
-    """The complete records of :data:`CONTROL_GRIDS` (the pilot protocol), in :func:`table_order`."""
-    return sorted((run for grid in CONTROL_GRIDS for run in complete_records(grid)), key=table_order)
+    """The control table's records at the pilot protocol (:data:`CONTROL_GRIDS`)."""
+    return table_runs(CONTROL_GRIDS)
 
 
 def cpu_control_runs() -> list[dict]:
-    """The complete records of :data:`CPU_CONTROL_GRIDS`, after the pilot's dense run (a dense model has no
-    gates: both protocols' dense runs would be one), in :func:`table_order`."""
-    dense = [run for run in control_runs() if run["params"]["method"] == "dense"]
-    return sorted([*dense, *(run for grid in CPU_CONTROL_GRIDS for run in complete_records(grid))], key=table_order)
+    """The control table's records at the CPU protocol, with the pilot's dense run (a dense model has no gates:
+    both protocols' dense runs would be one)."""
+    return sorted([*table_runs(CONTROL_GRIDS, "dense"), *table_runs(CPU_CONTROL_GRIDS)], key=table_order)
 
 
 def dense_run(runs: list[dict]) -> dict | None:
@@ -485,7 +487,7 @@ def dual_lr_rows(runs: list[dict]) -> pd.DataFrame:
         by_epoch = epoch_violations(run)
         held = by_epoch.index[by_epoch.map(lambda v: rules.feasible([v])).astype(bool)]
         later = by_epoch[by_epoch.index > held[0]] if len(held) else by_epoch.iloc[:0]
-        rows.append({"run": notebook_link(run["path"], f"dual lr {run['params']['dual_lr']:g}") or run_label(run),
+        rows.append({"run": notebook_link(run["path"], f"dual lr {run['params']['dual_lr']:g}") or condition(run["params"]),
                      "dual lr": f"{run['params']['dual_lr']:g}", "first feasible epoch": held[0] if len(held) else None,
                      "largest violation after it (points)": later.max() if len(later) else None,
                      "final largest gap (points)": largest_gap(run),
@@ -639,20 +641,14 @@ def device_seeds(runs: list[dict]) -> pd.DataFrame:
     return pd.DataFrame.from_dict(both, orient="index").rename_axis("setting").reset_index()
 
 
-def epoch_minutes(runs: list[dict]) -> pd.Series:
-    """Minutes per training epoch of each run (its ``wall_time_s`` over its epochs, evaluation included)."""
-    return pd.Series([r["metrics"]["wall_time_s"] / r["metrics"]["epochs_completed"] / 60 for r in runs], dtype=float)
-
-
 def epoch_times(runs: list[dict]) -> pd.DataFrame:
     """Training time by protocol (and model) and device: runs, the median and range of minutes per epoch
-    (:func:`epoch_minutes`) and the median minutes per run."""
+    (``wall_time_s`` over epochs, evaluation included) and the median minutes per run."""
     frame = pd.DataFrame([{"protocol": f"{protocol_of(r)}, {r['params']['model']}",
-                           "ran on": device_kind(r["metrics"].get("device")), "epochs": r["metrics"]["epochs_completed"]}
-                          for r in runs])
+                           "ran on": device_kind(r["metrics"].get("device")), "epochs": r["metrics"]["epochs_completed"],
+                           "minutes": r["metrics"]["wall_time_s"] / r["metrics"]["epochs_completed"] / 60} for r in runs])
     if frame.empty:
         return pd.DataFrame(columns=["protocol", "ran on", "runs", "min/epoch", "range", "min/run"])
-    frame["minutes"] = epoch_minutes(runs)
     return pd.DataFrame([{"protocol": protocol, "ran on": device, "runs": len(group),
                           "min/epoch": group["minutes"].median(),
                           "range": f"{group['minutes'].min():.1f}–{group['minutes'].max():.1f}",

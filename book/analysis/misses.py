@@ -19,7 +19,7 @@ from paperlib.harness.rules import final_gaps
 from paperlib.paper.models import gate_counts
 from paperlib.paper.paper_results import paper_cell
 
-from .control import (ABLATION_GRID, condition_link, constraint_names, dense_run, dual_lr_rows, run_label, run_rows,
+from .control import (ABLATION_GRID, condition, condition_link, constraint_names, dense_run, dual_lr_rows, run_rows,
                       short_layer_name)
 from .report import complete_records, notebook_link
 
@@ -209,7 +209,7 @@ def drift_rows(runs: list[dict], free_records: list[dict] = ()) -> pd.DataFrame:
             if twin is not None:
                 nearest = (twin_steps["epoch"] - after["epoch"]).abs().idxmin()
                 free_then, free_final = 100 * twin_steps.loc[nearest, f"constrained_density_{i}"], 100 * twin_finals[i][0]
-            rows.append({"run": condition_link(run), "setting": run_label(run), "gates' lr": gates_lr(run),
+            rows.append({"run": condition_link(run), "setting": condition(run["params"]), "gates' lr": gates_lr(run),
                          "constraint": names[i],
                          "last epoch with λ > 0": float(push["epoch"]) if push[f"lambda_{i}"] > 0 else None,
                          "a step later (%)": 100 * after[f"constrained_density_{i}"],
@@ -238,7 +238,7 @@ def plot_free_drift(runs: list[dict], free_records: list[dict] = ()) -> plt.Figu
                              lw=1.2, ls=":")
         for target in {target for _, target in constrained_densities(run, run["history"][-1])}:
             axes[0].axhline(100 * target, color=f"C{colour}", ls="--", lw=0.8)
-        label = run_label(run).replace("target ", "") + f", gates' lr {gates_lr(run):g}"
+        label = condition(run["params"]) + f", gates' lr {gates_lr(run):g}"
         handles.append(Line2D([], [], color=f"C{colour}", label=label))
     if twinned:
         handles.append(Line2D([], [], color="0.4", ls=":", label="its protocol, no binding constraint"))
@@ -293,7 +293,7 @@ def first_push_rows(runs: list[dict]) -> pd.DataFrame:
             reached = steps.index[density <= target]
             dip = 100 * (density.loc[reached[0]:].min() - target) if len(reached) else None
             gate = _one_gate_points(run, i)
-            rows.append({"run": condition_link(run), "setting": run_label(run),
+            rows.append({"run": condition_link(run), "setting": condition(run["params"]),
                          "dual lr": f'{run["params"]["dual_lr"]:g}', "block": name,
                          "at target from (epoch)": float(steps.loc[reached[0], "epoch"]) if len(reached) else None,
                          "deepest under (points)": dip, "deepest under (gates)": None if dip is None else dip / gate,
@@ -309,7 +309,7 @@ def first_push_summary(runs: list[dict]) -> pd.DataFrame:
         own = first_push_rows([run])
         dips, gaps = own["deepest under (gates)"], own["final gap (points)"]
         deepest = dips.idxmin() if dips.notna().any() else None  # None: no block ever reached its target
-        rows.append({"run": condition_link(run), "setting": run_label(run), "dual lr": own["dual lr"].iloc[0],
+        rows.append({"run": condition_link(run), "setting": condition(run["params"]), "dual lr": own["dual lr"].iloc[0],
                      "blocks more than a gate under": int((dips < -1).sum()), "blocks": len(own),
                      "deepest under (gates)": None if deepest is None else dips[deepest],
                      "deepest block": None if deepest is None else own.loc[deepest, "block"],

@@ -138,25 +138,15 @@ def outcomes(judged: list[rules.RunJudgement]) -> pd.Series:
     return pd.Series({**counts, "binding unknown": sum(not j.binding_known for j in judged)}, dtype=int)
 
 
-def _at_paper_protocol(table: pd.DataFrame) -> pd.DataFrame:
-    return table[table["protocol"].str.startswith("paper")]
-
-
-def _cells(tables: tuple[str, ...], method: str, column: str) -> pd.Series:
-    """Ours minus the paper's ``column`` in the paper-protocol rows of ``method``."""
-    deltas = []
-    for label in tables:
-        table = _at_paper_protocol(comparison.compare_table(label))
-        table = table[table["method"] == method]
-        deltas += [float(d) for d in table[f"{column} Δ"].dropna()]
-    return pd.Series(deltas, dtype=float)
-
-
 def cells_near(tables: tuple[str, ...], method: str, columns: tuple[str, ...], points: float):
     """Cells of ``tables`` (``method`` at the paper's protocol) whose ``columns`` are within ``points`` of the paper's."""
     def judge(rows: pd.DataFrame) -> Count:
-        deltas = pd.concat([_cells(tables, method, column) for column in columns])
-        return Count(int(sum(rules.agrees(d, points) for d in deltas)), len(deltas))
+        deltas = []
+        for label in tables:
+            table = comparison.compare_table(label)
+            table = table[table["protocol"].str.startswith("paper")]
+            deltas += [float(d) for column in columns for d in table.loc[table["method"] == method, f"{column} Δ"].dropna()]
+        return Count(sum(rules.agrees(d, points) for d in deltas), len(deltas))
     return judge
 
 
