@@ -178,9 +178,9 @@ def _parsed_csv(path: str, mtime_ns: int, size: int) -> tuple[tuple[str, ...], t
     return tuple(reader.fieldnames or ()), rows
 
 
-def palette_png(data: bytes) -> bytes:
-    """A PNG re-encoded with a palette of at most 256 colours (no dithering), same size in pixels: a run page's plots
-    (lines, text, flat fills with anti-aliased edges) look the same at about a third of matplotlib's RGBA bytes.
+def palette_png(data: bytes, colors: int = 256) -> bytes:
+    """A PNG re-encoded with a palette of at most ``colors`` colours (no dithering), same size in pixels: a run page's
+    plots (lines, text, flat fills with anti-aliased edges) look the same at about a third of matplotlib's RGBA bytes.
     ``data`` unchanged when it is a palette image already, has transparent pixels, or would not shrink."""
     from PIL import Image  # torchvision's dependency; imported here, where figures are handled
 
@@ -189,7 +189,7 @@ def palette_png(data: bytes) -> bytes:
         return data
     if image.mode in ("RGBA", "LA") and image.getchannel("A").getextrema()[0] < 255:
         return data
-    palette = image.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    palette = image.convert("RGB").quantize(colors=colors, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
     buffer = io.BytesIO()
     palette.save(buffer, "PNG", optimize=True)
     return buffer.getvalue() if buffer.tell() < len(data) else data
@@ -291,6 +291,12 @@ def record_status(run_dir: Path) -> str | None:
     if not metrics.exists():
         return None
     return json.loads(metrics.read_text()).get("status")
+
+
+def record_params(run_dir: Path) -> dict:
+    """A record's parameters, ``params.json``; a bisection search's record keeps its own in its ``metrics.json``."""
+    params = Path(run_dir) / "params.json"
+    return json.loads((params if params.exists() else Path(run_dir) / "metrics.json").read_text())
 
 
 def load_record(run_dir: Path) -> dict:

@@ -1,27 +1,11 @@
 """How this book judges a run and a claim: every tolerance and every rule, in one place.
 
-Every verdict of the book, MNIST and CIFAR-10 alike, is computed here; the pages state these rules in words
-(book/intro.md, "How this book judges a claim") and insert the numbers from this module. The rules return outcomes
-(:class:`Outcome`, :class:`Binding`, :class:`PenaltyOutcome`, :class:`Verdict`) and counts, never sentences.
-
-A run of a constrained model:
-
-- **Feasible** (:func:`feasible`): every constraint ends at most :data:`FEASIBLE_POINTS` above its target, App. G's
-  "feasible or within (~1%) of the desired target".
-- **Binds** (:func:`binding`): a constraint binds when the same model at the same protocol with free gates (a target of
-  100%, which never binds) ends above the target. Without such a record the binding is *unknown*, and the constraint is
-  judged as if it bound: a target is never called "does not bind" without a free-gates record.
-- **On target** (:func:`judge_run`): feasible, and within the tolerance of every constraint that binds. The tolerance is
-  :data:`ON_TARGET_POINTS`, or half a gate where one gate is worth more than :data:`COARSE_GATE_POINTS` of its group
-  (:func:`tolerance`). A feasible run further under a binding target is *under*; a run over a target by more than
-  :data:`FEASIBLE_POINTS` is *violated*; a feasible run none of whose constraints binds is *does not bind*, neither a
-  hit nor a miss.
-
-A penalized cell (:func:`judge_penalty`): how far our seeds at the paper's λ_pen scatter the density, and whether their
-mean lands within :data:`PENALTY_POINTS` of the paper's density.
-
-A claim (:func:`claim_verdict`): from the share of its judged runs (or cells) that pass, with the same thresholds for
-every claim (:data:`REPRODUCED_SHARE`, :data:`PARTLY_SHARE`).
+Every verdict of the book is computed here; the pages state the rules in words (book/intro.md, "How this book judges a
+claim") with the numbers of this module. A constrained run is :func:`feasible` (every constraint at most
+:data:`FEASIBLE_POINTS` above its target, App. G), its constraints bind or not (:func:`binding`: whether the free-gates
+run of its model and protocol ends above the target; without one, *unknown*, judged as binding), and it is *on target*,
+*under*, *violated* or *does not bind* (:func:`judge_run`). A penalized cell is judged by :func:`judge_penalty`, a claim
+by the share of its judged runs that pass (:func:`claim_verdict`). The rules return outcomes and counts, never sentences.
 
 Example::
 
@@ -37,9 +21,7 @@ from collections import Counter
 from dataclasses import dataclass
 from enum import Enum
 
-# --------------------------------------------------------------------------- #
 # Tolerances (points are percentage points of density, error or counts)
-# --------------------------------------------------------------------------- #
 
 #: A constraint holds when it ends at most this many points above its target (App. G: "within (~1%)").
 FEASIBLE_POINTS = 1.0
@@ -70,10 +52,6 @@ REPRODUCED_SHARE = 0.9
 PARTLY_SHARE = 0.5
 
 
-# --------------------------------------------------------------------------- #
-# Outcomes
-# --------------------------------------------------------------------------- #
-
 class Binding(str, Enum):
     """Whether a constraint binds: the free-gates density of its model and protocol is above its target."""
     BINDS = "binds"
@@ -103,10 +81,6 @@ class Verdict(str, Enum):
     IN_PROGRESS = "in progress"
     NOT_TESTED = "not tested here"
 
-
-# --------------------------------------------------------------------------- #
-# The rules: numbers in, outcomes out
-# --------------------------------------------------------------------------- #
 
 def binding(target: float, free_density: float | None) -> Binding:
     """Whether a constraint at ``target`` binds, from the free-gates density of the same model and protocol (fractions;
@@ -226,9 +200,7 @@ def claim_verdict(passed: int, judged: int, complete: bool = True) -> Verdict:
     return Verdict.PARTLY if share >= PARTLY_SHARE else Verdict.NOT_REPRODUCED
 
 
-# --------------------------------------------------------------------------- #
 # Records in, numbers for the rules out
-# --------------------------------------------------------------------------- #
 
 #: Run parameters that do not change the protocol a free-gates run stands for: what the run was asked (target, method,
 #: penalty), its dual optimiser (idle at a target of 100%), its seed, where it ran and how it is named.
@@ -256,11 +228,8 @@ def same_protocol(record: dict, other: dict) -> bool:
 
 
 def constrained_densities(record: dict, row: dict) -> list[tuple[float, float]]:
-    """(expected density, target) of every constraint of a history row of a constrained record.
-
-    Model-wise: the model's L0-density against the one target. Layer-wise: each gated layer's expected density against
-    its own target (one target for all layers when a single value is given).
-    """
+    """(expected density, target) of every constraint of a history row of a constrained record: the model's, or each
+    gated layer's against its own target (one target for all layers when a single value is given)."""
     target = record["params"]["target"]
     if record["params"]["grouping"] == "model":
         return [(float(row["l0_density"]), target)]

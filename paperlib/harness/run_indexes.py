@@ -1,18 +1,11 @@
 """The run indexes of the book (``book/runs_*.md``): every record of an index's experiment folders, in groups.
 
-An index lists the folders of :func:`paperlib.harness.studies.indexed_experiments`, one group each, titled and described
-by :data:`paperlib.harness.studies.FOLDERS` (written there once, for every folder), with the paper's tables it serves
-and links to the result pages that show it; a folder with a ``split`` is listed in parts, one per value of those
-parameters (``constrained, model-wise``). A group that holds its page's main table (``main``) comes first and unfolded;
-if none does, the first group is unfolded. Each run is named by what it trains
-(:func:`~paperlib.harness.run_pages.run_label`) and by its protocol
-(:func:`~paperlib.harness.protocols.record_protocol`), linked to its executed notebook.
-
-Example, in a page executed in ``book/``::
-
-    from analysis import report
-    groups = run_indexes.index_groups("runs_mnist")
-    run_indexes.groups_html(groups, report.show)
+An index lists the folders of :func:`paperlib.harness.studies.indexed_experiments`, one group each, as
+:data:`paperlib.harness.studies.FOLDERS` titles and describes them, with the paper's tables they serve and links to the
+pages that show them; a folder with a ``split`` is listed in parts (``constrained, model-wise``). A group that holds its
+page's main table comes first and unfolded (else the first group is unfolded). Each run is named by what it trains and
+by its protocol, linked to its executed notebook. In a page: ``run_indexes.groups_html(run_indexes.index_groups(
+"runs_mnist"), report.show)``.
 """
 
 import html
@@ -38,9 +31,8 @@ DEFAULTS = {"dual_optimizer": "gradient_ascent", "sparsity": "structured"}
 
 @dataclass
 class Group:
-    """One experiment folder of an index: its title and line (:data:`~paperlib.harness.studies.FOLDERS`), the paper's
-    tables and figures it serves, the result pages that show it, its runs in parts (``[("", rows)]`` when it is not
-    split) and whether the index shows it unfolded."""
+    """One experiment folder of an index: its title and line, the paper's tables it serves, the pages that show it, its
+    runs in parts (``[("", rows)]`` when it is not split) and whether the index shows it unfolded."""
 
     experiment: str
     title: str
@@ -126,10 +118,8 @@ def folder_group(experiment: str) -> Group:
     """The group of an index for the experiment folder ``experiment``: its runs, in parts if it is split."""
     about = studies.folder(experiment)
     parts: dict[str, tuple[tuple, list[dict]]] = {}
-    found = [(run_dir, json.loads((run_dir / "metrics.json").read_text()))
-             for run_dir in records.find_records(experiment)]
-    for run_dir, metrics in sorted(found, key=lambda item: item[1].get("kind") != "bisection search"):  # searches first
-        params = metrics if metrics.get("kind") == "bisection search" else records.load_record(run_dir)["params"]
+    found = [(run_dir, records.record_params(run_dir)) for run_dir in records.find_records(experiment)]
+    for run_dir, params in sorted(found, key=lambda item: "method" in item[1]):  # bisection searches first
         split = about.split if "method" in params else ()
         label = part_label(params, split)
         parts.setdefault(label, (_part_key(params, split), []))[1].append(run_row(run_dir))

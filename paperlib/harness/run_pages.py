@@ -132,12 +132,8 @@ def run_label(params: dict) -> str:
 
 
 def run_line(params: dict, metrics: dict) -> str:
-    """One line of a run's parameters, where it ran and its record, as ``**name** value`` pairs.
-
-    Example: ``**method** constrained · **grouping** model-wise · **target** 20% · **model** MLP on MNIST · **protocol**
-    paper protocol, 200 of 200 epochs · **seed** 0 · **ran on** CPU (AMD EPYC), 1 thread · **record**
-    `runs/mnist/...```.
-    """
+    """One line of a run's parameters, where it ran and its record, as ``**name** value`` pairs (``**method**
+    constrained · **grouping** model-wise · ... · **record** `runs/mnist/...```)."""
     if metrics.get("kind") == "bisection search":
         pairs = {"method": "penalized, λ_pen searched by bisection",
                  "grouping": GROUPING_LABELS[metrics["grouping"]],
@@ -232,8 +228,7 @@ def cited_by_line(run_dir: Path) -> str:
 def header(run_dir: Path) -> str:
     """The markdown of a run page's first cell: its title as the page's heading, its line, its links."""
     run_dir = Path(run_dir)
-    metrics = json.loads((run_dir / "metrics.json").read_text())
-    params = metrics if metrics.get("kind") == "bisection search" else records.load_record(run_dir)["params"]
+    params, metrics = records.record_params(run_dir), json.loads((run_dir / "metrics.json").read_text())
     lines = [f"# {run_title(params)}", run_line(params, metrics), cited_by_line(run_dir)]
     return "\n\n".join(line for line in lines if line)
 
@@ -255,13 +250,8 @@ def write_header(run_dir: Path) -> bool:
 
 
 def run_table(record: dict, paper_rows: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The run's numbers in one row (all in %, 2 decimals), with the paper's rows for its setting under it
-    (``paper_rows``, as :func:`paperlib.harness.paper_rows.paper_rows_for` gives them), under short column names
-    (:data:`SHORT_COLUMNS`) so that the table fits the page's text column.
-
-    The hyper-parameter column is ``target`` (%) or ``λ_pen``; our best error is
-    :func:`paperlib.harness.paper_rows.our_value`'s (for a constrained run, over the epochs that met the constraints).
-    """
+    """The run's numbers in one row (in %, 2 decimals), the paper's rows for its setting under it (``paper_rows``, from
+    :func:`paperlib.harness.paper_rows.paper_rows_for`), under the short column names of :data:`SHORT_COLUMNS`."""
     from .paper_rows import our_value
 
     params = record["params"]
@@ -284,23 +274,15 @@ def run_table(record: dict, paper_rows: pd.DataFrame | None = None) -> pd.DataFr
 
 
 def show(fig, colors: int = 32) -> None:
-    """Display a figure as a palette PNG of at most ``colors`` colours (no dithering), then close it.
-
-    A run page's figures are lines and text in a few colours: 32 keep those colours and their anti-aliased edges to the
-    eye at about a fifth of matplotlib's RGBA bytes. Example: ``show(plots.plot_dynamics(record))``.
-    """
+    """Display a figure as a palette PNG (:func:`~paperlib.harness.records.palette_png`), then close it: 32 colours
+    keep a run page's lines and text to the eye at about a fifth of matplotlib's bytes."""
     import matplotlib.pyplot as plt
     from IPython.display import Image, display
-    from PIL import Image as PILImage
 
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight", facecolor="white")
     plt.close(fig)
-    image = PILImage.open(io.BytesIO(buffer.getvalue())).convert("RGB")
-    palette = image.quantize(colors=colors, method=PILImage.Quantize.MEDIANCUT, dither=PILImage.Dither.NONE)
-    out = io.BytesIO()
-    palette.save(out, "PNG", optimize=True)
-    display(Image(data=out.getvalue(), format="png"))
+    display(Image(data=records.palette_png(buffer.getvalue(), colors), format="png"))
 
 
 def run_page_remarks(run_dir: Path) -> str:

@@ -1,8 +1,6 @@
 """Sphinx extension of the book (``_config.yml``, ``sphinx: extra_extensions``): the pages of run notebooks are titled
 by their run (:func:`paperlib.harness.run_pages.run_title`) and say that they are shown as they ran."""
 
-import json
-
 from . import records, run_pages
 from .run_pages import run_page_remarks
 
@@ -15,14 +13,10 @@ def _is_run_page(docname: str) -> bool:
 
 
 def _title_run_page(app, doctree) -> None:
-    """Name a run notebook's page after its run, in the navigation, and say what a reader should know.
-
-    A notebook executed by the sweeps opens with its run's title (:func:`paperlib.harness.run_pages.write_header`),
-    which the navigation takes; a notebook executed before that opens with its template's heading, the same for all the
-    runs of a grid, so the navigation is given :func:`paperlib.harness.run_pages.run_title` of its record in both cases.
-    A line under the heading says the page is shown as it ran, and whether the run was resumed or its parameters are an
-    earlier preset's.
-    """
+    """Name a run notebook's page after its run (:func:`paperlib.harness.run_pages.run_title`) in the navigation, which
+    would otherwise take the heading of a notebook executed before its header was written (its template's, the same for
+    every run of a grid), and say under the heading that the page is shown as it ran, and whether it was resumed or its
+    settings are superseded."""
     from docutils import nodes
 
     docname = app.env.docname
@@ -32,9 +26,7 @@ def _title_run_page(app, doctree) -> None:
     run_dir = records.runs_dir() / experiment / run
     name = f"{experiment}/{run}"
     if records.record_status(run_dir) == "complete":
-        metrics = json.loads((run_dir / "metrics.json").read_text())
-        name = run_pages.run_title(metrics if metrics.get("kind") == "bisection search"
-                                   else records.load_record(run_dir)["params"])
+        name = run_pages.run_title(records.record_params(run_dir))
     app.env.titles[docname] = nodes.title("", name)
     toc = app.env.tocs.get(docname)  # the navigation shows a page by its toc's first entry
     first = next(iter(toc.findall(nodes.reference)), None) if toc is not None else None

@@ -1,19 +1,10 @@
 """Every study of the book in one place: which grids make it and which page shows it.
 
-A *study* is one of the paper's result tables (:data:`TABLES`, by its LaTeX label, compared with the paper cell by
-cell), one of its figures or appendix experiments (:data:`FIGURES`), or one of the book's own experiments
-(:data:`OURS`). Each names the grid files whose runs make it (every grid names its preset) and the result page that
-shows it. Everything else asks here:
-
-- the pages and findings modules, for the grids whose records they read (:func:`grids`);
-- the sweeps, which take a study's name in place of its grid files (``python -m paperlib.harness.sweeps
-  tab:cifar10_control``);
-- the run indexes (book/runs_*.md), for the experiment folders whose runs they list (:func:`indexed_experiments`), and
-  ``_toc.yml``, whose globs tests/test_studies.py checks against the same;
-- the tests, for every grid of the book.
-
-How many runs a cell of the paper aggregates is the paper's, in ``paper_results.csv``
-(:func:`paperlib.paper.paper_results.paper_runs`), not here.
+A *study* is one of the paper's result tables (:data:`TABLES`, by LaTeX label, compared cell by cell), one of its
+figures or appendix experiments (:data:`FIGURES`), or one of the book's own experiments (:data:`OURS`). Pages, sweeps
+(``python -m paperlib.harness.sweeps tab:cifar10_control``), run indexes and tests ask here for a study's grids
+(:func:`grids`) and the experiment folders an index lists (:func:`indexed_experiments`). How many runs a cell of the
+paper aggregates is ``paper_results.csv``'s (:func:`paperlib.paper.paper_results.paper_runs`), not here.
 """
 
 from dataclasses import dataclass
@@ -121,11 +112,10 @@ RUN_INDEXES = {
 
 @dataclass(frozen=True)
 class Folder:
-    """How the run indexes (book/runs_*.md) present an experiment folder of ``runs/``: its ``title``, what its runs test
-    in words; ``about``, one line on what they are; ``split``, the run parameters whose values divide a long list into
-    parts (``("method", "grouping")``); ``main``: whether it holds the main table of its result page, whose lists the
-    index shows unfolded. The paper's tables and figures it serves and the pages that show it are not written here:
-    :func:`folder_refs` and :func:`folder_pages` read them from :data:`STUDIES`."""
+    """How the run indexes (book/runs_*.md) present an experiment folder of ``runs/``: its ``title``; ``about``, one line
+    on its runs; ``split``, the run parameters whose values divide a long list into parts; ``main``: whether it holds its
+    result page's main table (shown unfolded). Its tables and pages are read from :data:`STUDIES` (:func:`folder_refs`,
+    :func:`folder_pages`)."""
 
     title: str
     about: str

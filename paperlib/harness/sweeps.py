@@ -18,22 +18,16 @@ A grid file (YAML) names one notebook and the runs of one paper table or figure:
     runs:                     # optional extra parameter sets (merged with base)
       - {grouping: layer, target: [0.3, 0.3, 0.3]}
 
-Each run executes the notebook with papermill in its own process. Runs whose record is complete are skipped; partial
-ones resume from their checkpoint. A run of the bisection notebook is a whole search; its record is the search's
-(:func:`record_folder`). The executed notebook is moved into the run folder only when the record is complete, so a
-failed run never overwrites anything in ``runs/``. With ``--commit`` each finished record is committed to git as soon as
-it finishes. While a run goes on, its notebook's output (epochs, progress bars) is written to the ``papermill.log``
-named when it starts.
+Each run executes the notebook with papermill in its own process; runs whose record is complete are skipped, partial ones
+resume from their checkpoint. A run of the bisection notebook is a whole search (:func:`record_folder`). The executed
+notebook is moved into the run folder only when the record is complete, so a failed run never overwrites anything in
+``runs/``; ``--commit`` commits each record as soon as it finishes. A run's output goes to the ``papermill.log`` named
+when it starts.
 
-On a cluster, ``--executor slurm`` submits one job per run whose record is not complete through `submitit
-<https://github.com/facebookincubator/submitit>`_ (one job array per command), with ``--gpus``, ``--cpus``,
-``--timeout-min`` and ``--partition`` as the jobs' resources. A job that reaches its time limit or is preempted is
-requeued by submitit and resumes from its last checkpoint. ``--executor local`` runs the same jobs as local processes
-(what the tests use).
-
-On a machine without Jupyter (a lent GPU node), ``--commands`` prints one ``python -m paperlib.harness.run`` command per
-run whose record is not complete; copied back into ``runs/``, their records get their executed notebooks from the next
-sweep here (:func:`execute`).
+``--executor slurm`` submits one job per run whose record is not complete through submitit (``--gpus``, ``--cpus``,
+``--timeout-min``, ``--partition``); a job stopped at its time limit is requeued and resumes. ``--executor local`` runs
+the same jobs as local processes (the tests). On a machine without Jupyter, ``--commands`` prints one ``python -m
+paperlib.harness.run`` command per missing run; their records get their notebooks from the next sweep here.
 """
 
 import argparse
@@ -63,11 +57,8 @@ from .vocabulary import PRESETS
 
 
 def check_parameters(grid: str, notebook: str, sets: list[dict], defaults: dict) -> None:
-    """Raise if a grid gives a notebook a parameter that its parameters cell does not declare.
-
-    papermill only warns about such a parameter and the notebook runs without it: the run would train the notebook's
-    default under the grid's record folder's name (:func:`record_folder` reads every parameter).
-    """
+    """Raise if a grid gives a notebook a parameter its parameters cell does not declare: papermill only warns, and the
+    run would train the notebook's default under the grid's record folder's name."""
     unknown = sorted({name for params in sets for name in params} - set(defaults))
     if unknown:
         raise ValueError(f"grid file {grid} gives {notebook} the parameter(s) {unknown}, which its parameters cell "
@@ -75,13 +66,8 @@ def check_parameters(grid: str, notebook: str, sets: list[dict], defaults: dict)
 
 
 def kernel_config() -> Config:
-    """Configuration of the kernel manager that runs a notebook: CurveZMQ keys for its connection.
-
-    ipykernel (>= 7.4) warns "Kernel is running over TCP without encryption ..." when its connection file holds no
-    CurveZMQ keys; jupyter_client (>= 8.9) writes them only when ``KernelManager.transport_encryption`` asks for it
-    ("disabled" by default). "auto" provisions them for kernels whose kernelspec declares curve support (ipykernel's
-    does) and changes nothing for others.
-    """
+    """The kernel manager's configuration: CurveZMQ keys for the kernel's connection, without which ipykernel (>= 7.4)
+    warns "Kernel is running over TCP without encryption"; jupyter_client (>= 8.9) writes them when asked ("auto")."""
     return Config({"KernelManager": {"transport_encryption": "auto" if zmq.has("curve") else "disabled"}})
 
 
@@ -128,14 +114,9 @@ def _commit(folders: list[Path]) -> None:
 
 
 def execute(notebook: str, dataset: str, params: dict, threads: int, commit: bool, renew: bool = False) -> str:
-    """Run one parameter set unless its record is complete; return a one-line status.
-
-    A complete record without its executed notebook (one trained by ``python -m paperlib.harness.run``, see
-    :func:`run_commands`) gets it: the notebook finds the record complete and only shows it, in seconds. ``renew`` does
-    the same for a complete record that has a notebook, replacing it once the new one has run
-    (``benchmarks/regenerate_run_notebooks.py``, after a template changed); an incomplete record is trained as without
-    it.
-    """
+    """Run one parameter set unless its record is complete; a one-line status. A complete record without its
+    executed notebook (trained by :func:`run_commands`' command) gets one in seconds; ``renew`` replaces a complete
+    record's notebook (``benchmarks/regenerate_run_notebooks.py``, after a template changed)."""
     run_dir = record_folder(notebook, params, dataset, notebook_defaults(notebook))
     if records.record_status(run_dir) == "complete" and (run_dir / "notebook.ipynb").exists() and not renew:
         return f"skip (complete)  {run_dir}"
@@ -150,13 +131,8 @@ def execute(notebook: str, dataset: str, params: dict, threads: int, commit: boo
 
 
 def run_commands(notebook: str, dataset: str, params: dict, threads: int) -> str:
-    """The ``python -m paperlib.harness.run`` command that trains what the notebook would with ``params``.
-
-    For a machine without Jupyter (a lent GPU node): it writes the same record (:func:`record_folder`, checked here),
-    and a later sweep here adds the executed notebook (:func:`execute`). Training notebooks pass their parameters to
-    :func:`~paperlib.harness.training.run_experiment` unchanged, so the command is the notebook's parameters that are
-    configuration fields.
-    """
+    """The ``python -m paperlib.harness.run`` command that writes the record the notebook would with ``params`` (checked
+    here), for a machine without Jupyter; a later sweep here adds the executed notebook (:func:`execute`)."""
     if Path(notebook).stem == "bisection":
         raise ValueError("a bisection search is a notebook of many trainings; run it through the notebook")
     defaults = notebook_defaults(notebook)
@@ -238,13 +214,9 @@ def _execute(notebook: str, params: dict, threads: int, commit: bool, run_dir: P
 
 
 class ClusterRun:
-    """One run of a grid as a submitit job (:func:`execute` in the job's process).
-
-    A job stopped at its time limit or by preemption is requeued with the same arguments (submitit's checkpointing
-    protocol); the run resumes from its last finished epoch (:mod:`paperlib.harness.training`). The ``running.pid`` lock
-    of a stopped job names a process that no longer exists, so the requeued job takes the run (on a shared file system,
-    a live process with the same number on the requeued job's node would make it skip the run: run the sweep again).
-    """
+    """One run of a grid as a submitit job (:func:`execute` in the job's process). A job stopped at its time limit or
+    by preemption is requeued with the same arguments and resumes from its checkpoint; its ``running.pid`` lock names a
+    process that no longer exists, so the requeued job takes the run."""
 
     def __call__(self, notebook: str, dataset: str, params: dict, threads: int, commit: bool) -> str:
         return execute(notebook, dataset, params, threads, commit)
@@ -255,13 +227,17 @@ class ClusterRun:
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
 
 
+def _status(notebook: str, dataset: str, params: dict) -> str | None:
+    """The status of the record a notebook run writes (None: no record)."""
+    return records.record_status(record_folder(notebook, params, dataset, notebook_defaults(notebook)))
+
+
 def submit(runs: list[tuple], executor: str, folder: Path, gpus: int, cpus: int, timeout_min: int,
            partition: str | None) -> list:
     """Submit the runs whose record is not complete as one submitit job array; return the jobs."""
     import submitit
 
-    missing = [run for run in runs
-               if records.record_status(record_folder(run[0], run[2], run[1], notebook_defaults(run[0]))) != "complete"]
+    missing = [run for run in runs if _status(*run[:3]) != "complete"]
     pool = submitit.AutoExecutor(folder=folder, cluster=executor)
     pool.update_parameters(name="paperlib-sweep", timeout_min=timeout_min, gpus_per_node=gpus,
                            cpus_per_task=cpus, tasks_per_node=1, nodes=1,
@@ -325,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.commands:
         for notebook, dataset, params, threads in runs:
-            if records.record_status(record_folder(notebook, params, dataset, notebook_defaults(notebook))) != "complete":
+            if _status(notebook, dataset, params) != "complete":
                 print(run_commands(notebook, dataset, params, threads))
         return 0
     if args.executor:
