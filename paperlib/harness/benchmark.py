@@ -1,25 +1,13 @@
 """Training-step timings: ``python -m paperlib.harness.benchmark``.
 
-For each workload (by default the MNIST ones, MLP and LeNet5; with ``--models wrn-28-10 resnet18`` the paper presets of
-WideResNet-28-10 on CIFAR-10 and ResNet18 on TinyImageNet-shaped 64x64 data, what a reader plans a GPU cluster run with)
-it times one training step, at the ``paper`` preset's batch size, of
+For each workload (the MNIST models by default; ``--models wrn-28-10 resnet18`` for what a GPU cluster run is planned
+with) it times one training step of the ``dense``, ``constrained`` and ``penalized`` variants at the ``paper`` preset's
+batch size, counts the ATen operations a step dispatches (:func:`dispatched_ops`: on a GPU each is at least one kernel
+launch), and estimates an epoch (``--real-epoch`` trains one real MNIST epoch through the loader).
 
-* ``dense``: the ungated model (forward, cross-entropy, backward, optimiser step);
-* ``constrained``: the gated model with constraints (Lagrangian, dual ascent with restarts);
-* ``penalized``: the gated model with an L0 penalty;
-
-the ATen operations one dense and one constrained step dispatch at the top level (:func:`dispatched_ops`: on a GPU each
-is at least one kernel launch), and the time of one epoch of the dataset's training split at that batch size: by default
-estimated as (constrained ms/step) x (steps per epoch); with ``--real-epoch`` (MNIST only) it trains one real epoch
-through :mod:`paperlib.harness.data`'s loader (needs ``PAPERLIB_DATA``), data loading and augmentation included.
-
-The step is the training method's own (:meth:`paperlib.harness.methods.Method.step`, what the runner calls), without the
-runner's bookkeeping between steps, on a fixed random batch in the model's memory format and on the chosen device
-(``--device``, CUDA when present). On CUDA the clock waits for the device before every reading, so a step is timed to
-its end, not to its launch. The variants are interleaved within every repetition (in a rotating order) and the
-per-repetition times are summarised by their median, so that a loaded machine biases no variant in particular.
-``--compile-gates`` chooses whether the gated steps' gate pass runs through ``torch.compile``
-(:mod:`paperlib.method.gate_pass`; by default as the runner does: on CUDA only).
+The step is the method's own (:meth:`paperlib.harness.methods.Method.step`) on a fixed random batch; on CUDA the clock
+waits for the device. The variants are interleaved in a rotating order within every repetition and summarised by their
+median, so that a loaded machine biases none in particular.
 """
 
 import argparse
@@ -101,11 +89,8 @@ def random_batch(work: Workload, batch_size: int, fmt: torch.memory_format, devi
 
 def time_interleaved(variants: dict[str, Callable[[], object]], repeats: int, steps: int, warmup: int = 2,
                      clock: Callable[[], float] = time.perf_counter) -> dict[str, list[float]]:
-    """Seconds per call of each variant, one value per repetition.
-
-    Every variant is first called ``warmup`` times. Each repetition then runs every variant ``steps`` times in a row,
-    the order rotated by one variant per repetition (A B C, B C A, C A B, ...).
-    """
+    """Seconds per call of each variant, one value per repetition, after ``warmup`` calls each: every repetition runs
+    each variant ``steps`` times in a row, the order rotated by one (A B C, B C A, C A B, ...)."""
     for fn in variants.values():
         for _ in range(warmup):
             fn()
@@ -136,9 +121,8 @@ def device_clock(device: torch.device) -> Callable[[], float]:
 
 
 def dispatched_ops(fn: Callable[[], object]) -> int:
-    """The ATen operations one call of ``fn`` dispatches at the top level (torch.profiler, CPU activity): operations
-    without an ATen operation as parent, forward and backward alike. On a GPU each is at least one kernel launch, so the
-    count says how much of a small step is launch overhead, on any machine."""
+    """The ATen operations one call of ``fn`` dispatches at the top level (without an ATen parent), forward and backward:
+    how much of a small step is launch overhead on a GPU, counted on any machine."""
     from torch.profiler import ProfilerActivity, profile
 
     fn()  # warm: lazily created optimiser state and caches are not part of a step

@@ -1,13 +1,7 @@
-"""Bisection search on log(lambda_pen) for a target density (App. E).
-
-The penalized method has no direct handle on the density it reaches; App. E shows how many full training runs a
-bisection needs to land within 1% of a 50% target. :func:`bisect_lambda` takes any callable that trains with a given
-penalty and returns the achieved L0-density, so the same search runs a toy function in tests and real MLP trainings in
-the book.
-
-A search of the book (``book/bisection.ipynb``) is described by a :class:`Search`; its record,
-``runs/<experiment>/search-.../metrics.json``, lists every training it asked for (each a penalized run with its own
-record), and is what a sweep looks for to know the search is done.
+"""Bisection search on log(lambda_pen) for a target density (App. E): how many full trainings the penalized method
+needs to land within 1% of a target. :func:`bisect_lambda` takes any callable that trains at a penalty and returns the
+density (a toy function in tests, MLP trainings in the book). A search of ``book/bisection.ipynb`` is a :class:`Search`;
+its record, ``runs/<experiment>/search-.../metrics.json``, lists every training it asked for (each a record of its own).
 """
 
 import dataclasses
@@ -43,12 +37,9 @@ class BisectionResult:
 
 def bisect_lambda(train_and_measure: Callable[[float], float], target: float, lambda_low: float,
                   lambda_high: float, tolerance: float = 0.01, max_iterations: int = 10) -> BisectionResult:
-    """Search lambda in [lambda_low, lambda_high] (log scale) until |density - target| <= tolerance.
-
-    Density decreases as lambda grows, so ``lambda_low`` must give a density above the target and ``lambda_high`` one
-    below it; both endpoints are trained first (App. E chose them to enclose the target). If they do not enclose it the
-    search stops there, unconverged, and ``message`` says why.
-    """
+    """Search lambda in [lambda_low, lambda_high] (log scale) until |density - target| <= tolerance. Both endpoints
+    are trained first and must enclose the target (density falls as lambda grows); if not, the search stops there,
+    unconverged, and ``message`` says why."""
     if not 0.0 <= target <= 1.0:
         raise ValueError(f"target density must be in [0, 1]; got {target!r}")
     if not 0.0 < lambda_low < lambda_high:
@@ -87,11 +78,8 @@ def bisect_lambda(train_and_measure: Callable[[float], float], target: float, la
 
 @dataclass(frozen=True)
 class Search:
-    """A bisection search of the book: an MLP on MNIST, penalized, for a target model density (App. E).
-
-    The fields are the parameters of ``book/bisection.ipynb`` (its parameters cell holds their defaults); ``epochs=0``
-    means the preset's, and ``preset="auto"`` resolves as for a training.
-    """
+    """A bisection search of the book (App. E): an MLP on MNIST, penalized, for a target density; the fields are
+    ``book/bisection.ipynb``'s parameters (``epochs=0``: the preset's)."""
 
     grouping: str
     target: float
@@ -138,11 +126,8 @@ class Search:
 
 
 def write_search(search: Search, result: BisectionResult, trainings: dict[float, str]) -> Path:
-    """Write the record of a finished search: its parameters, outcome and every training (by run name).
-
-    ``trainings`` maps each evaluated lambda to the run name of its training. An identical record already there is left
-    untouched (re-executing the notebook, as nbval does, changes no file).
-    """
+    """Write the record of a finished search: its parameters, outcome and every training (``trainings``: lambda -> run
+    name). An identical record is left untouched (re-executing the notebook, as nbval does, changes no file)."""
     folder = search.folder
     metrics = {"status": "complete", "kind": "bisection search", "run_name": folder.name,
                **dataclasses.asdict(search),

@@ -1,47 +1,32 @@
 """Several processes, one run: distributed data parallel under ``torchrun`` (issue 9).
 
-``torchrun --nproc_per_node=N -m paperlib.harness.run key=value ...`` starts N processes; :func:`setup` (called by
-:mod:`paperlib.harness.run`) joins them into one process group (NCCL on CUDA, where ``LOCAL_RANK`` picks the GPU; gloo
-on the CPU). The runner (:mod:`paperlib.harness.training`) then trains as one process would, with these semantics:
+``torchrun --nproc_per_node=N -m paperlib.harness.run key=value ...`` starts N processes; :func:`setup` joins them into
+one process group (NCCL on CUDA, ``LOCAL_RANK`` picking the GPU; gloo on the CPU), and the runner trains as one process
+would:
 
 Sharding
-    ``batch_size`` stays the *global* batch, so records are comparable across process counts. Every process draws the
-    same seeded permutation of an epoch; process ``r`` takes its contiguous slice of each global batch
-    (:meth:`paperlib.harness.data._EpochLoader.shard`). The loaders' positions are the same everywhere, so a checkpoint
-    resumes every process exactly.
+    ``batch_size`` stays the *global* batch, so records compare across process counts: every process draws the same
+    permutation and takes its slice of each global batch (:meth:`paperlib.harness.data._EpochLoader.shard`); the
+    loaders' positions are the same everywhere, so a checkpoint resumes every process exactly.
 Gradients
-    The model's forward and backward run in :class:`~torch.nn.parallel.DistributedDataParallel`: the gradients of every
-    parameter, weights *and* gates' ``log_alpha``, are combined across processes before the optimisers step, weighted by
-    each process's share of the global batch (:func:`weighted_allreduce`; the plain average when the shares are equal).
-    The result is the gradient of the global batch's mean loss, as in one process. Clamping of ``log_alpha``, pruning
-    masks and the dual step then run on every process on identical parameters, and the constraint's density is a
-    deterministic function of ``log_alpha``: the multipliers stay identical, which :func:`assert_identical` checks after
-    every epoch.
+    :class:`~torch.nn.parallel.DistributedDataParallel` combines the gradients of weights *and* gates, weighted by each
+    process's share of the global batch (:func:`weighted_allreduce`): the gradient of the global batch's mean loss.
+    Clamping, masks and the dual step then run on identical parameters, so the multipliers stay identical
+    (:func:`assert_identical` checks after every epoch).
 Gate noise
-    Every process seeds the global RNG with the run's seed and draws the same numbers in the same order (the loaders
-    have their own generators, and every process evaluates), so every process draws the *same* gate sample for the
-    global minibatch: the one-process semantics. Two processes with half the batch each reproduce one process with the
-    full batch to float rounding (tests/test_distributed.py). The authors' DDP had the same semantics: ``core_exp.py``
-    seeds every process alike (``change_random_seed(args.seed)``, no rank offset; ``utils/basic_utils.py`` seeds torch
-    and every CUDA device), and the gate noise is ``torch.rand`` on each process's GPU (``sparse/l0_layers.py``), drawn
-    only in training mode, so every GPU's generator gave the same sample at every step. (Only rank 0 validated, which
-    moved its *CPU* generator through the ``DataLoader``'s base seed: that changed its data workers' seeds, not the gate
-    noise.)
+    Every process seeds the global RNG alike and draws the same numbers in the same order, so all draw the *same* gate
+    sample: two processes with half the batch each reproduce one process to float rounding (tests/test_distributed.py).
+    The authors' DDP did the same (``core_exp.py`` seeds every process alike; the noise is ``torch.rand`` on each GPU).
 Batch norm
-    As in the authors' code (plain ``DistributedDataParallel``, default ``broadcast_buffers=True``, no
-    ``SyncBatchNorm``): batch statistics come from each process's own slice of the batch, and the running statistics are
-    rank 0's, broadcast to the others at every forward. ``sync_batchnorm=True`` converts the batch norms to
-    :class:`torch.nn.SyncBatchNorm` for training (statistics of the global batch; CUDA only, as torch's SyncBatchNorm);
-    evaluation, checkpoints and the counts see plain ``BatchNorm2d`` modules holding the same tensors.
+    As in the authors' code: batch statistics from each process's slice, running statistics rank 0's, broadcast at
+    every forward. ``sync_batchnorm=True`` trains with :class:`torch.nn.SyncBatchNorm` (CUDA only); evaluation,
+    checkpoints and counts see plain ``BatchNorm2d`` modules holding the same tensors.
 Records and checkpoints
-    Only rank 0 writes them; the others wait at a barrier. Every process loads the checkpoint on resumption (one node,
-    one file system), also with another number of processes. Every process evaluates the whole validation set (same
-    numbers; it keeps the global RNG in step). The epoch means of ``history.csv`` are over all processes' examples; the
-    per-step ``loss`` of ``steps.csv.xz`` is rank 0's slice's (densities and multipliers there are global).
-    ``metrics.json`` gains ``distributed`` (absent for one process).
+    Only rank 0 writes them. Every process loads the checkpoint and evaluates the whole validation set (keeping the RNG
+    in step). ``history.csv``'s epoch means are over all processes' examples; ``steps.csv.xz``'s ``loss`` is rank 0's
+    slice's. ``metrics.json`` gains ``distributed``.
 
-Limitation: a non-finite loss is detected per process; the process that raises ends the run (``torchrun`` stops the
-others), and only when that is rank 0 is the record marked failed (otherwise it stays partial).
+A non-finite loss is detected per process; only when rank 0 raises is the record marked failed (else it stays partial).
 """
 
 import os
@@ -78,10 +63,8 @@ def current() -> Context:
 
 
 def setup(device: torch.device) -> Context:
-    """Join the process group ``torchrun`` describes (``WORLD_SIZE > 1``); one process: nothing to do.
-
-    Runs on ``device``'s type: CUDA with NCCL, one GPU per process of a node (``LOCAL_RANK``); the CPU with gloo.
-    """
+    """Join the process group ``torchrun`` describes (``WORLD_SIZE > 1``): NCCL with one GPU per process on CUDA, gloo
+    on the CPU."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or dist.is_initialized():
         return current()
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
@@ -108,11 +91,8 @@ def barrier() -> None:
 
 
 def assert_identical(name: str, tensor: torch.Tensor) -> None:
-    """Raise on every process unless ``tensor`` is bit-identical on every process.
-
-    Rank 0's value is broadcast and compared exactly; the verdict is reduced so that all processes raise together (none
-    is left waiting in a collective).
-    """
+    """Raise on every process unless ``tensor`` is bit-identical to rank 0's (all raise together: none is left waiting
+    in a collective)."""
     context = current()
     if not context.active:
         return
@@ -127,25 +107,16 @@ def assert_identical(name: str, tensor: torch.Tensor) -> None:
 
 
 def weighted_allreduce(loader, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """DDP communication hook: sum over processes of ``share`` x the local gradient.
-
-    ``loader.share`` is this process's fraction of the current global batch
-    (:meth:`paperlib.harness.data._EpochLoader.shard`), so the sum is the gradient of the global batch's mean loss even
-    when the last batch does not split evenly. Terms that do not depend on the data (the expected L2 norm, the
-    constraint) have the same gradient everywhere and the shares sum to one.
-    """
+    """DDP communication hook: the sum over processes of ``loader.share`` (this process's fraction of the global batch)
+    x the local gradient, the global batch's mean-loss gradient even when the last batch splits unevenly."""
     buffer = bucket.buffer().mul_(loader.share)
     future = dist.all_reduce(buffer, async_op=True).get_future()
     return future.then(lambda done: done.value()[0])
 
 
 def wrap(model: nn.Module, loader, device: torch.device) -> nn.Module:
-    """``model`` in :class:`~torch.nn.parallel.DistributedDataParallel`, gradients weighted by ``loader.share``.
-
-    Construction broadcasts rank 0's parameters and buffers (identical anyway: every process builds the model from the
-    same seed or checkpoint); the default buffer synchronisation then broadcasts rank 0's buffers (batch-norm running
-    statistics) at every forward, as in the authors' runs.
-    """
+    """``model`` in :class:`~torch.nn.parallel.DistributedDataParallel`, gradients weighted by ``loader.share``; rank
+    0's buffers (batch-norm statistics) are broadcast at every forward, as in the authors' runs."""
     ddp = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     ddp.register_comm_hook(loader, weighted_allreduce)
     return ddp

@@ -60,12 +60,9 @@ def run_folder(params: dict, dataset: str, defaults: dict | None = None) -> Path
 
 
 def record_folder(notebook: str, params: dict, dataset: str, defaults: dict | None = None) -> Path:
-    """Where a notebook run's record goes, the record whose status says whether the run is done.
-
-    A training notebook's is its run's (:func:`run_folder`); the bisection notebook's is its search's
-    (:class:`paperlib.harness.bisection.Search`), which lists the trainings it made. Like a training's, it does not
-    depend on ``$PAPERLIB_SMOKE``: the grid's record is the one asked for.
-    """
+    """Where a notebook run's record goes, whose status says whether the run is done: its run's (:func:`run_folder`),
+    or for the bisection notebook its search's (:class:`paperlib.harness.bisection.Search`), whatever
+    ``$PAPERLIB_SMOKE`` says."""
     if Path(notebook).stem == "bisection":
         search = bisection.Search.from_parameters({**(defaults or {}), **params})
         return search.record_folder(smoke=bool(params.get("smoke", False)))
@@ -73,11 +70,8 @@ def record_folder(notebook: str, params: dict, dataset: str, defaults: dict | No
 
 
 def grid_runs(grid_file: str | Path) -> list[tuple[object, Path]]:
-    """(resolved configuration, record folder) of every run a grid file asks for, in grid order.
-
-    The folder is the one the run writes to; a record there may have been made with other parameters (an earlier preset
-    under today's name): :func:`grid_records` finds records by their parameters.
-    """
+    """(resolved configuration, record folder it writes to) of every run a grid file asks for, in grid order; a record
+    there may be of other parameters (:func:`grid_records` finds records by their parameters)."""
     root = records.project_root()
     spec = yaml.safe_load((root / grid_file).read_text())
     defaults = notebook_defaults(str(root / spec["notebook"]))
@@ -116,12 +110,9 @@ def cell_records(frame, params: dict, dataset: str):
 
 
 def grid_records(grid_file: str | Path) -> list[tuple[object, Path | None]]:
-    """(resolved configuration, folder of its complete record or None) of every run of a grid, in grid order.
-
-    A run's record is found by the parameters its cell sets (:func:`cell_records`), so a record made under an earlier
-    preset is never taken for today's run, wherever it sits. A bisection search's record is its search folder, complete
-    or not (its trainings are records of their own).
-    """
+    """(resolved configuration, folder of its complete record or None) of every run of a grid, in grid order, found by
+    the parameters its cell sets (:func:`cell_records`: never a record of an earlier preset); a bisection search's is
+    its search folder."""
     root = records.project_root()
     spec = yaml.safe_load((root / grid_file).read_text())
     runs = grid_runs(grid_file)

@@ -24,8 +24,6 @@ from . import presets, protocols, records
 #: Results copied from ``metrics.json`` into the index (absent ones are NaN).
 RESULTS = ("l0_density", "l0_density_per_layer", "params_pct", "macs_pct", "val_error_best", "val_error_final",
            "epochs_completed", "wall_time_s", "multipliers_final")
-#: The columns that say where and with what a record was made.
-PROVENANCE = ("folder", "protocol", "variant", "device", "device_name", "commit")
 
 
 def device_kind(device: str | None) -> str:
@@ -35,9 +33,9 @@ def device_kind(device: str | None) -> str:
 
 
 def where_ran(devices, seeds=None, mixed: str = "CPU, {gpu} of {runs} on GPU") -> str:
-    """Where runs trained, from each run's device (:func:`device_kind`): ``CPU`` or ``GPU`` when all ran on one, ``–``
-    for no run; runs on both are ``mixed`` with the counts (``cpu``, ``gpu``, ``runs``) filled in, or, given each run's
-    seed, which seeds ran where (``CPU: seed 0; GPU: seeds 1, 2``: a mean over them confounds device with seed)."""
+    """Where runs trained (:func:`device_kind`): ``CPU`` or ``GPU`` when all ran on one, ``–`` for none; runs on both are
+    ``mixed`` with the counts filled in, or, given their seeds, which seeds ran where (``CPU: seed 0; GPU: seeds 1, 2``:
+    a mean over them confounds device with seed)."""
     kinds = [device_kind(device) for device in devices]
     if len(set(kinds)) <= 1:
         return kinds[0] if kinds else "–"
@@ -56,10 +54,8 @@ SWITCHES = ("dual_optimizer", "dual_restarts", "detach_gates", "pretrained", "au
 
 
 def changes(params: dict, preset: str | None = None) -> dict:
-    """What a record changes from a preset's configuration (by default its protocol's,
-    :func:`~paperlib.harness.protocols.record_preset`), by name: the hyper-parameters of
-    :data:`~paperlib.harness.presets.NAMED_IF_CHANGED` (:func:`~paperlib.harness.protocols.changed_parameters`), then
-    the switches (:data:`SWITCHES`) set otherwise than the code's defaults."""
+    """What a record changes from a preset's configuration (by default its protocol's), by name: the hyper-parameters of
+    :func:`~paperlib.harness.protocols.changed_parameters`, then the :data:`SWITCHES` set otherwise than by default."""
     defaults = presets.ExperimentConfig().to_dict()
     unused = set(presets.UNUSED_BY_METHOD[params["method"]])
     found = protocols.changed_parameters(params, preset or protocols.record_preset(params)) or {}

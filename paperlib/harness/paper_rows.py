@@ -1,12 +1,8 @@
-"""A record's numbers beside the rows the paper printed for its setting.
-
-A run's page shows its own row over the paper's (:func:`paper_rows_for`); the book's tables
-(``book/analysis/comparison.py``) build on the same functions. A constrained run's "best" error is taken over the epochs
-at which its constraints hold (:func:`best_feasible_error`, the rule :func:`paperlib.harness.rules.feasible`): early in
-training a constrained model is still dense and often has its lowest error. The authors' code takes the lowest error of
-any epoch of any seed (:func:`authors_best_error`). A magnitude-pruning row of App. L is the best error of the
-fine-tuning so far (:func:`best_finetuned_error`). Nothing here invents a number: the paper's come from
-``paper_results.csv``, ours from a record's ``metrics.json`` and ``history.csv``.
+"""A record's numbers beside the rows the paper printed for its setting (:func:`paper_rows_for`), for a run's page
+and the book's tables (``book/analysis/comparison.py``). A constrained run's "best" error is taken over the epochs at
+which its constraints hold (:func:`best_feasible_error`): early in training a constrained model is still dense and often
+has its lowest error; the authors' code takes the lowest of any epoch of any seed (:func:`authors_best_error`). Nothing
+here invents a number: the paper's come from ``paper_results.csv``, ours from a record.
 """
 
 import math
@@ -17,14 +13,11 @@ from . import presets, rules
 from ..paper.paper_numbers import ref
 from ..paper.paper_results import paper_results
 from .rules import constrained_densities
-from .vocabulary import METRIC_LABELS
+from .vocabulary import DATASET_LABELS, METRIC_LABELS
 
 #: The paper's model names (``paper_results.csv``) and the model names of our records.
 MODEL_FAMILIES = {"MLP": ("mlp",), "LeNet5": ("lenet5",), "WideResNet-28-10": ("wrn-28-10", "wrn-16-1"),
                   "ResNet18": ("resnet18",), "ResNet50": ("resnet50",)}
-
-#: Our model name -> the paper's name for its family.
-PAPER_MODEL_NAMES = {ours: paper for paper, family in MODEL_FAMILIES.items() for ours in family}
 
 #: Columns of the paper's table that tell its rows apart (besides the metric).
 ROW_KEYS = ("model", "method", "grouping", "target", "lmbda", "gates_lr", "finetune_epochs")
@@ -33,16 +26,12 @@ ROW_KEYS = ("model", "method", "grouping", "target", "lmbda", "gates_lr", "finet
 def largest_gap(record: dict) -> float:
     """The final expected density's largest distance from its target over a constrained run's constraints, in points
     (positive: above the target, where the constraint is violated)."""
-    gaps = [100 * (density - target) for density, target in constrained_densities(record, record["history"][-1])]
-    return max(gaps, key=abs)
+    return max(rules.final_gaps(record), key=abs)
 
 
 def best_feasible_error(record: dict) -> float | None:
-    """The lowest validation error over the training epochs at which the constraints hold (see module doc).
-
-    None when no training epoch satisfies them. For runs that are not constrained, the record's best error over
-    training.
-    """
+    """The lowest validation error over the training epochs at which the constraints hold (None: none does); for other
+    methods, the record's best error."""
     if record["params"]["method"] != "constrained":
         return record["metrics"]["val_error_best"]
     errors = [float(row["val_error"]) for row in record["history"]
@@ -76,13 +65,8 @@ def finetuning_row(record: dict, finetune_epochs: int) -> dict | None:
 
 def best_finetuned_error(record: dict, finetune_epochs: int) -> float | None:
     """The lowest validation error of a magnitude-pruning record over its first ``finetune_epochs`` epochs of
-    fine-tuning (0: the pruned model's error), or None if the run did not get that far.
-
-    App. L's columns are the "Best Val. Error (%) after fine-tuning for # epochs"
-    (`tab:mnist_unstructured_comparison_mlp`): the best so far, not the error of the checkpoint. The paper's values
-    never rise from 50 to 100 to 200 epochs and often repeat (3.69, 3.69, 3.69 for the MLP at 5%), as a best so far
-    does.
-    """
+    fine-tuning (0: the pruned model's), or None if the run did not get that far. App. L's "Best Val. Error (%) after
+    fine-tuning for # epochs" is the best so far: its values never rise from 50 to 100 to 200 epochs and often repeat."""
     rows = _finetuning_rows(record, finetune_epochs)
     return None if rows is None else min(float(row["val_error"]) for row in rows)
 
@@ -176,18 +160,12 @@ def printed_cell(cell: pd.Series) -> str:
     return cell["value"] + (f" ± {cell['ci']}" if cell["ci"] else "")
 
 
-PAPER_DATASETS = {"mnist": "MNIST", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100", "tinyimagenet": "TinyImageNet",
-                  "imagenet": "ImageNet"}
-
-
 def paper_rows_for(record: dict, digits: int = 2) -> pd.DataFrame:
-    """The run's numbers beside every row of the paper's tables printed for its setting (same model family, dataset,
-    method, grouping and target or λ_pen): the first row ours, then one per paper row, named by its table's number and
-    the paper's model. Empty when no table has the setting. The run pages show it under the run's own row; a constrained
-    run's best error is :func:`best_feasible_error`."""
+    """The run's numbers (first row) beside every row the paper's tables print for its setting (model family, dataset,
+    method, grouping, target or λ_pen), each named by its table and model; empty when no table has the setting."""
     config = presets.ExperimentConfig(**record["params"])
     paper = paper_results()
-    cells = paper[(paper["source_kind"] == "table") & (paper["dataset"] == PAPER_DATASETS.get(config.dataset))]
+    cells = paper[(paper["source_kind"] == "table") & (paper["dataset"] == DATASET_LABELS.get(config.dataset))]
     metrics = [m for m in METRIC_LABELS if m != "pruned_architecture"]
     rows = []
     for _, row_cells in cells.groupby(["table", *ROW_KEYS], sort=False):

@@ -38,9 +38,8 @@ PAGE_WIDTH = 5.4
 
 
 def _log_axis(ax) -> None:
-    """Log-scale the y axis of the data already drawn, with plain tick labels: at 1, 2 and 5 of each decade when the
-    data spans at most two decades (0.5, 1, 2, 5: a 0.9% error is read off the axis), else at each decade (1e-08 ...
-    1)."""
+    """Log-scale the y axis with plain tick labels: at 1, 2 and 5 of each decade when the data spans at most two and a
+    half decades (a 0.9% error is read off the axis), else at each decade."""
     low, high = ax.dataLim.intervaly
     ax.set_yscale("log")
     narrow = low > 0 and high / low <= 10 ** 2.5
@@ -64,13 +63,8 @@ def multiplier_names(record: dict, count: int) -> list[str]:
 
 
 def plot_dynamics(record: dict, title: str | None = None) -> plt.Figure:
-    """Training dynamics of one run: L0-density, multipliers, training loss and validation error.
-
-    Sized for a run page (:data:`PAGE_WIDTH`, 9-point text); the error and loss panels are log-scaled so that a final
-    error of 0.9% is as readable as the 90% of the first steps. Example::
-
-        fig = plot_dynamics(records.load_record("runs/mnist/mlp-constrained-model-t0.33-s0-paper"))
-    """
+    """Training dynamics of one run, sized for a run page (:data:`PAGE_WIDTH`, 9-point text): L0-density, multipliers,
+    training loss and validation error, the last two log-scaled (a final 0.9% as readable as the first steps' 90%)."""
     history, steps = history_frame(record), steps_frame(record)
     layer_wise = record["params"].get("grouping") == "layer"
     with plt.rc_context({"font.size": 9, "legend.fontsize": 9, "axes.titlesize": 9}):
@@ -149,11 +143,8 @@ def summary_table(records: list[dict]) -> pd.DataFrame:
 
 def plot_gate_histograms(record: dict, layer: str | None = None, epochs: list[str] | None = None,
                          width: float | None = None) -> plt.Figure:
-    """Histograms of test-time gate medians of one layer at saved epochs (App. I, Figs. 8-9).
-
-    ``width`` (inches) fits all panels in that width, as a run page does with :data:`PAGE_WIDTH`; without it each panel
-    is 3 inches wide. Example: ``plot_gate_histograms(record, width=PAGE_WIDTH)``.
-    """
+    """Histograms of test-time gate medians of one layer at saved epochs (App. I, Figs. 8-9), all panels in ``width``
+    inches (a run page: :data:`PAGE_WIDTH`), else 3 inches each."""
     medians = record["gate_medians"]
     if not medians:
         raise ValueError(f"record {record['params']['run_name']} has no gate medians (not a gated run)")

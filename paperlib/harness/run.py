@@ -4,15 +4,10 @@
     torchrun --nproc_per_node=8 -m paperlib.harness.run dataset=cifar10 model=wrn-28-10 target=0.7 preset=paper
 
 Arguments are ``key=value`` or ``--key value`` (``--key=value``), with the parameters of
-:func:`paperlib.harness.training.run_experiment` (those of :class:`~paperlib.harness.presets.ExperimentConfig`, plus
-``rerun`` and ``sync_batchnorm``). Values are read as YAML: ``target=[0.3,0.3,0.3]``, ``dual_restarts=false``,
-``lr=1e-3``; ``--flag`` alone means true.
-
-One process (no ``torchrun``) runs exactly as ``run_experiment`` does. Under ``torchrun`` (``WORLD_SIZE > 1``) the
-processes form one process group (NCCL on CUDA with ``LOCAL_RANK`` picking the GPU, gloo on the CPU), train one model on
-their shards of every global batch of ``batch_size`` examples, and rank 0 writes the record and checkpoints
-(:mod:`paperlib.harness.distributed`). A killed run started again with the same command resumes from its last
-checkpoint.
+:func:`paperlib.harness.training.run_experiment`, read as YAML (``target=[0.3,0.3,0.3]``, ``dual_restarts=false``,
+``lr=1e-3``; ``--flag`` alone means true). One process runs exactly as ``run_experiment`` does; under ``torchrun`` the
+processes train one model on their shards of every global batch (:mod:`paperlib.harness.distributed`). A killed run
+started again with the same command resumes from its last checkpoint.
 """
 
 from __future__ import annotations
@@ -84,11 +79,8 @@ def _worker(rank: int, world_size: int, port: int, argv: list[str], env: dict) -
 
 
 def launch_local(world_size: int, argv: list[str], env: dict | None = None, worker=_worker) -> None:
-    """Run ``python -m paperlib.harness.run *argv`` in ``world_size`` processes on this machine, as ``torchrun`` would.
-
-    For tests and notebooks without ``torchrun``; the processes start with ``spawn`` and this process's environment plus
-    ``env``. Raises if any fails. ``worker(rank, world_size, port, argv, env)`` replaces :func:`_worker` (tests).
-    """
+    """Run ``python -m paperlib.harness.run *argv`` in ``world_size`` spawned processes here, as ``torchrun`` would (with
+    this process's environment plus ``env``); raises if any fails. ``worker`` replaces :func:`_worker` (tests)."""
     import torch.multiprocessing as mp
 
     mp.spawn(worker, args=(world_size, free_port(), list(argv), dict(env or {})), nprocs=world_size, join=True)

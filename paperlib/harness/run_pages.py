@@ -25,11 +25,9 @@ from . import presets, protocols, records, studies
 from .index import device_kind
 from .protocols import protocol_name, record_protocol
 from ..paper import paper_numbers
-from .vocabulary import METRIC_LABELS, WIDE_RESNET, short_number
+from .vocabulary import DATASET_LABELS, METRIC_LABELS, WIDE_RESNET, short_number
 
 MODEL_LABELS = {"mlp": "MLP", "lenet5": "LeNet5", "resnet18": "ResNet-18", "resnet50": "ResNet-50"}
-DATASET_LABELS = {"mnist": "MNIST", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100", "tinyimagenet": "TinyImageNet",
-                  "imagenet": "ImageNet"}
 GROUPING_LABELS = {"model": "model-wise", "layer": "layer-wise"}
 DUAL_OPTIMIZER_LABELS = {"gradient_ascent": "gradient ascent", "nupi": "nuPI",
                          "augmented_lagrangian": "augmented Lagrangian"}

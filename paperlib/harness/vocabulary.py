@@ -14,6 +14,9 @@ from ..paper.models import MODEL_NAMES, WIDE_RESNET, is_model_name  # noqa: F401
 #: its compressed GPU protocol.
 PRESETS = ("auto", "paper", "cpu", "cpu2", "gpu")
 DATASETS = ("mnist", "cifar10", "cifar100", "tinyimagenet", "imagenet")
+#: Each dataset as the paper (and ``paper_results.csv``) writes it.
+DATASET_LABELS = {"mnist": "MNIST", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100", "tinyimagenet": "TinyImageNet",
+                  "imagenet": "ImageNet"}
 METHODS = ("constrained", "penalized", "dense", "magnitude_pruning")
 OPTIMIZERS = ("adam", "sgdm")
 
