@@ -267,22 +267,13 @@ def _convert(name: str, value, annotation):
         except json.JSONDecodeError:
             raise ValueError(f"parameter {name!r} expects {_describe(annotation)}; got the string {value!r}") from None
     try:
-        if annotation is bool:
-            if isinstance(value, bool):
-                return value
-            raise TypeError
-        if annotation is int:
-            if isinstance(value, bool) or not float(value).is_integer():
-                raise TypeError
-            return int(value)
-        if annotation is float:
-            if isinstance(value, bool):
-                raise TypeError
-            return float(value)
-        if annotation is str:
-            if not isinstance(value, str):
-                raise TypeError
+        if annotation in (bool, str) and isinstance(value, annotation):
             return value
+        if annotation in (int, float) and not isinstance(value, bool) and (annotation is float
+                                                                           or float(value).is_integer()):
+            return annotation(value)
+        if annotation in (bool, int, float, str):
+            raise TypeError
         if origin is list:
             return [_convert(name, v, args[0]) for v in value]
         if origin in (typing.Union, types.UnionType):

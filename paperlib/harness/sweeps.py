@@ -1,9 +1,6 @@
 """Run a grid of notebook executions: ``python -m paperlib.harness.sweeps grids/<name>.yaml``.
 
-A study's name (:mod:`paperlib.harness.studies`: a label of the paper such as ``tab:cifar10_control``, or one of the
-book's own studies) stands for its grid files, those of one preset with ``--preset``: ``python -m
-paperlib.harness.sweeps tab:cifar10_control --preset cpu`` runs the CPU protocol's grids only, not the paper's
-WideResNet-28-10 ones.
+A study's name (:mod:`paperlib.harness.studies`) stands for its grid files, those of one preset with ``--preset``.
 
 A grid file (YAML) names one notebook and the runs of one paper table or figure::
 
