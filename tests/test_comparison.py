@@ -101,7 +101,9 @@ def test_compare_prefers_paper_protocol_records_and_names_missing_rows(runs):
     assert table.loc[("MLP", "louizos", "model"), "protocol"].startswith("Louizos et al.")
 
 
-def test_a_record_made_with_an_earlier_preset_is_labelled(runs):
+def test_a_record_made_with_an_earlier_preset_is_not_the_cells_record(runs):
+    """A row's records are found by the parameters of the grid's cell: one at settings its preset no longer gives
+    is not the cell's, though it sits in the folder the cell's run writes to."""
     grid = runs / "grid.yaml"
     base = {"experiment": "cmp", "method": "constrained", "model": "mlp", "grouping": "model", "target": 0.33,
             "preset": "cpu"}
@@ -112,7 +114,10 @@ def test_a_record_made_with_an_earlier_preset_is_labelled(runs):
     params = records.load_record(folder)["params"]
     assert comparison.compare("tab:mnist", [grid]).loc[1, "protocol"] == "short protocol, 100 ep, 1 seed"
     records.write_json(folder / "params.json", {**params, "dual_lr": 3e-3})  # what the old cpu preset used
-    assert comparison.compare("tab:mnist", [grid]).loc[1, "protocol"] == "short protocol, superseded settings, 100 ep, 1 seed"
+    records.write_json(folder / "metrics.json", records.load_record(folder)["metrics"])  # the index sees a new record
+    compared = comparison.compare("tab:mnist", [grid])
+    assert compared.loc[1, "protocol"] == "not run" and "val. error final (%) ours" not in compared
+    assert comparison.distance_to_target([grid]).empty
 
 
 def test_the_protocol_says_which_seeds_trained_on_a_gpu(runs):

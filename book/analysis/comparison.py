@@ -1,8 +1,8 @@
 """The paper's numbers beside ours, cell by cell (:func:`compare`, :func:`compare_table` for a table of
 :data:`paperlib.harness.studies.TABLES`).
 
-A row's records are the ``paper`` preset's where any is complete, else the ``cpu`` one's; its ``protocol`` names
-them by the protocol their own parameters define (:func:`paperlib.harness.protocols.record_protocol`), with
+A row's records are found by their parameters (:func:`paperlib.harness.grids.grid_records`, never by folder): the
+``paper`` preset's where any is complete, else the ``cpu`` one's; its ``protocol`` names them by the protocol their own parameters define (:func:`paperlib.harness.protocols.record_protocol`), with
 epochs and seeds. Our CI is Student's t with n − 1 degrees of freedom (:func:`analysis.intervals.mean_ci`); the
 paper's is printed as is (the authors' 1.96 · std / sqrt(n), narrower at the same n). Whether a difference
 exceeds what the runs' spread explains is :func:`agreement`'s question.
@@ -27,7 +27,7 @@ from paperlib.paper.paper_numbers import ref
 from paperlib.paper.paper_results import paper_results, paper_runs
 
 from .intervals import difference_interval, mean_ci
-from .report import grid_runs, notebook_link
+from .report import grid_records, grid_runs, notebook_link
 
 
 def split_cell(cell: str) -> tuple[float, float | None]:
@@ -67,7 +67,14 @@ def _protocol(loaded: list[dict], paper_model: str) -> str:
     return text
 
 
-def _command(key: dict, matching: list[tuple[object, Path]], by_grid: dict) -> str:
+def _runs(grid: str | Path, where: dict | None) -> list[tuple[object, Path, Path | None]]:
+    """(configuration, folder it writes to, folder of its complete record or None) of each run of a grid whose
+    configuration has the values ``where``."""
+    return [(config, folder, found) for (config, folder), (_, found) in zip(grid_runs(grid), grid_records(grid))
+            if all(getattr(config, name) == value for name, value in (where or {}).items())]
+
+
+def _command(key: dict, matching: list[tuple], by_grid: dict) -> str:
     """The command that makes a missing row at the paper's protocol: the sweep of a grid that runs it at the
     ``paper`` preset, else one papermill run of the grids' notebook (App. L's pruning rows: its own)."""
     import yaml
@@ -107,10 +114,8 @@ def compare(table: str, grid_files: list[str | Path], metrics: list[str] | None 
     if cells.empty:
         raise ValueError(f"the paper has no table labelled {table!r}; labels: {sorted(paper['table'].unique())}")
     metrics = metrics or [m for m in METRIC_LABELS if m in set(cells["metric"])]
-    by_grid = {grid: [(config, folder) for config, folder in grid_runs(grid)
-                      if all(getattr(config, name) == value for name, value in (where or {}).items())]
-               for grid in grid_files}
-    ours = list({str(folder): (config, folder) for runs in by_grid.values() for config, folder in runs}.values())
+    by_grid = {grid: _runs(grid, where) for grid in grid_files}
+    ours = list({str(run[1]): run for runs in by_grid.values() for run in runs}.values())
     rows, values_by_row, per_run, missing = [], [], [], {}
     # A row's density has no fine-tuning column and its errors "0" epochs: one row of the paper's table.
     if (cells["finetune_epochs"] != "").any():
@@ -121,8 +126,8 @@ def compare(table: str, grid_files: list[str | Path], metrics: list[str] | None 
                "target / λ_pen": describe_key(key)}
         if (row_cells["finetune_epochs"] != "").any():
             row["fine-tuned (epochs)"] = row_cells["finetune_epochs"].iloc[0]
-        matching = [(c, d) for c, d in ours if matches(c, key)]
-        complete = [(c, d) for c, d in matching if records.record_status(d) == "complete"]
+        matching = [run for run in ours if matches(run[0], key)]
+        complete = [(c, found) for c, _, found in matching if found is not None]
         chosen = next((runs for runs in ([(c, d) for c, d in complete if c.preset == preset]
                                          for preset in ("paper", "cpu")) if runs), [])
         loaded = [records.load_record(d) for _, d in chosen]
@@ -149,7 +154,7 @@ def compare(table: str, grid_files: list[str | Path], metrics: list[str] | None 
         elif key["method"] == "louizos":
             row["protocol"] = "Louizos et al., quoted"
         else:
-            started = any(records.record_status(d) == "partial" for _, d in matching)
+            started = any(records.record_status(d) == "partial" for _, d, _ in matching)
             row["protocol"] = "partial record (training)" if started else "not run"
             label = (key["model"], key["method"], key["grouping"] if key["method"] != "dense" else "", describe_key(key))
             missing[" ".join(part for part in label if part)] = _command(key, matching, by_grid)
@@ -224,12 +229,13 @@ def misses(table: pd.DataFrame, threshold: float = rules.AGREE_POINTS) -> pd.Dat
 
 
 def distance_to_target(grid_files: list[str | Path]) -> pd.DataFrame:
-    """Every complete constrained record of the grids: how far its final expected densities are from their
-    targets (the largest gap over its constraints, in points; positive: above the target)."""
+    """Every complete constrained record of the grids' runs (found by their parameters): how far its final
+    expected densities are from their targets (the largest gap over its constraints, in points; positive: above)."""
     rows = []
-    runs = {str(folder): (config, folder) for grid in grid_files for config, folder in grid_runs(grid)}  # each once
+    runs = {str(folder): (config, folder) for grid in grid_files for config, folder in grid_records(grid)
+            if folder is not None}  # each once
     for config, folder in runs.values():
-        if config.method != "constrained" or records.record_status(folder) != "complete":
+        if config.method != "constrained":
             continue
         record = records.load_record(folder)
         worst = largest_gap(record)
