@@ -1,11 +1,10 @@
 """Every complete record of ``runs/`` in one table, read from the records themselves.
 
-:func:`record_index` is a :class:`pandas.DataFrame` with one row per complete training record: its folder, every
-parameter of :class:`~paperlib.harness.presets.ExperimentConfig` (a parameter a record predates takes its default, the
-only value the code had before it existed), the protocol its own parameters define
-(:func:`~paperlib.harness.protocols.record_protocol`), what it changes from its protocol (``variant``), where it ran,
-its commit and its results. Pages and claims select their evidence from it by parameters (:func:`select`), never by
-folder name and never by resolving a grid against today's presets.
+:func:`record_index` has one row per complete training record: its folder, every parameter of
+:class:`~paperlib.harness.presets.ExperimentConfig` (one a record predates at its default, the only value the code had
+before it existed), its protocol (:func:`~paperlib.harness.protocols.record_protocol`), what it changes from it
+(``variant``), where it ran, its commit and its results. Pages select their evidence from it by parameters
+(:func:`select`), never by folder name and never by resolving a grid against today's presets.
 
 Example::
 

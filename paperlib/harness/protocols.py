@@ -69,18 +69,11 @@ def changed_parameters(params: dict, preset: str, predated: bool = True) -> dict
             and (value := params.get(name, defaults[name])) != values[name]}
 
 
-def _gives(preset: str, params: dict) -> bool:
-    """Whether ``preset`` gives the hyper-parameters a record was made with (:func:`changed_parameters`)."""
-    return changed_parameters(params, preset) == {}
-
-
 def record_preset(params: dict) -> str:
     """The preset whose protocol a record belongs to: its own, unless its own does not give its hyper-parameters and
     another preset does (a ``cpu`` run at the gates' learning rate of 2 is a run of ``cpu2``'s protocol)."""
-    if _gives(params["preset"], params):
-        return params["preset"]
-    return next((preset for preset in presets.PRESET_TABLES if preset != params["preset"] and _gives(preset, params)),
-                params["preset"])
+    return next((preset for preset in (params["preset"], *presets.PRESET_TABLES)
+                 if changed_parameters(params, preset) == {}), params["preset"])
 
 
 def record_protocol(params: dict) -> str:

@@ -143,12 +143,8 @@ def write_csv(path: Path, rows: list[dict]) -> None:
     """Write a list of dicts as CSV (columns in order of appearance), atomically, compressed as the suffix says."""
     if not rows:
         return
-    columns = list(rows[0])
-    for row in rows[1:]:
-        columns += [key for key in row if key not in columns]
-    lines = [",".join(columns)]
-    for row in rows:
-        lines.append(",".join(_csv_cell(row.get(c)) for c in columns))
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    lines = [",".join(columns), *(",".join(_csv_cell(row.get(c)) for c in columns) for row in rows)]
     _write_atomic(Path(path), "\n".join(lines) + "\n")
 
 
