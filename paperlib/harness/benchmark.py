@@ -121,8 +121,8 @@ def device_clock(device: torch.device) -> Callable[[], float]:
 
 
 def dispatched_ops(fn: Callable[[], object]) -> int:
-    """The ATen operations one call of ``fn`` dispatches at the top level (without an ATen parent), forward and backward:
-    how much of a small step is launch overhead on a GPU, counted on any machine."""
+    """The ATen operations one call of ``fn`` dispatches at the top level (without an ATen parent), forward and
+    backward: how much of a small step is launch overhead on a GPU, counted on any machine."""
     from torch.profiler import ProfilerActivity, profile
 
     fn()  # warm: lazily created optimiser state and caches are not part of a step

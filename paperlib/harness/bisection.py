@@ -1,7 +1,7 @@
-"""Bisection search on log(lambda_pen) for a target density (App. E): how many full trainings the penalized method
-needs to land within 1% of a target. :func:`bisect_lambda` takes any callable that trains at a penalty and returns the
-density (a toy function in tests, MLP trainings in the book). A search of ``book/bisection.ipynb`` is a :class:`Search`;
-its record, ``runs/<experiment>/search-.../metrics.json``, lists every training it asked for (each a record of its own).
+"""Bisection search on log(lambda_pen) for a target density (App. E): how many full trainings the penalized method needs
+to land within 1% of a target. :func:`bisect_lambda` takes any callable that trains at a penalty and returns the density
+(a toy function in tests, MLP trainings in the book). A search of ``book/bisection.ipynb`` is a :class:`Search`; its
+record, ``runs/<experiment>/search-.../metrics.json``, lists every training it asked for (each a record of its own).
 """
 
 import dataclasses
@@ -37,8 +37,8 @@ class BisectionResult:
 
 def bisect_lambda(train_and_measure: Callable[[float], float], target: float, lambda_low: float,
                   lambda_high: float, tolerance: float = 0.01, max_iterations: int = 10) -> BisectionResult:
-    """Search lambda in [lambda_low, lambda_high] (log scale) until |density - target| <= tolerance. Both endpoints
-    are trained first and must enclose the target (density falls as lambda grows); if not, the search stops there,
+    """Search lambda in [lambda_low, lambda_high] (log scale) until |density - target| <= tolerance. Both endpoints are
+    trained first and must enclose the target (density falls as lambda grows); if not, the search stops there,
     unconverged, and ``message`` says why."""
     if not 0.0 <= target <= 1.0:
         raise ValueError(f"target density must be in [0, 1]; got {target!r}")

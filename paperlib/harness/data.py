@@ -15,10 +15,6 @@ On-disk layouts under the data root::
     tiny-imagenet-200/train/<wnid>/images/*.JPEG
     tiny-imagenet-200/val/images/*.JPEG + val/val_annotations.txt
     imagenet/{train,val}/<wnid>/*.JPEG
-
-Transforms (App. J): MNIST is only normalised; CIFAR-10/100 use a random 32x32 crop after zero padding by 4 plus a
-horizontal flip; TinyImageNet a flip plus a random 64x64 crop after zero padding by 4; ImageNet the standard
-RandomResizedCrop(224) + flip for training and resize 256 / center crop 224 for evaluation.
 """
 
 from __future__ import annotations
@@ -156,11 +152,8 @@ class DatasetPair:
 
     @functools.cached_property
     def content_sha256(self) -> str:
-        """SHA-256 of the data read, wherever it lies: equal for two runs exactly when they read the same examples.
-
-        In memory: the training split's uint8 images and int64 labels as stored, then the validation split's. ImageNet
-        (read lazily): every file's path relative to the dataset folder and its size, in reading order.
-        """
+        """SHA-256 of the data read, wherever it lies: of the splits' tensors as stored, or for ImageNet of every file's
+        relative path and size, in reading order."""
         digest = hashlib.sha256()
         for split in (self.train, self.val):
             if isinstance(split, ImageTensors):
@@ -218,17 +211,10 @@ def _epoch_seed(seed: int, epoch: int) -> int:
 
 
 class _EpochLoader:
-    """Epoch and position bookkeeping shared by the loaders.
-
-    An epoch's sample order comes from a generator seeded by ``(seed, epoch)``. ``state_dict()`` holds the epoch and the
-    number of batches handed out in it; the position advances *before* a batch is yielded, so a checkpoint taken while
-    the consumer holds a batch resumes with the next one.
-
-    Several processes (:mod:`paperlib.harness.distributed`): ``batch_size`` is the *global* batch; every process draws
-    the same permutation and takes its contiguous slice of each global batch (:meth:`shard`), so together they see the
-    batches of the one-process run. ``share`` is the fraction of the current global batch this process holds (to weight
-    the gradients of unequal last batches).
-    """
+    """Epoch and position bookkeeping shared by the loaders: an epoch's order comes from a generator seeded by ``(seed,
+    epoch)``; the position advances *before* a batch is yielded, so a checkpoint taken while the consumer holds a batch
+    resumes with the next one. ``batch_size`` is the *global* batch of all processes, each taking its slice
+    (:meth:`shard`); ``share`` is this process's fraction of the current one (to weight unequal last batches)."""
 
     def __init__(self, num_examples: int, batch_size: int, seed: int, max_batches: int | None,
                  rank: int = 0, world_size: int = 1) -> None:
@@ -295,15 +281,10 @@ class _EpochLoader:
 
 
 class TensorLoader(_EpochLoader):
-    """Batches of in-memory uint8 images, augmented and normalised per batch, ``(float32 images, int64 labels)`` on
-    ``device``.
-
-    An epoch's randomness (order, crop offsets, flips) is drawn up front from its generator, so its batches depend only
-    on ``seed`` and the epoch: a run that saves ``state_dict()`` after a step and later loads it gets exactly the
-    batches still to come. Iterating yields the rest of the current epoch. ``max_batches`` cuts every epoch short (smoke
-    runs). On another device than the CPU the split is moved there whole when the loader is made, so that a batch copies
-    nothing from the host.
-    """
+    """Batches of in-memory uint8 images, augmented and normalised per batch, on ``device``. An epoch's randomness is
+    drawn up front from its generator, so a run that saves ``state_dict()`` after a step and loads it later gets exactly
+    the batches still to come; on an accelerator the split lives there whole, so a batch copies nothing from the
+    host."""
 
     def __init__(self, images: Tensor, labels: Tensor, batch_size: int, *, shuffle: bool, seed: int = 0,
                  augment: Augment = Augment(), mean: Sequence[float], std: Sequence[float],
@@ -358,12 +339,8 @@ class TensorLoader(_EpochLoader):
 
 
 class DeviceLoader(_EpochLoader):
-    """A ``DataLoader`` over a ``Dataset`` with its own transforms (ImageNet), batches moved to ``device``.
-
-    The order and the worker seeds of an epoch derive from ``(seed, epoch)`` and the loader resumes at the saved batch,
-    but after a mid-epoch resume the crops and flips of the remaining batches may differ (they depend on which worker
-    draws them).
-    """
+    """A ``DataLoader`` over a ``Dataset`` with its own transforms (ImageNet), batches moved to ``device``; after a
+    mid-epoch resume the remaining batches' crops and flips may differ (they depend on which worker draws them)."""
 
     def __init__(self, dataset: Dataset, batch_size: int, *, shuffle: bool, seed: int = 0,
                  device: torch.device | str = "cpu", max_batches: int | None = None, num_workers: int = 2,
@@ -622,12 +599,10 @@ def load_dataset(name: str, root: str | Path | None = None, download: bool = Fal
                  subset: int | None = None) -> DatasetPair:
     """The train and validation splits of ``name`` (one of :data:`DATASETS`) under ``root`` (:func:`data_root`).
 
-    ``download=True`` lets torchvision fetch MNIST, CIFAR-10 (python batches) or CIFAR-100 when missing. CIFAR-10 is
-    read from ``cifar-10-batches-py`` when present, else from the JPEG tree ``cifar10-jpeg`` (``source`` says which).
-    JPEG trees are decoded once and cached as uint8 tensors in ``<root>/paperlib-cache/`` (or
-    ``~/.cache/paperlib/tensor-cache`` when the root is read-only). ``subset=n`` keeps the first ``n`` examples of each
-    split (smoke tests). Missing files raise :class:`FileNotFoundError`.
-    """
+    ``download=True`` lets torchvision fetch MNIST, CIFAR-10 or CIFAR-100. CIFAR-10 is read from
+    ``cifar-10-batches-py``, else from ``cifar10-jpeg``; JPEG trees are decoded once and cached
+    (``<root>/paperlib-cache/``, or ``~/.cache/paperlib/tensor-cache`` when the root is read-only). ``subset=n`` keeps
+    each split's first ``n`` examples."""
     if name not in DATASETS:
         raise ValueError(f"load_dataset: name={name!r} is not supported; allowed values: {', '.join(DATASETS)}")
     if subset is not None and (isinstance(subset, bool) or not isinstance(subset, int) or subset < 1):

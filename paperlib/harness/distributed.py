@@ -18,9 +18,9 @@ Gate noise
     sample: two processes with half the batch each reproduce one process to float rounding (tests/test_distributed.py).
     The authors' DDP did the same (``core_exp.py`` seeds every process alike; the noise is ``torch.rand`` on each GPU).
 Batch norm
-    As in the authors' code: batch statistics from each process's slice, running statistics rank 0's, broadcast at
-    every forward. ``sync_batchnorm=True`` trains with :class:`torch.nn.SyncBatchNorm` (CUDA only); evaluation,
-    checkpoints and counts see plain ``BatchNorm2d`` modules holding the same tensors.
+    As in the authors' code: batch statistics from each process's slice, running statistics rank 0's, broadcast at every
+    forward. ``sync_batchnorm=True`` trains with :class:`torch.nn.SyncBatchNorm` (CUDA only); evaluation, checkpoints
+    and counts see plain ``BatchNorm2d`` modules holding the same tensors.
 Records and checkpoints
     Only rank 0 writes them. Every process loads the checkpoint and evaluates the whole validation set (keeping the RNG
     in step). ``history.csv``'s epoch means are over all processes' examples; ``steps.csv.xz``'s ``loss`` is rank 0's

@@ -60,9 +60,9 @@ def run_folder(params: dict, dataset: str, defaults: dict | None = None) -> Path
 
 
 def record_folder(notebook: str, params: dict, dataset: str, defaults: dict | None = None) -> Path:
-    """Where a notebook run's record goes, whose status says whether the run is done: its run's (:func:`run_folder`),
-    or for the bisection notebook its search's (:class:`paperlib.harness.bisection.Search`), whatever
-    ``$PAPERLIB_SMOKE`` says."""
+    """Where a notebook run's record goes, whose status says whether the run is done: its run's (:func:`run_folder`), or
+    for the bisection notebook its search's (:class:`paperlib.harness.bisection.Search`), whatever ``$PAPERLIB_SMOKE``
+    says."""
     if Path(notebook).stem == "bisection":
         search = bisection.Search.from_parameters({**(defaults or {}), **params})
         return search.record_folder(smoke=bool(params.get("smoke", False)))
@@ -98,10 +98,9 @@ def cell_parameters(params: dict, dataset: str) -> dict:
 
 
 def cell_records(frame, params: dict, dataset: str):
-    """The rows of the record index ``frame`` (:func:`paperlib.harness.index.record_index`) made with a grid cell's
-    parameters (:func:`cell_parameters`) over its preset: each parameter the cell sets, and nothing else changed from
-    that preset's configuration today (:func:`paperlib.harness.index.changes`), so that a record made at a superseded
-    preset value is not the cell's. Never by folder name, and never by resolving the cell."""
+    """The rows of the record index ``frame`` made with a grid cell's parameters (:func:`cell_parameters`) and nothing
+    else changed from that preset's configuration today (:func:`paperlib.harness.index.changes`): never by folder name,
+    never by resolving the cell."""
     cell = cell_parameters(params, dataset)
     rows = index.select(frame, **cell) if len(frame) else frame
     fields = [f.name for f in dataclasses.fields(ExperimentConfig)]

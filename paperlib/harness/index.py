@@ -32,9 +32,9 @@ def device_kind(device: str | None) -> str:
 
 
 def where_ran(devices, seeds=None, mixed: str = "CPU, {gpu} of {runs} on GPU") -> str:
-    """Where runs trained (:func:`device_kind`): ``CPU`` or ``GPU`` when all ran on one, ``–`` for none; runs on both are
-    ``mixed`` with the counts filled in, or, given their seeds, which seeds ran where (``CPU: seed 0; GPU: seeds 1, 2``:
-    a mean over them confounds device with seed)."""
+    """Where runs trained (:func:`device_kind`): ``CPU`` or ``GPU`` when all ran on one, ``–`` for none; runs on both
+    are ``mixed`` with the counts filled in, or, given their seeds, which seeds ran where (``CPU: seed 0; GPU: seeds 1,
+    2``: a mean over them confounds device with seed)."""
     kinds = [device_kind(device) for device in devices]
     if len(set(kinds)) <= 1:
         return kinds[0] if kinds else "–"

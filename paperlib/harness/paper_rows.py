@@ -1,8 +1,8 @@
-"""A record's numbers beside the rows the paper printed for its setting (:func:`paper_rows_for`), for a run's page
-and the book's tables (``book/analysis/comparison.py``). A constrained run's "best" error is taken over the epochs at
-which its constraints hold (:func:`best_feasible_error`): early in training a constrained model is still dense and often
-has its lowest error; the authors' code takes the lowest of any epoch of any seed (:func:`authors_best_error`). Nothing
-here invents a number: the paper's come from ``paper_results.csv``, ours from a record.
+"""A record's numbers beside the rows the paper printed for its setting (:func:`paper_rows_for`), for a run's page and
+the book's tables (``book/analysis/comparison.py``). A constrained run's "best" error is taken over the epochs at which
+its constraints hold (:func:`best_feasible_error`): early in training a constrained model is still dense and often has
+its lowest error; the authors' code takes the lowest of any epoch of any seed (:func:`authors_best_error`). Nothing here
+invents a number: the paper's come from ``paper_results.csv``, ours from a record.
 """
 
 import math
@@ -66,7 +66,8 @@ def finetuning_row(record: dict, finetune_epochs: int) -> dict | None:
 def best_finetuned_error(record: dict, finetune_epochs: int) -> float | None:
     """The lowest validation error of a magnitude-pruning record over its first ``finetune_epochs`` epochs of
     fine-tuning (0: the pruned model's), or None if the run did not get that far. App. L's "Best Val. Error (%) after
-    fine-tuning for # epochs" is the best so far: its values never rise from 50 to 100 to 200 epochs and often repeat."""
+    fine-tuning for # epochs" is the best so far: its values never rise from 50 to 100 to 200 epochs and often
+    repeat."""
     rows = _finetuning_rows(record, finetune_epochs)
     return None if rows is None else min(float(row["val_error"]) for row in rows)
 

@@ -56,10 +56,9 @@ def preset_config(preset: str, params: dict) -> dict | None:
 
 
 def changed_parameters(params: dict, preset: str, predated: bool = True) -> dict | None:
-    """The hyper-parameters of :data:`~paperlib.harness.presets.NAMED_IF_CHANGED` (those its method uses) that a
-    record's ``params`` set otherwise than ``preset``'s configuration for it (:func:`preset_config`), by name, or None
-    where the preset has none. A parameter the record predates counts at its default, the only value the code had before
-    it existed; with ``predated`` False it is left out (a run page names only what its record holds)."""
+    """The hyper-parameters of :data:`~paperlib.harness.presets.NAMED_IF_CHANGED` that a record sets otherwise than
+    ``preset`` would (None: the preset has no configuration for it); one the record predates counts at its default, or
+    with ``predated`` False is left out (a run page names only what its record holds)."""
     values = preset_config(preset, params)
     if values is None:
         return None

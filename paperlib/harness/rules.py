@@ -5,7 +5,8 @@ claim") with the numbers of this module. A constrained run is :func:`feasible` (
 :data:`FEASIBLE_POINTS` above its target, App. G), its constraints bind or not (:func:`binding`: whether the free-gates
 run of its model and protocol ends above the target; without one, *unknown*, judged as binding), and it is *on target*,
 *under*, *violated* or *does not bind* (:func:`judge_run`). A penalized cell is judged by :func:`judge_penalty`, a claim
-by the share of its judged runs that pass (:func:`claim_verdict`). The rules return outcomes and counts, never sentences.
+by the share of its judged runs that pass (:func:`claim_verdict`). The rules return outcomes and counts, never
+sentences.
 
 Example::
 
@@ -217,10 +218,9 @@ def is_free_gates(record: dict) -> bool:
 
 
 def same_protocol(record: dict, other: dict) -> bool:
-    """Whether two records share a model and protocol: the same model and grouping, and every run parameter outside
-    :data:`NOT_PROTOCOL` that both name (not None: records written before a parameter existed) equal, so a model-wise
-    run is matched with a model-wise free run, and a run at a gates' learning rate with the free run at that rate. The
-    preset's name is not compared, its values are: a ``cpu`` run at gates lr 1 is the ``cpu2`` protocol's run."""
+    """Whether two records share a model and protocol: the same model and grouping, and every other run parameter
+    outside :data:`NOT_PROTOCOL` that both set equal; the preset's values are compared, not its name (a ``cpu`` run at
+    gates lr 2 is the ``cpu2`` protocol's)."""
     a, b = record.get("params") or {}, other.get("params") or {}
     same_model = all(a.get(key) is not None and a.get(key) == b.get(key) for key in ("model", "grouping"))
     shared = [key for key in a.keys() & b.keys() - NOT_PROTOCOL if a[key] is not None and b[key] is not None]

@@ -79,8 +79,8 @@ def _worker(rank: int, world_size: int, port: int, argv: list[str], env: dict) -
 
 
 def launch_local(world_size: int, argv: list[str], env: dict | None = None, worker=_worker) -> None:
-    """Run ``python -m paperlib.harness.run *argv`` in ``world_size`` spawned processes here, as ``torchrun`` would (with
-    this process's environment plus ``env``); raises if any fails. ``worker`` replaces :func:`_worker` (tests)."""
+    """Run ``python -m paperlib.harness.run *argv`` in ``world_size`` spawned processes here, as ``torchrun`` would
+    (with this process's environment plus ``env``); raises if any fails. ``worker`` replaces :func:`_worker` (tests)."""
     import torch.multiprocessing as mp
 
     mp.spawn(worker, args=(world_size, free_port(), list(argv), dict(env or {})), nprocs=world_size, join=True)

@@ -160,9 +160,8 @@ def _protocols(group: Group) -> str:
 
 
 def group_html(group: Group, show) -> str:
-    """A group as HTML: a ``<details>`` whose summary holds its title, the paper's tables it serves, its number of runs
-    and their protocols, and its line with links to the pages that show it; then its tables, made by ``show`` (a
-    DataFrame -> Styler, as the book's ``report.show``), one folded ``<details>`` per part."""
+    """A group as a ``<details>`` whose summary holds its title, tables, number of runs and protocols, and its line with
+    links to its pages; then its tables, made by ``show`` (as the book's ``report.show``), one folded per part."""
     refs = f" ({', '.join(group.refs)})" if group.refs else ""
     count = f"{group.runs} run{'s' if group.runs != 1 else ''}"
     if group.runs:

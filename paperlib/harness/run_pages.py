@@ -104,11 +104,8 @@ def variations(params: dict) -> list[str]:
 
 
 def run_title(params: dict) -> str:
-    """A run's title: model and dataset, condition, variations, seed and protocol
-    (:func:`~paperlib.harness.protocols.record_protocol`).
-
-    Example: ``LeNet5 on MNIST, constrained, layer-wise 50/30/70/10%, seed 1 — paper protocol``.
-    """
+    """A run's title: model and dataset, condition, variations, seed and protocol (``LeNet5 on MNIST, constrained,
+    layer-wise 50/30/70/10%, seed 1 — paper protocol``)."""
     if params.get("kind") == "bisection search":
         return (f"Bisection search for λ_pen: MLP on MNIST, {GROUPING_LABELS[params['grouping']]} "
                 f"{percent(params['target'])} ± {percent(params['tolerance'])}, seed {params['seed']} — "
@@ -272,8 +269,8 @@ def run_table(record: dict, paper_rows: pd.DataFrame | None = None) -> pd.DataFr
 
 
 def show(fig, colors: int = 32) -> None:
-    """Display a figure as a palette PNG (:func:`~paperlib.harness.records.palette_png`), then close it: 32 colours
-    keep a run page's lines and text to the eye at about a fifth of matplotlib's bytes."""
+    """Display a figure as a palette PNG (:func:`~paperlib.harness.records.palette_png`), then close it: 32 colours keep
+    a run page's lines and text to the eye at about a fifth of matplotlib's bytes."""
     import matplotlib.pyplot as plt
     from IPython.display import Image, display
 

@@ -112,10 +112,10 @@ RUN_INDEXES = {
 
 @dataclass(frozen=True)
 class Folder:
-    """How the run indexes (book/runs_*.md) present an experiment folder of ``runs/``: its ``title``; ``about``, one line
-    on its runs; ``split``, the run parameters whose values divide a long list into parts; ``main``: whether it holds its
-    result page's main table (shown unfolded). Its tables and pages are read from :data:`STUDIES` (:func:`folder_refs`,
-    :func:`folder_pages`)."""
+    """How the run indexes (book/runs_*.md) present an experiment folder of ``runs/``: its ``title``; ``about``, one
+    line on its runs; ``split``, the run parameters whose values divide a long list into parts; ``main``: whether it
+    holds its result page's main table (shown unfolded). Its tables and pages are read from :data:`STUDIES`
+    (:func:`folder_refs`, :func:`folder_pages`)."""
 
     title: str
     about: str

@@ -15,11 +15,11 @@ A grid file (YAML) names one notebook and the runs of one paper table or figure:
     runs:                     # optional extra parameter sets (merged with base)
       - {grouping: layer, target: [0.3, 0.3, 0.3]}
 
-Each run executes the notebook with papermill in its own process; runs whose record is complete are skipped, partial ones
-resume from their checkpoint. A run of the bisection notebook is a whole search (:func:`record_folder`). The executed
-notebook is moved into the run folder only when the record is complete, so a failed run never overwrites anything in
-``runs/``; ``--commit`` commits each record as soon as it finishes. A run's output goes to the ``papermill.log`` named
-when it starts.
+Each run executes the notebook with papermill in its own process; runs whose record is complete are skipped, partial
+ones resume from their checkpoint. A run of the bisection notebook is a whole search (:func:`record_folder`). The
+executed notebook is moved into the run folder only when the record is complete, so a failed run never overwrites
+anything in ``runs/``; ``--commit`` commits each record as soon as it finishes. A run's output goes to the
+``papermill.log`` named when it starts.
 
 ``--executor slurm`` submits one job per run whose record is not complete through submitit (``--gpus``, ``--cpus``,
 ``--timeout-min``, ``--partition``); a job stopped at its time limit is requeued and resumes. ``--executor local`` runs
@@ -111,9 +111,9 @@ def _commit(folders: list[Path]) -> None:
 
 
 def execute(notebook: str, dataset: str, params: dict, threads: int, commit: bool, renew: bool = False) -> str:
-    """Run one parameter set unless its record is complete; a one-line status. A complete record without its
-    executed notebook (trained by :func:`run_commands`' command) gets one in seconds; ``renew`` replaces a complete
-    record's notebook (``benchmarks/regenerate_run_notebooks.py``, after a template changed)."""
+    """Run one parameter set unless its record is complete; a one-line status. A complete record without its executed
+    notebook (trained by :func:`run_commands`' command) gets one in seconds; ``renew`` replaces a complete record's
+    notebook (``benchmarks/regenerate_run_notebooks.py``, after a template changed)."""
     run_dir = record_folder(notebook, params, dataset, notebook_defaults(notebook))
     if records.record_status(run_dir) == "complete" and (run_dir / "notebook.ipynb").exists() and not renew:
         return f"skip (complete)  {run_dir}"
@@ -211,8 +211,8 @@ def _execute(notebook: str, params: dict, threads: int, commit: bool, run_dir: P
 
 
 class ClusterRun:
-    """One run of a grid as a submitit job (:func:`execute` in the job's process). A job stopped at its time limit or
-    by preemption is requeued with the same arguments and resumes from its checkpoint; its ``running.pid`` lock names a
+    """One run of a grid as a submitit job (:func:`execute` in the job's process). A job stopped at its time limit or by
+    preemption is requeued with the same arguments and resumes from its checkpoint; its ``running.pid`` lock names a
     process that no longer exists, so the requeued job takes the run."""
 
     def __call__(self, notebook: str, dataset: str, params: dict, threads: int, commit: bool) -> str:

@@ -52,12 +52,10 @@ AUTOGROUP = Path("/proc/self/autogroup")
 
 
 def keep_nice_in_own_session() -> None:
-    """Give this process's autogroup its own nice value, so that ``nice`` on a sweep lowers its runs' CPU share.
-
-    Papermill starts each kernel in a session of its own, and under autogroup scheduling sessions share the CPU equally
-    whatever their nice values (measured: two CIFAR-10 runs at nice 5 beside MNIST runs at 10 and 12 went from 1.4 to
-    2.1 steps a second). Only a session leader (a papermill kernel) changes its group; without autogroup, nothing.
-    """
+    """Give this process's autogroup its own nice value, so that ``nice`` on a sweep lowers its runs' CPU share:
+    papermill starts each kernel in a session of its own, and autogroup scheduling shares the CPU equally between
+    sessions whatever their nice values. Only a session leader (a kernel) changes its group; without autogroup,
+    nothing."""
     if os.getsid(0) != os.getpid():
         return
     try:
