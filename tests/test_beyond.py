@@ -77,31 +77,27 @@ def test_the_pruning_variants_table_puts_each_dense_models_copies_under_the_pape
     assert table.iloc[2].tolist() == pytest.approx([1.0, 0.5, 0.25, 0.05])
 
 
-def test_pruned_copies_give_ours_and_the_papers_at_20_10_and_5_percent():
-    numbers = beyond.pruned_copies("mlp", variants(dense=1.456))
-    assert numbers["mlp_dense"] == 1.456 and numbers["mlp_paper_dense"] == 1.72
+def test_pruned_numbers_give_ours_and_the_papers_and_which_mlp_layer_makes_the_error():
+    alone = {d: {"every layer": 10 * d, "one global threshold": 5 * d, "fc1 alone": 1.5 + d, "fc2 alone": 1.6 + 0.1 / d,
+                 "fc3 alone": 4.0 + 100 * d, "all but the output layer": 2.0 + 10 * d} for d in beyond.DENSITIES}
+    authors = variants(init="authors", dense=1.6, by_density={0.2: {"every layer": 19.0}})
+    lenet5 = variants("lenet5", by_density={d: {"every layer": 7 * d, "one global threshold": d, "conv1 alone": 35.421}
+                                            for d in beyond.DENSITIES})
+    numbers = beyond.pruned_numbers({"fan_in": variants(dense=1.5, by_density=alone),
+                                     "fan_out": variants(init="fan_out", dense=1.7), "authors": authors}, lenet5)
+    assert numbers["mlp_dense"] == 1.5 and numbers["mlp_paper_dense"] == 1.72 and numbers["lenet5_paper_dense"] == 0.85
     assert [numbers[f"mlp_just_pruned_{d}"] for d in (20, 10, 5)] == pytest.approx([2.0, 1.0, 0.5])
     assert [numbers[f"mlp_paper_just_pruned_{d}"] for d in (20, 10, 5)] == [3.81, 9.31, 30.68]
-    assert [numbers[f"mlp_global_{d}"] for d in (20, 10, 5)] == pytest.approx([1.0, 0.5, 0.25])
+    assert [numbers[f"lenet5_global_{d}"] for d in (20, 10, 5)] == pytest.approx([0.2, 0.1, 0.05])
     assert "mlp_just_pruned_1" not in numbers  # at 1% every pruned model is near chance
-
-
-def test_the_mlps_layers_pruned_alone_and_the_first_two_layers_cost():
-    errors = {d: {"fc1 alone": 1.5 + d, "fc2 alone": 1.6 + 0.1 / d, "fc3 alone": 4.0 + 100 * d,
-                  "all but the output layer": 2.0 + 10 * d} for d in beyond.DENSITIES}
-    numbers = beyond.mlp_layers_pruned_alone(variants(dense=1.5, by_density=errors))
     assert numbers["mlp_out_20"] == 24.0 and numbers["mlp_out_10"] == 14.0
     assert numbers["mlp_first_two_cost"] == pytest.approx(1.1)  # fc2 alone at 10%: 2.6 against 1.5; 5% and 1% not
     assert [numbers[f"mlp_but_output_{d}"] for d in (20, 10, 5, 1)] == pytest.approx([4.0, 3.0, 2.5, 2.1])
     assert numbers["mlp_paper_1"] == 90.45
-
-
-def test_other_initialisations_and_lenet5s_first_convolution():
-    authors = variants(init="authors", dense=1.6, by_density={0.2: {"every layer": 19.0}})
-    assert beyond.initialisations([variants(init="fan_out", dense=1.7), authors]) == {
-        "mlp_fan_out_dense": 1.7, "mlp_fan_out_pruned_20": 2.0, "mlp_authors_dense": 1.6, "mlp_authors_pruned_20": 19.0}
-    lenet5 = variants("lenet5", by_density={0.2: {"conv1 alone": 35.421}})
-    assert beyond.lenet5_first_convolution(lenet5) == {"lenet5_conv1_20": 35.421}
+    assert {name: numbers[name] for name in ("mlp_fan_out_dense", "mlp_fan_out_pruned_20", "mlp_authors_dense",
+                                             "mlp_authors_pruned_20")} == pytest.approx(
+        {"mlp_fan_out_dense": 1.7, "mlp_fan_out_pruned_20": 2.0, "mlp_authors_dense": 1.6, "mlp_authors_pruned_20": 19.0})
+    assert "mlp_fan_in_dense" not in numbers and numbers["lenet5_conv1_20"] == 35.421
 
 
 def test_constrained_runs_keep_the_constrained_records_at_the_target_by_the_key(monkeypatch):
@@ -115,12 +111,11 @@ def test_constrained_runs_keep_the_constrained_records_at_the_target_by_the_key(
 
 def test_the_constrained_models_at_one_percent_layer_by_layer():
     mlp = constrained_record("mlp", (0.011, 0.009, 0.0643), final_error=2.346)
-    assert beyond.mlp_at_one_percent(mlp) == pytest.approx({"mlp1_density": 2.81, "mlp1_first_two": 1.1,
-                                                            "mlp1_output": 6.43, "mlp1_final_error": 2.346})
-    # Its best error counts only the epochs at which every layer is at most 1 point above its 1% target.
+    # LeNet5's best error counts only the epochs at which every layer is at most 1 point above its 1% target.
     lenet5 = constrained_record("lenet5", (0.016, 0.0105, 0.0153), history=[
         (0.9, (0.5, 0.5, 0.5)), (1.3, (0.019, 0.01, 0.01)), (1.4, (0.021, 0.01, 0.01)), (1.2, (0.016, 0.0105, 0.0153))])
-    assert beyond.lenet5_at_one_percent(lenet5) == pytest.approx({
+    assert beyond.at_one_percent({"mlp": mlp, "lenet5": lenet5}) == pytest.approx({
+        "mlp1_density": 2.81, "mlp1_first_two": 1.1, "mlp1_output": 6.43, "mlp1_final_error": 2.346,
         "lenet1_density": 100 * (0.016 + 0.0105 + 0.0153) / 3, "lenet1_lowest": 1.05, "lenet1_highest": 1.6,
         "lenet1_best": 1.2})
 

@@ -210,42 +210,33 @@ def _pct(density: float) -> str:
     return f"{100 * density:g}"  # a glue name's suffix: 0.2 -> "20", 0.05 -> "5"
 
 
-def pruned_copies(model: str, variants: dict) -> dict[str, float]:
-    """Our dense ``model`` and its copies before fine-tuning, beside the paper's: ``<model>_dense``,
-    ``<model>_paper_dense`` and, at 20, 10 and 5%, every layer pruned (``<model>_just_pruned_<d>``, the paper's
-    ``<model>_paper_just_pruned_<d>``) and one global threshold (``<model>_global_<d>``)."""
-    numbers = {f"{model}_dense": variants["dense_val_error"], f"{model}_paper_dense": paper_dense_error(model)}
-    for density in ABOVE_ONE_PERCENT:
-        errors = variants["pruned_val_error"][str(density)]
-        numbers[f"{model}_just_pruned_{_pct(density)}"] = errors["every layer"]
-        numbers[f"{model}_paper_just_pruned_{_pct(density)}"] = paper_pruned_error(model, density)
-        numbers[f"{model}_global_{_pct(density)}"] = errors["one global threshold"]
-    return numbers
-
-
-def mlp_layers_pruned_alone(variants: dict) -> dict[str, float]:
-    """Which MLP layer makes its just-pruned error: the output layer alone at 20 and 10% (``mlp_out_<d>``), the
-    most the first or second layer alone costs down to 10% over the dense model (``mlp_first_two_cost``), all
-    but the output layer (``mlp_but_output_<d>``) and the paper's error at 1% (``mlp_paper_1``)."""
-    errors = variants["pruned_val_error"]
+def pruned_numbers(mlp: dict[str, dict], lenet5: dict) -> dict[str, float]:
+    """Our dense models and their copies before fine-tuning (:func:`read_pruning_variants`; ``mlp`` by ``--init``),
+    beside the paper's: per model, the dense error (``<model>_dense``, the paper's ``<model>_paper_dense``) and, at
+    20, 10 and 5%, every layer pruned (``<model>_just_pruned_<d>``, the paper's ``<model>_paper_just_pruned_<d>``)
+    and one global threshold (``<model>_global_<d>``). Which MLP layer makes its error: the output layer alone
+    (``mlp_out_<d>``), the most the first or second layer alone costs down to 10% (``mlp_first_two_cost``), all but
+    the output layer (``mlp_but_output_<d>``), the paper's 1% (``mlp_paper_1``). The other initialisations' dense
+    and 20% errors (``mlp_<init>_dense``, ``mlp_<init>_pruned_20``); LeNet5's conv1 alone at 20%."""
+    numbers = {}
+    for model, variants in (("mlp", mlp["fan_in"]), ("lenet5", lenet5)):
+        numbers |= {f"{model}_dense": variants["dense_val_error"], f"{model}_paper_dense": paper_dense_error(model)}
+        for density in ABOVE_ONE_PERCENT:
+            errors = variants["pruned_val_error"][str(density)]
+            numbers |= {f"{model}_just_pruned_{_pct(density)}": errors["every layer"],
+                        f"{model}_paper_just_pruned_{_pct(density)}": paper_pruned_error(model, density),
+                        f"{model}_global_{_pct(density)}": errors["one global threshold"]}
+    errors = mlp["fan_in"]["pruned_val_error"]
     first_two = max(errors[str(density)][f"fc{layer} alone"] for density in DENSITIES[:2] for layer in (1, 2))
-    return {"mlp_out_20": errors["0.2"]["fc3 alone"], "mlp_out_10": errors["0.1"]["fc3 alone"],
-            "mlp_first_two_cost": first_two - variants["dense_val_error"],
-            **{f"mlp_but_output_{_pct(d)}": errors[str(d)]["all but the output layer"] for d in DENSITIES},
-            "mlp_paper_1": paper_pruned_error("mlp", 0.01)}
-
-
-def initialisations(variant_records: list[dict]) -> dict[str, float]:
-    """Dense models initialised otherwise (``--init``): the dense error and the error pruned to 20%."""
-    return {name: value for variants in variant_records
-            for name, value in ((f"{variants['model']}_{variants['init']}_dense", variants["dense_val_error"]),
-                                (f"{variants['model']}_{variants['init']}_pruned_20",
-                                 variants["pruned_val_error"]["0.2"]["every layer"]))}
-
-
-def lenet5_first_convolution(variants: dict) -> dict[str, float]:
-    """LeNet5's first convolution (500 weights) pruned alone to 20%, the others dense."""
-    return {"lenet5_conv1_20": variants["pruned_val_error"]["0.2"]["conv1 alone"]}
+    numbers |= {"mlp_out_20": errors["0.2"]["fc3 alone"], "mlp_out_10": errors["0.1"]["fc3 alone"],
+                "mlp_first_two_cost": first_two - mlp["fan_in"]["dense_val_error"],
+                **{f"mlp_but_output_{_pct(d)}": errors[str(d)]["all but the output layer"] for d in DENSITIES},
+                "mlp_paper_1": paper_pruned_error("mlp", 0.01)}
+    for init, variants in mlp.items():
+        if init != "fan_in":
+            numbers |= {f"mlp_{init}_dense": variants["dense_val_error"],
+                        f"mlp_{init}_pruned_20": variants["pruned_val_error"]["0.2"]["every layer"]}
+    return numbers | {"lenet5_conv1_20": lenet5["pruned_val_error"]["0.2"]["conv1 alone"]}
 
 
 def constrained_runs(grid_file: str, target: float, key: str = "model") -> dict[str, dict]:
@@ -254,22 +245,17 @@ def constrained_runs(grid_file: str, target: float, key: str = "model") -> dict[
             if run["params"]["method"] == "constrained" and run["params"]["target"] == target}
 
 
-def mlp_at_one_percent(record: dict) -> dict[str, float]:
-    """The constrained MLP asked for 1% on every layer: model, first two layers' (higher) and output layer's
-    density (%) and the final error; where a layer misses its target the table gives the run no best error."""
-    metrics = record["metrics"]
-    layers = [100 * density for density in metrics["l0_density_per_layer"].values()]
-    return {"mlp1_density": 100 * metrics["l0_density"], "mlp1_first_two": max(layers[:2]),
-            "mlp1_output": layers[2], "mlp1_final_error": metrics["val_error_final"]}
-
-
-def lenet5_at_one_percent(record: dict) -> dict[str, float]:
-    """The constrained LeNet5 asked for 1% on every layer: model, lowest and highest layer density (%) and the
-    best error of the epochs where every constraint holds."""
-    metrics = record["metrics"]
-    layers = [100 * density for density in metrics["l0_density_per_layer"].values()]
-    return {"lenet1_density": 100 * metrics["l0_density"], "lenet1_lowest": min(layers),
-            "lenet1_highest": max(layers), "lenet1_best": best_feasible_error(record)}
+def at_one_percent(constrained: dict[str, dict]) -> dict[str, float]:
+    """The constrained models asked for 1% on every layer (``constrained``: by model), in %: the MLP's model,
+    first two layers' (the higher) and output layer's density and its final error (where a layer misses its
+    target the table gives the run no best error); LeNet5's model, lowest and highest layer density and its best
+    error at the epochs where every constraint holds."""
+    mlp, lenet5 = (constrained[model]["metrics"] for model in ("mlp", "lenet5"))
+    mlp_layers, lenet5_layers = ([100 * d for d in m["l0_density_per_layer"].values()] for m in (mlp, lenet5))
+    return {"mlp1_density": 100 * mlp["l0_density"], "mlp1_first_two": max(mlp_layers[:2]),
+            "mlp1_output": mlp_layers[2], "mlp1_final_error": mlp["val_error_final"],
+            "lenet1_density": 100 * lenet5["l0_density"], "lenet1_lowest": min(lenet5_layers),
+            "lenet1_highest": max(lenet5_layers), "lenet1_best": best_feasible_error(constrained["lenet5"])}
 
 
 def magnitude_pruning_runs(model: str) -> list[dict]:
@@ -321,12 +307,12 @@ def lenet5_finetuning(runs: list[dict]) -> dict[str, float]:
 
 
 def dense_baseline(model: str) -> dict | None:
-    """App. L's dense ``model`` at the paper's protocol, or None while its record is not complete."""
-    folder = next((folder for config, folder in report.grid_runs(UNSTRUCTURED_GRID)
-                   if config.method == "dense" and config.model == model), None)
-    if folder is None:
+    """App. L's dense ``model`` at the paper's protocol (found by its parameters), or None while it has no record."""
+    found = [folder for config, folder in report.grid_records(UNSTRUCTURED_GRID)
+             if config.method == "dense" and config.model == model]
+    if not found:
         raise ValueError(f"{UNSTRUCTURED_GRID} has no dense {model} run")
-    return records.load_record(folder) if records.record_status(folder) == "complete" else None
+    return records.load_record(found[0]) if found[0] is not None else None
 
 
 def dense_epochs(history: list[dict]) -> list[tuple[str, str, str]]:
