@@ -1,24 +1,13 @@
 """One object owns a training step under sparsity constraints (§3, eq. 4-6): :class:`ConstrainedStep`.
 
 The problem is min f_obj(theta, phi) s.t. d_g(phi) <= eps_g, with d_g the expected L0-density (eq. 3) of the whole model
-or of each gated layer. One call of :meth:`ConstrainedStep.roll` is one step of simultaneous gradient descent-ascent on
-its Lagrangian (eq. 4, eq. 5), in this order:
-
-1. zero the gradients of the weights and the gates;
-2. sample every gate once (:mod:`paperlib.method.gate_pass`, compiled on CUDA by default) and, with those gates in
-   place, compute the task loss;
-3. backward through f_obj + sum_g lambda_g (d_g - eps_g), where f_obj is the loss plus the expected L2 norm of the gated
-   weights (eq. 13) when asked;
-4. the primal steps: the weights' optimiser, then the gates' (and the clamp of log_alpha);
-5. the dual step from the densities measured in step 2, before the primal step: projected gradient ascent with dual
-   restarts (eq. 6), the nuPI controller, or the augmented Lagrangian's method of multipliers
-   (:mod:`paperlib.method.lagrangian`).
-
-With ``penalty`` instead of ``target`` the same step minimises f_obj + sum_g lambda_pen_g d_g with fixed lambda_pen (§2,
-App. B, C): no dual step.
-
-This is the step of the book's runner (:mod:`paperlib.harness.methods`); it works on any ``nn.Module`` that contains the
-package's gated layers (:class:`~paperlib.method.layers.L0Layer`). Cooper's ``roll()`` is the model of the interface.
+or of each gated layer. One :meth:`ConstrainedStep.roll` is one step of simultaneous gradient descent-ascent on its
+Lagrangian (eq. 4, 5): zero the gradients; sample every gate once (:mod:`paperlib.method.gate_pass`) and compute the
+loss under them; backward through f_obj + sum_g lambda_g (d_g - eps_g), f_obj the loss plus, when asked, the expected
+L2 norm of the gated weights (eq. 13); the weights' step, then the gates' (and the clamp of log_alpha); the dual step
+from the densities of the sampled gates (:mod:`paperlib.method.lagrangian`). With ``penalty`` instead of ``target`` it
+minimises f_obj + sum_g lambda_pen_g d_g (§2, App. B, C), with no dual step. It works on any ``nn.Module`` holding
+:class:`~paperlib.method.layers.L0Layer` layers; Cooper's ``roll()`` is the model of the interface.
 """
 
 import math
@@ -136,9 +125,8 @@ class ConstrainedStep:
       than ``stall_margin`` under its target for ``stall_steps`` steps (read every 50 steps) does not bind: a warning
       says so, once per constraint, and what to change. None: never.
 
-    Numbers may be Python, numpy or 0-d torch numbers, and a list one per layer a 1-d tensor or array. A target must lie
-    in (0, 1], a penalty and ``weight_decay`` be >= 0, and the learning rates > 0,
-    all finite; anything else is a ``ValueError`` that names the argument.
+    Numbers may be Python, numpy or 0-d torch numbers, a list one per layer a 1-d tensor or array; one out of its range
+    (a target in (0, 1], a penalty and ``weight_decay`` >= 0, learning rates > 0, finite) is an error naming it.
     """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None, *,

@@ -1,21 +1,13 @@
 """Every gate of a model in one pass per training step.
 
-A gated layer can sample its own gates (:mod:`paperlib.method.layers`), and the objective can ask each layer for its
-expected L0 (eq. 3) and expected L2 (eq. 13) norms. Done that way, a training step draws noise once per layer, computes
-every gate's P(z != 0) twice, and dispatches a dozen small operations per layer and per quantity, forward and backward:
-on a GPU each is a kernel launch, and a gated model's step dispatched 3.6-5.5 times the dense one's operations.
-
-:class:`ModelGates` computes, once per step and for all layers together, everything the gates contribute:
-
-* one draw of uniform noise for every gate of the model (the same numbers, in the same order, as the layers' own draws),
-  the gates of eq. 7, and the gated weights, biases and channel masks that the layers' forward uses;
-* P(z != 0) of every gate (eq. 8), once, for both the densities of eq. 3 (layer-wise and model-wise) and the expected L2
-  term of eq. 13;
-* the objective's term in the densities (:mod:`paperlib.method.objective`).
-
-That work is one function of the model's tensors, :func:`gate_pass`, which ``compile=True`` hands to ``torch.compile``:
-its operations then run as a few fused kernels, forward and backward. Eagerly it computes exactly what the layers
-compute on their own, so a run's numbers are the same bit for bit.
+Layer by layer, a step would draw noise once per layer, compute every gate's P(z != 0) twice (for eq. 3 and eq. 13) and
+dispatch a dozen small operations per layer and quantity: on a GPU, 3.6-5.5 times the dense step's kernel launches.
+:class:`ModelGates` computes, once per step for all layers, everything the gates contribute: one draw of noise for every
+gate (the same numbers, in the same order, as the layers' own draws), the gates of eq. 7 and the gated weights, biases
+and channel masks the layers' forward uses; P(z != 0) of every gate (eq. 8), once, for the densities (eq. 3) and the
+expected L2 term (eq. 13); and the objective's term in the densities (:mod:`paperlib.method.objective`). That work is
+one function, :func:`gate_pass`, which ``compile=True`` hands to ``torch.compile`` (a few fused kernels); eagerly it
+computes exactly what the layers compute on their own, bit for bit.
 """
 
 import contextlib

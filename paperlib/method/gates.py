@@ -1,17 +1,13 @@
 """Hard-concrete stochastic gates (paper §2 and App. A; Louizos et al., 2018).
 
-A gate ``z`` in [0, 1] is obtained by stretching a binary-concrete sample ``s`` to the interval (gamma, zeta) and
-clamping it back to [0, 1] (eq. 7):
+A gate ``z`` in [0, 1] stretches a binary-concrete sample ``s`` to (gamma, zeta) and clamps it back to [0, 1] (eq. 7):
 
     s = sigmoid((log u - log(1 - u) + log_alpha) / beta),   u ~ Unif(0, 1)
     z = clamp(s * (zeta - gamma) + gamma, 0, 1)
 
-The clamping puts point masses at exactly 0 and 1, which is what lets the L0-"norm" of the gated parameters be non-zero
-only for active gates. The paper writes ``log phi``; this package calls the same learnable quantity ``log_alpha`` as
-Louizos et al. and the authors' code do.
-
-Everything here is a pure function of ``log_alpha`` so it can be tested against Monte Carlo estimates without building a
-layer.
+The clamp puts point masses at exactly 0 and 1, so the L0-"norm" of the gated parameters counts active gates only. The
+paper's ``log phi`` is called ``log_alpha`` here, as by Louizos et al. and the authors' code. Everything here is a pure
+function of ``log_alpha``, testable against Monte Carlo estimates without a layer.
 """
 
 import math
@@ -38,12 +34,9 @@ LOG_ALPHA_MAX = math.log(1e2)
 
 def sample_gates(log_alpha: torch.Tensor, generator: torch.Generator | None = None,
                  uniform: torch.Tensor | None = None) -> torch.Tensor:
-    """Draw one reparametrised gate sample per entry of ``log_alpha`` (eq. 7).
-
-    The sample is differentiable with respect to ``log_alpha``. One sample per gate is used for a whole minibatch, as in
-    the authors' code. ``uniform``, when given, is the noise u ~ Unif(0, 1) (shaped like ``log_alpha``) instead of a
-    fresh draw: :mod:`paperlib.method.gate_pass` draws it once for all layers.
-    """
+    """One reparametrised gate sample per entry of ``log_alpha`` (eq. 7), differentiable, used for a whole minibatch
+    as in the authors' code; from the noise ``uniform`` (u ~ Unif(0, 1), shaped like ``log_alpha``) when given
+    (:mod:`paperlib.method.gate_pass` draws it once for all layers)."""
     u = uniform if uniform is not None else torch.rand(log_alpha.shape, dtype=log_alpha.dtype,
                                                        device=log_alpha.device, generator=generator)
     u = EPS + (1.0 - 2.0 * EPS) * u
@@ -52,21 +45,13 @@ def sample_gates(log_alpha: torch.Tensor, generator: torch.Generator | None = No
 
 
 def prob_active(log_alpha: torch.Tensor) -> torch.Tensor:
-    """Closed-form P(z != 0) of each gate (eq. 8).
-
-    P(z != 0) = sigmoid(log_alpha - beta * log(-gamma / zeta)). Differentiable in ``log_alpha``; summing it gives the
-    expected L0-norm.
-    """
+    """Closed-form P(z != 0) of each gate (eq. 8), differentiable; its sum is the expected L0-norm."""
     return torch.sigmoid(log_alpha - BETA * math.log(-GAMMA / ZETA))
 
 
 def median_gates(log_alpha: torch.Tensor) -> torch.Tensor:
-    """Deterministic test-time gates: the median of each gate's distribution (eq. 9).
-
-    z_hat = clamp(sigmoid(log_alpha / beta) * (zeta - gamma) + gamma, 0, 1). Note the division by beta, which Louizos et
-    al.'s eq. 13 omits (App. A.1). The median is exactly 0 when log_alpha <= -beta ln 11 and exactly 1 when log_alpha >=
-    beta ln 11; in between it is fractional.
-    """
+    """Deterministic test-time gates: the median of each gate's distribution (eq. 9), with the division by beta that
+    Louizos et al.'s eq. 13 omits (App. A.1). Exactly 0 for log_alpha <= -beta ln 11, exactly 1 for >= beta ln 11."""
     s = torch.sigmoid(log_alpha / BETA)
     return torch.clamp(s * (ZETA - GAMMA) + GAMMA, 0.0, 1.0)
 
@@ -77,30 +62,22 @@ RHO_INIT = 0.3
 
 
 def initial_log_alpha(rho_init: float) -> float:
-    """Mean of the initial ``log_alpha`` for a given ``rho_init`` (App. A.2).
-
-    log_alpha = log((1 - rho_init) / rho_init); a larger ``rho_init`` starts from a sparser model in expectation.
-    """
+    """Mean of the initial ``log_alpha`` (App. A.2): a larger ``rho_init`` starts from a sparser model."""
     if not 0.0 < rho_init < 1.0:
         raise ValueError(f"rho_init must be in the open interval (0, 1); got {rho_init!r}")
     return math.log((1.0 - rho_init) / rho_init)
 
 
 def init_log_alpha_(log_alpha: torch.Tensor, rho_init: float, std: float = 1e-2) -> torch.Tensor:
-    """Initialise ``log_alpha`` in place as N(log((1 - rho)/rho), std) (App. A.2).
-
-    The paper writes N(0, 10^-2); the authors' code uses a standard deviation of 1e-2, which we follow.
-    """
+    """Initialise ``log_alpha`` in place as N(log((1 - rho)/rho), std) (App. A.2; the paper writes N(0, 10^-2), the
+    authors' code uses a standard deviation of 1e-2, as here)."""
     with torch.no_grad():
         return log_alpha.normal_(initial_log_alpha(rho_init), std)
 
 
 def initial_density(rho_init: float) -> float:
-    """Expected L0-density of a freshly initialised model, ignoring the init noise (eq. 11).
-
-    Equals (1 - rho) / (1 - (1 - psi) rho) with psi = (-gamma / zeta) ** beta: 92.03% for rho = 0.3 and 98.95% for rho =
-    0.05 (App. J.6).
-    """
+    """Expected L0-density of a freshly initialised model, without the init noise (eq. 11): (1 - rho) / (1 - (1 - psi)
+    rho), psi = (-gamma / zeta) ** beta; 92.03% for rho = 0.3, 98.95% for rho = 0.05 (App. J.6)."""
     return float(prob_active(torch.tensor(initial_log_alpha(rho_init), dtype=torch.float64)))
 
 

@@ -1,28 +1,14 @@
 """Lagrange multipliers updated by projected gradient ascent, with dual restarts (§3).
 
-For constraints g_g(phi) - eps_g <= 0 the Lagrangian is (eq. 4)
-
-    L(theta, phi, lambda) = f_obj(theta, phi) + sum_g lambda_g (g_g(phi) - eps_g).
-
-Simultaneous gradient descent-ascent (eq. 5) takes a primal step on ``L`` with the *current* multipliers and, from the
-same iterate, a dual step
-
-    lambda <- max(0, lambda + eta_dual * (g(phi) - eps)).
-
-The gradient of ``L`` with respect to ``lambda`` is exactly the violation, so the dual step needs no autograd. With dual
-restarts (eq. 6) a multiplier whose constraint is satisfied (g <= eps) is reset to zero instead: the best response of
-the dual player (App. G.1).
-
-Beyond the paper, :class:`NuPIMultipliers` replaces gradient ascent by the nuPI controller of the authors' follow-up
-(Sohrabi et al., "On PI controllers for updating Lagrange multipliers in constrained optimization", ICML 2024), which
-adds to the integral (gradient-ascent) term a proportional one that reacts to the change of the violation, damping the
-multipliers' overshoot. The augmented Lagrangian keeps gradient ascent on the multipliers and changes the primal
-objective (:func:`paperlib.method.objective.augmented_lagrangian_term`).
-
-A training step takes its dual optimiser as an object, checked once when it is made: :class:`GradientAscent` (the
-paper's, with restarts by default), :class:`NuPI` or :class:`AugmentedLagrangian`; :func:`dual_optimizer` makes one
-from an experiment's configuration. Each builds its multipliers (:class:`LagrangeMultipliers`,
-:class:`NuPIMultipliers`), the state a step updates.
+For constraints g_g(phi) - eps_g <= 0 the Lagrangian is L = f_obj + sum_g lambda_g (g_g(phi) - eps_g) (eq. 4).
+Simultaneous gradient descent-ascent (eq. 5) takes a primal step on L with the current multipliers and, from the same
+iterate, the dual step lambda <- max(0, lambda + eta_dual * (g(phi) - eps)): the gradient of L in lambda is the
+violation, so no autograd is needed. With dual restarts (eq. 6) a satisfied constraint's multiplier is reset to zero,
+the dual player's best response (App. G.1). Beyond the paper, :class:`NuPI` adds a proportional term in the change of
+the violation (Sohrabi et al., ICML 2024), damping the multipliers' overshoot; :class:`AugmentedLagrangian` keeps
+gradient ascent and changes the primal objective (:func:`paperlib.method.objective.augmented_lagrangian_term`). Each
+dual optimiser, checked once when made, builds the multipliers a step updates; :func:`dual_optimizer` makes one from an
+experiment's configuration.
 """
 
 import math
@@ -147,16 +133,10 @@ class LagrangeMultipliers:
 
 
 class NuPIMultipliers(LagrangeMultipliers):
-    """Multipliers updated by the nuPI controller (Sohrabi et al., 2024), projected onto lambda >= 0.
-
-    With the violation e_t = g(phi_t) - eps as the error signal and its exponential average xi_t = nu xi_{t-1} + (1 -
-    nu) e_t (xi_{-1} = 0):
-
-        lambda <- max(0, lambda + eta_dual * (e_t + kp * (xi_t - xi_{t-1})))
-
-    The integral gain is 1 (``lr`` is eta_dual K_I); ``kp = 0`` is gradient ascent without restarts. The first step is
-    eta_dual (1 + kp (1 - nu)) e_0. This is Cooper 1.0's ``nuPI`` with ``init_type=ZEROS`` on a multiplier projected
-    after every step (tests/test_lagrangian.py checks it to 1e-6).
+    """Multipliers updated by the nuPI controller (Sohrabi et al., 2024), projected onto lambda >= 0: with the
+    violation e_t = g(phi_t) - eps and its average xi_t = nu xi_{t-1} + (1 - nu) e_t (xi_{-1} = 0),
+    lambda <- max(0, lambda + eta_dual * (e_t + kp * (xi_t - xi_{t-1}))). ``kp = 0`` is gradient ascent without
+    restarts. This is Cooper 1.0's ``nuPI`` with ``init_type=ZEROS`` (tests/test_lagrangian.py checks it to 1e-6).
     """
 
     def __init__(self, num_constraints: int, lr: float, kp: float, ema_nu: float = 0.0,

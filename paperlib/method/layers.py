@@ -1,19 +1,15 @@
 """Gated layers: hard-concrete gates on a convolution's or a linear layer's weights (paper §2, App. B and App. L).
 
-:class:`GatedLinear` and :class:`GatedConv2d` gate an ``nn.Linear`` or ``nn.Conv2d`` and take its weight and bias
-as their own, under their names (``fc.weight``; the gates are ``fc.weight_log_alpha``). They are the one family of gated
-layers: :func:`~paperlib.method.sparsify.sparsify` puts them on anyone's model, and the paper's models
-(:mod:`paperlib.paper.models`) are built from them, with ``rho_init`` = :data:`~paperlib.method.gates.RHO_INIT` unless
-told otherwise. ``"structured"`` sparsity (§2, "Parameter grouping") has one gate per *input feature* of a linear layer
-and per *output channel* of a convolution; ``"unstructured"`` (App. L) one per weight and per bias entry. A gate
-multiplies what it gates (theta = theta_tilde * z, §2), except in a structured :class:`GatedConv2d` that took in the
-batch norm after it (``bn``, as ``sparsify`` does): there it multiplies the batch norm's output, ``bn(conv(x)) * z``.
-
-Each layer knows how many parameters its gates can switch off (:attr:`num_sparsifiable_params`) and how many are active
-in expectation (:meth:`expected_active_params`), so that the L0-density of eq. 3 is their ratio. Counting follows the
-authors' code: a convolution's bias belongs to its output-channel group (it is switched off with the channel), while a
-structured linear layer's bias is never gated and is left out of both counts. The paper's models wrap a gated
-convolution that feeds a batch norm in :class:`ConvBN`.
+:class:`GatedLinear` and :class:`GatedConv2d` take an ``nn.Linear``'s or ``nn.Conv2d``'s weight and bias as their own,
+under their names (``fc.weight``; the gates are ``fc.weight_log_alpha``): :func:`~paperlib.method.sparsify.sparsify`
+puts them on anyone's model, and the paper's models (:mod:`paperlib.paper.models`) are built from them.
+``"structured"`` sparsity (§2) has one gate per *input feature* of a linear layer and per *output channel* of a
+convolution; ``"unstructured"`` (App. L) one per weight and bias entry. A gate multiplies what it gates (theta =
+theta_tilde * z), except in a structured :class:`GatedConv2d` that took in its batch norm: ``bn(conv(x)) * z``. Each
+layer counts the parameters its gates can switch off and those active in expectation, whose ratio is the L0-density of
+eq. 3. As in the authors' code, a convolution's bias belongs to its output channel's group, and a structured linear
+layer's bias is never gated nor counted. The paper's models wrap a gated convolution and its batch norm in
+:class:`ConvBN`.
 """
 import contextlib
 
@@ -32,14 +28,11 @@ def _check_sparsity(sparsity: str) -> None:
 
 
 class L0Layer(nn.Module):
-    """What :class:`GatedLinear` and :class:`GatedConv2d` share: the gates on the ``weight`` and ``bias`` of ``layer``
-    (an ``nn.Linear`` or ``nn.Conv2d``), which become this module's own parameters.
-
-    ``structured_shape`` is the shape of the structured gates; an unstructured layer has one gate per weight entry
-    (``weight_log_alpha``) and one per bias entry (``bias_log_alpha``, else None). Subclasses define :attr:`group_size`,
-    the parameters one structured gate switches off (App. B), and :meth:`_group_view`, which reshapes per-gate values
-    so that they broadcast against ``weight``.
-    """
+    """What :class:`GatedLinear` and :class:`GatedConv2d` share: gates on the ``weight`` and ``bias`` of ``layer`` (an
+    ``nn.Linear`` or ``nn.Conv2d``), which become this module's. ``structured_shape`` is the structured gates' shape;
+    unstructured, one gate per weight (``weight_log_alpha``) and bias entry (``bias_log_alpha``, else None). Subclasses
+    define :attr:`group_size` (parameters per structured gate, App. B) and :meth:`_group_view` (per-gate values
+    broadcast against ``weight``)."""
 
     #: Whether a structured gate also switches off its group's bias entry (a convolution's output channel), or the bias
     #: is never gated (a linear layer's input neuron).
@@ -291,14 +284,10 @@ class ConvBN(nn.Module):
 
 @contextlib.contextmanager
 def closed_channel_stats_kept(batch_norms: list[nn.BatchNorm2d], masks: list[torch.Tensor]):
-    """Within the block, the batch norms update the running statistics of open channels only.
-
-    ``masks`` hold 1 for an open channel (non-zero gate) and 0 for a closed one, one per batch norm. A closed channel's
-    convolution output is zero; updating its running statistics with those zeros would pull them towards zero, which the
-    authors' ``L0BatchNorm2d`` avoids. For every batch norm at once, the closed channels' statistics are kept before the
-    block and put back after it (exactly: x * 1 + 0 and 0 + x). They are written through ``.data``: ``batch_norm`` saves
-    the running statistics for its backward although in training it uses the batch's, and a write on the tensors
-    themselves would fail autograd's version check."""
+    """Within the block, the batch norms update the running statistics of open channels only (``masks``: 1 open, 0
+    closed, one per batch norm), as the authors' ``L0BatchNorm2d`` does: a closed channel's zeros would pull them to
+    zero. The closed channels' statistics are kept before the block and put back after it, exactly (x * 1 + 0, 0 + x),
+    through ``.data``: ``batch_norm`` saves them for its backward, and autograd's version check would fail."""
     stats = [t.data for bn in batch_norms if bn.track_running_stats for t in (bn.running_mean, bn.running_var)]
     open_ = [m for bn, m in zip(batch_norms, masks) if bn.track_running_stats for _ in range(2)]
     if not stats:

@@ -1,22 +1,12 @@
 """Training objectives: constrained (§3, App. B) and penalized (§2, App. B, C).
 
-Both add to f_obj a term in the model's expected L0-densities d_g (eq. 3), one for the whole model
-(``grouping="model"``) or one per gated layer (``grouping="layer"``). An objective names the term's function
-(:attr:`term`, one of the functions below) and its tensors (:meth:`term_args`); the step's gate pass computes the
-densities and the term (:attr:`paperlib.method.gate_pass.GatePass.density_term`). This ``term(densities, *term_args())``
-shape is what ``torch.compile`` takes best; a training step uses the objectives through
-:class:`paperlib.method.constrained.ConstrainedStep`.
-
-* :class:`ConstrainedObjective`: the Lagrangian's term sum_g lambda_g (d_g - eps_g) of eq. 4 (:func:`linear_term`);
-  after the primal step it updates the multipliers from the same iterate (simultaneous GDA, eq. 5, with optional dual
-  restarts, eq. 6, :class:`~paperlib.method.lagrangian.GradientAscent`). Beyond the paper, its ``dual_optimizer`` may
-  instead be the nuPI controller (:class:`~paperlib.method.lagrangian.NuPI`) or the augmented Lagrangian
-  (:class:`~paperlib.method.lagrangian.AugmentedLagrangian`, :func:`augmented_lagrangian_term`).
-* :class:`PenalizedObjective`: sum_g lambda_pen_g d_g, the linear term with zero offsets.
-
-Weight decay on gated layers is the expected L2 norm of eq. 13 (computed by :mod:`paperlib.method.gate_pass`), with the
-gate probabilities detached by default (App. H.2); other parameters get ordinary weight decay from the optimiser (see
-:func:`parameter_groups`).
+Both add to f_obj a term in the expected L0-densities d_g (eq. 3) of the whole model (``grouping="model"``) or of each
+gated layer (``"layer"``): a function (:attr:`term`) of the densities and of the objective's tensors (:meth:`term_args`),
+the shape ``torch.compile`` takes best; the step's gate pass computes both (:mod:`paperlib.method.gate_pass`).
+:class:`ConstrainedObjective` is the Lagrangian's sum_g lambda_g (d_g - eps_g) (eq. 4), its multipliers updated by a
+dual optimiser (:mod:`paperlib.method.lagrangian`; the augmented Lagrangian has its own term);
+:class:`PenalizedObjective` is sum_g lambda_pen_g d_g. Gated layers' weight decay is the expected L2 norm of eq. 13,
+other parameters get the optimiser's (:func:`parameter_groups`).
 """
 
 from collections.abc import Sequence
@@ -41,10 +31,8 @@ def num_groups(model: nn.Module, grouping: str) -> int:
 
 
 def _per_group(values: float | Sequence[float], groups: int, name: str) -> torch.Tensor:
-    """Broadcast a scalar to every group, or check that a list has one value per group.
-
-    The values' ranges are checked where a run's parameters are resolved (:func:`paperlib.harness.presets.validate`).
-    """
+    """A scalar broadcast to every group, or a list checked to have one value per group (ranges are checked where a
+    run's parameters are resolved)."""
     if isinstance(values, (int, float)):
         values = [float(values)] * groups
     values = [float(v) for v in values]
@@ -61,24 +49,16 @@ def linear_term(densities: torch.Tensor, coefficients: torch.Tensor, offsets: to
 
 def augmented_lagrangian_term(densities: torch.Tensor, multipliers: torch.Tensor, targets: torch.Tensor,
                               rho: float) -> torch.Tensor:
-    """sum_g (max(0, lambda_g + rho v_g)^2 - lambda_g^2) / (2 rho), v_g = d_g - eps_g (Nocedal and Wright, 17.65).
-
-    Its gradient in d_g is max(0, lambda_g + rho v_g): the multiplier after a step of projected gradient ascent with
-    step rho, so a violated constraint pushes harder than the Lagrangian's lambda_g, and a satisfied one with lambda_g =
-    0 does not pull the density below its target. As rho -> 0 it becomes :func:`linear_term`. Cooper 1.0's
-    ``AugmentedLagrangian`` formulation for inequality constraints computes the same.
-    """
+    """sum_g (max(0, lambda_g + rho v_g)^2 - lambda_g^2) / (2 rho), v_g = d_g - eps_g (Nocedal and Wright, 17.65), as
+    Cooper 1.0's ``AugmentedLagrangian`` for inequalities. Its gradient in d_g, max(0, lambda_g + rho v_g), is the
+    multiplier after a step of gradient ascent: a violated constraint pushes harder than lambda_g, a satisfied one with
+    lambda_g = 0 does not pull below its target. As rho -> 0 it becomes :func:`linear_term`."""
     return torch.sum((torch.relu(multipliers + rho * (densities - targets)) ** 2 - multipliers ** 2) / (2 * rho))
 
 
 class ConstrainedObjective:
-    """Lagrangian of min f_obj s.t. density_g <= eps_g (eq. 3, eq. 4).
-
-    ``target`` is the target density eps: a scalar, or for layer-wise grouping a list with one entry per gated layer
-    (e.g. [0.5, 0.3, 0.7, 0.1] for LeNet5). ``dual_optimizer`` (:mod:`paperlib.method.lagrangian`) is the paper's
-    :class:`~paperlib.method.lagrangian.GradientAscent` (with or without dual restarts), the nuPI controller or the
-    augmented Lagrangian (the method of multipliers).
-    """
+    """Lagrangian of min f_obj s.t. density_g <= eps_g (eq. 3, 4): ``target`` eps is a scalar, or one per gated layer
+    (e.g. [0.5, 0.3, 0.7, 0.1] for LeNet5); ``dual_optimizer`` one of :mod:`paperlib.method.lagrangian`'s."""
 
     def __init__(self, model: nn.Module, target: float | Sequence[float], grouping: str = "model",
                  dual_optimizer: DualOptimizer = GradientAscent(1e-3)):
@@ -110,11 +90,8 @@ class ConstrainedObjective:
 
 
 class PenalizedObjective:
-    """loss + lambda_pen * density, or loss + sum_g lambda_pen_g * density_g (App. B).
-
-    The densities are normalised by the number of parameters (App. C): Louizos et al.'s lambda / N on the expected
-    number of active parameters is lambda_pen = lambda * #params / N.
-    """
+    """loss + sum_g lambda_pen_g * density_g (App. B). The densities are normalised (App. C): Louizos et al.'s
+    lambda / N on the expected number of active parameters is lambda_pen = lambda * #params / N."""
 
     def __init__(self, model: nn.Module, lambdas: float | Sequence[float], grouping: str = "model"):
         self.grouping = grouping
@@ -138,11 +115,8 @@ class PenalizedObjective:
 
 
 def parameter_groups(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter], list[nn.Parameter]]:
-    """Split parameters into (gated-layer weights, other weights, gate log_alphas).
-
-    Gates get their own optimiser or learning rate (App. H.1). Weights of gated layers are decayed through the expected
-    L2 term of eq. 13 (:mod:`paperlib.method.gate_pass`), the other weights by the optimiser's own weight decay.
-    """
+    """(gated layers' weights, decayed through eq. 13; the other weights, by the optimiser; the gates' log_alpha,
+    with their own optimiser, App. H.1)."""
     gate_ids, gated_weight_ids = set(), set()
     for layer in model.modules():
         if isinstance(layer, L0Layer):
