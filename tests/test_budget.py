@@ -195,6 +195,23 @@ def test_budgets_refuse_what_they_cannot_count(arguments, named):
         ConstrainedStep(model, **settings)
 
 
+def test_a_budget_refuses_a_model_whose_own_forward_fx_cannot_trace():
+    class Switched(nn.Module):  # its children are traced apart (leaves="auto"): no one graph holds the whole cost
+        def __init__(self):
+            super().__init__()
+            self.branches = Branches()
+
+        def forward(self, x):
+            return self.branches(x) if x.mean() > 0 else -self.branches(x)
+
+    with pytest.warns(UserWarning, match="Switched's forward"):
+        model = paperlib.sparsify(Switched(), leaves="auto")
+    assert any(isinstance(m, L0Layer) for m in model.modules())
+    with pytest.raises(ValueError, match="measure='macs'.*measure='density'"), pytest.warns(UserWarning):
+        ConstrainedStep(model, target=0.5, gates_lr=0.1, dual_lr=0.1, measure="macs", input_shape=SHAPE, leaves="auto")
+    ConstrainedStep(model, target=0.5, gates_lr=0.1, dual_lr=0.1)  # the density needs no graph
+
+
 def test_unstructured_gates_have_no_channels_to_count():
     model = paperlib.sparsify(Branches(), sparsity="unstructured")
     with pytest.raises(ValueError, match="measure"):

@@ -7,6 +7,7 @@ parameters are randomised so that a closed channel whose batch-norm shift
 leaked through would show.
 """
 
+import copy
 import operator
 import warnings
 
@@ -121,8 +122,10 @@ def test_default_rule_skips_a_depthwise_run_that_another_branch_reads_before_it(
     # a 1x1. A gate on the depthwise convolution would close a channel the other branch still reads, open.
     model = torchvision.models.shufflenet_v2_x0_5(num_classes=10)
     blocks = {2: 4, 3: 8, 4: 4}
-    # gated: the depthwise convolution of every block's second branch, whose 1x1 input is read by nothing else
-    assert default_layers(model) == [f"stage{s}.{b}.branch2.3" for s, n in blocks.items() for b in range(n)] + ["fc"]
+    # gated: the depthwise convolution of every block's second branch, whose 1x1 input is read by nothing else, and
+    # the last convolution, whose channels reach the classifier through x.mean([2, 3])
+    assert default_layers(model) == [f"stage{s}.{b}.branch2.3" for s, n in blocks.items() for b in range(n)] \
+        + ["conv5.0", "fc"]
     purged_without_closed_channels(sparsify(model))
 
 
@@ -637,3 +640,221 @@ def test_the_gate_pass_of_the_runner_drives_sparsified_layers_as_their_own_sampl
         passed = model(x)
     assert torch.allclose(own, passed, atol=1e-6)
     assert torch.allclose(step.model_density, density(model))
+
+
+# ----- coverage of common code (issue 51, item 7) --------------------------------------------------------------
+# Each model below uses one idiom. Its layers are either gated, and then the purged model computes what the gated
+# one computes at test time with the parameters that an independent count of its open gates gives, or left without
+# gates, and then the report names them with the category of the reason.
+
+SMALL = (3, 8, 8)
+
+
+def unit(c_in: int, c_out: int, k: int = 3, groups: int = 1) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(c_in, c_out, k, padding=k // 2, groups=groups, bias=False), nn.BatchNorm2d(c_out),
+                         nn.ReLU())
+
+
+class MeanPooled(nn.Module):
+    """Global pooling written as x.mean((2, 3)) instead of nn.AdaptiveAvgPool2d."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.fc = unit(3, 8), unit(8, 12), nn.Linear(12, 5)
+
+    def forward(self, x):
+        return self.fc(self.b(self.a(x)).mean((2, 3)))
+
+
+class Flattened(nn.Module):
+    """torch.flatten of a feature map, no pooling: the linear layer reads 64 features per channel."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.fc = nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(4, 6, 3, padding=1), nn.Linear(6 * 64, 5)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(F.relu(self.b(F.relu(self.a(x)))), 1))
+
+
+class CalledTwice(nn.Module):
+    """One convolution applied twice: its weights serve two places."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem, self.conv, self.fc = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1), nn.Linear(8, 5)
+
+    def forward(self, x):
+        return self.fc(F.relu(self.conv(F.relu(self.conv(F.relu(self.stem(x)))))).mean((2, 3)))
+
+
+class Tied(nn.Module):
+    """Two convolutions that share one weight tensor (tied weights), each with its own bias."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem, self.fc = nn.Conv2d(3, 8, 3, padding=1), nn.Linear(8, 5)
+        self.a, self.b = nn.Conv2d(8, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1)
+        self.b.weight = self.a.weight
+
+    def forward(self, x):
+        return self.fc(F.relu(self.b(F.relu(self.a(F.relu(self.stem(x)))))).mean((2, 3)))
+
+
+class ReadsWeight(nn.Module):
+    """A convolution whose weight the forward also uses directly, in a functional convolution."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem, self.a, self.fc = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1), nn.Linear(8, 5)
+
+    def forward(self, x):
+        h = F.relu(self.a(F.relu(self.stem(x))))
+        return self.fc(F.relu(F.conv2d(h, self.a.weight, self.a.bias, padding=1)).mean((2, 3)))
+
+
+class Grouped(nn.Module):
+    """A grouped convolution (two groups, as in ResNeXt) between two ordinary ones."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem, self.grouped = nn.Conv2d(3, 8, 3, padding=1), unit(8, 8, groups=2)
+        self.pw, self.fc = unit(8, 12, 1), nn.Linear(12, 5)
+
+    def forward(self, x):
+        return self.fc(self.pw(self.grouped(F.relu(self.stem(x)))).mean((2, 3)))
+
+
+class Depthwise(nn.Module):
+    """MobileNet's separable convolution: 1x1, depthwise 3x3, 1x1."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem, self.dw, self.pw, self.fc = unit(3, 8, 1), unit(8, 8, groups=8), unit(8, 12, 1), nn.Linear(12, 5)
+
+    def forward(self, x):
+        return self.fc(self.pw(self.dw(self.stem(x))).mean((2, 3)))
+
+
+def opened(model: nn.Module, name: str) -> torch.Tensor:
+    """Which groups of a gated layer have a non-zero median gate."""
+    return model.get_submodule(name).group_gate_values() != 0
+
+
+def n(mask: torch.Tensor) -> int:
+    return int(mask.sum())
+
+
+# idiom -> (model, the layers sparsify gates, the reason of each other layer, the purged model's parameters counted
+# from the open gates: a channel stays where its gate is open and a reader reads it; a linear layer's input feature
+# where its gate is open too)
+IDIOMS = {
+    "mean": (MeanPooled, ["a.0", "b.0", "fc"], {}, lambda o: (
+        n(o("a.0")) * (27 + 2) + n(o("b.0") & o("fc")) * (n(o("a.0")) * 9 + 2 + 5) + 5)),
+    "flatten": (Flattened, ["a", "b", "fc"], {}, lambda o: (
+        n(o("a")) * 28 + n(o("b") & o("fc").view(6, 64).any(1)) * (n(o("a")) * 9 + 1)
+        + 5 * n(o("fc") & (o("b") & o("fc").view(6, 64).any(1)).repeat_interleave(64)) + 5)),
+    "called twice": (CalledTwice, ["fc"], {"stem": "pinned", "conv": "shared weight"},
+                     lambda o: 224 + 584 + 5 * n(o("fc")) + 5),
+    "tied": (Tied, ["fc"], {"stem": "pinned", "a": "shared weight", "b": "shared weight"},
+             lambda o: 224 + 576 + 8 + 8 + 5 * n(o("fc")) + 5),  # the weight they share counts once
+    "weight read directly": (ReadsWeight, ["fc"], {"stem": "pinned", "a": "shared weight"},
+                             lambda o: 224 + 584 + 5 * n(o("fc")) + 5),
+    "grouped": (Grouped, ["pw.0", "fc"], {"stem": "pinned", "grouped.0": "grouped convolution"}, lambda o: (
+        224 + 8 * 4 * 9 + 2 * 8 + n(o("pw.0") & o("fc")) * (8 + 2 + 5) + 5)),
+    "depthwise": (Depthwise, ["dw.0", "pw.0", "fc"], {"stem.0": "gated by another layer"}, lambda o: (
+        n(o("dw.0")) * (3 + 2 + 9 + 2) + n(o("pw.0") & o("fc")) * (n(o("dw.0")) + 2 + 5) + 5)),
+}
+
+
+@pytest.mark.parametrize("idiom", IDIOMS)
+def test_each_idiom_is_gated_and_purged_exactly_or_reported_with_its_reason(idiom):
+    build_idiom, gated, reasons, params = IDIOMS[idiom]
+    torch.manual_seed(0)
+    dense = build_idiom()
+    model = sparsify(copy.deepcopy(dense))
+    assert [name for name, m in model.named_modules() if isinstance(m, L0Layer)] == gated
+    randomise_batch_norms_(model)
+    close_gates_(model)
+    table = paperlib.report(model, SMALL)
+    assert table.loc[gated, "gated"].all()
+    assert table.loc[~table["gated"], "why_not"].to_dict() == reasons
+    x = torch.randn(2, *SMALL)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no closed channel stays
+        purged = paperlib.purge(model.eval(), x)
+    assert purged.purge_report == {}
+    assert_same_outputs(model, purged, x)
+    assert count_params(purged) == sum(p.numel() for p in purged.parameters()) \
+        == params(lambda name: opened(model, name)) < sum(p.numel() for p in dense.parameters())
+    assert table["params_now"].sum() == sum(p.numel() for name, m in purged.named_modules()
+                                            if isinstance(m, (nn.Conv2d, nn.Linear)) for p in m.parameters())
+
+
+def test_a_layer_with_shared_weights_is_refused_by_name_and_tied_weights_stay_tied_after_purge():
+    for build_idiom, name in ((CalledTwice, "conv"), (Tied, "b"), (ReadsWeight, "a")):
+        with pytest.raises(ValueError, match=f"include: '{name}'"):
+            sparsify(build_idiom(), include=name)
+    model = sparsify(Tied())
+    close_gates_(model)
+    purged = paperlib.purge(model.eval(), torch.randn(2, *SMALL))
+    assert purged.a.weight is purged.b.weight
+    assert count_params(Tied()) == sum(p.numel() for p in Tied().parameters()) == 224 + 576 + 16 + 45
+
+
+def test_a_grouped_convolution_gated_on_request_keeps_its_closed_channels_and_says_so():
+    torch.manual_seed(0)
+    model = sparsify(Grouped(), include="grouped.0")
+    randomise_batch_norms_(model)
+    close_gates_(model)
+    closed = (~opened(model, "grouped.0")).nonzero().flatten().tolist()
+    x = torch.randn(2, *SMALL)
+    with pytest.warns(UserWarning, match="grouped.0"):
+        purged = paperlib.purge(model.eval(), x)
+    assert closed and purged.purge_report == {"grouped.0": closed} and purged.grouped[0].out_channels == 8
+    assert_same_outputs(model, purged, x)  # the closed channels are zeros the next layer reads
+
+
+class Switched(nn.Module):
+    """A top-level forward that torch.fx cannot trace: which branch runs depends on the input's values."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem, self.fc = nn.Conv2d(3, 8, 3, padding=1), nn.Linear(8, 5)
+        self.body = nn.Sequential(unit(8, 12), unit(12, 8))
+        self.other = nn.Sequential(unit(8, 6), nn.Conv2d(6, 8, 1))
+
+    def forward(self, x):
+        h = F.relu(self.stem(x))
+        h = self.body(h) if x.mean() > 0 else self.other(h)
+        return self.fc(h.mean((2, 3)))
+
+
+def test_a_top_level_forward_fx_cannot_trace_has_its_submodules_gated_and_the_rest_reported():
+    torch.manual_seed(0)
+    with pytest.raises(ValueError, match="cannot trace Switched.*leaves='auto'"):
+        sparsify(Switched())
+    with pytest.warns(UserWarning, match="cannot trace Switched's forward"):
+        model = sparsify(Switched(), leaves="auto")
+    # each branch is traced on its own: its first unit's channels go to its second; its output leaves the branch
+    assert [name for name, m in model.named_modules() if isinstance(m, L0Layer)] == ["body.0.0", "other.0.0"]
+    randomise_batch_norms_(model)
+    close_gates_(model)
+    up, down = torch.randn(2, *SMALL) + 1, torch.randn(2, *SMALL) - 1  # the body's branch, the other's
+    with pytest.warns(UserWarning):
+        table = paperlib.report(model, SMALL, leaves="auto")  # a zero example takes the other branch
+        purged = paperlib.purge(model.eval(), up, leaves="auto")
+    assert table.loc[~table["gated"], "why_not"].to_dict() == {
+        "stem": "untraced", "body.1.0": "untraced", "other.1": "pinned", "fc": "untraced"}
+    assert table.loc["stem", "detail"] == table.loc["fc", "detail"] != table.loc["body.1.0", "detail"]
+    assert type(purged) is Switched and isinstance(purged.body, fx.GraphModule)
+    layer = purged.get_submodule
+    assert layer("body.0.0").out_channels == layer("body.1.0").in_channels == n(opened(model, "body.0.0")) < 12
+    # the branch the example does not take stays whole, its gates folded in, and its closed channels are named
+    assert purged.other[0][0].out_channels == 6 and purged.purge_report == {
+        "other.0.0": (~opened(model, "other.0.0")).nonzero().flatten().tolist()}
+    for x in (up, down):
+        assert_same_outputs(model, purged, x)
+    assert count_params(purged) == sum(p.numel() for p in Switched().parameters()) \
+        - (12 - n(opened(model, "body.0.0"))) * (8 * 9 + 2 + 8 * 9)  # a closed channel: a filter, a batch norm's
+    # scale and shift, and the next convolution's 8 filters' slices

@@ -1,15 +1,13 @@
 """What a gated model costs, beyond the paper: :class:`ExpectedCost` and the per-layer :func:`report`.
 
-The paper constrains the expected L0-density of the gated groups (eq. 3); :class:`ExpectedCost` is the expected
-parameter count or MACs (``"plain"``, :mod:`paperlib.method.counting`) of the whole purged model, differentiable in the
-gates. On the test-time model's channel graph (:func:`~paperlib.method.graph_purge.purge`'s), a channel is non-zero with
-the probability P(z != 0) (eq. 8) of the gate that last closed it, through a product the product of its factors',
-through a sum 1 - prod(1 - p); it stays where also some layer reads it (a linear layer, one feature per channel, through
-its input gates). A convolution or linear layer costs its weights per input-output pair times the expected counts of its
-kept inputs and outputs: different layers' gates are independent, so the expectation of the product is the product of
-the expectations. Batch norms and depthwise convolutions cost per kept channel; what purge does not slice is a constant.
-Where one gate reaches a channel twice (a sum of two branches of one gated tensor) the expectation is an upper bound;
-and purge keeps one channel of a layer whose gates are all closed, which the expectation counts as gone.
+:class:`ExpectedCost` is the expected parameters or MACs (``"plain"``, :mod:`paperlib.method.counting`) of the whole
+purged model, differentiable in the gates. On the channel graph of :mod:`~paperlib.method.graph_purge`, a channel is non-zero with the probability P(z != 0) (eq. 8) of the gate that last closed it, through a
+product the product of its factors', through a sum 1 - prod(1 - p); it stays where some layer also reads it (a linear
+layer, one feature per channel, through its input gates). A convolution or linear layer costs its weights per
+input-output pair times the expected counts of its kept inputs and outputs (different layers' gates are independent).
+Batch norms and depthwise convolutions cost per kept channel; what purge does not slice is a constant. Where one gate
+reaches a channel twice (a sum of two branches of one gated tensor) the expectation is an upper bound; and purge keeps
+one channel of a layer whose gates are all closed, which the expectation counts as gone.
 """
 
 import math
@@ -19,20 +17,25 @@ import torch
 import torch.nn as nn
 from torch.fx.passes.shape_prop import TensorMetadata
 
-from .channels import _BATCH_NORMS, _PRODUCTS, ChannelGraph, is_depthwise, trace
+from .channels import _BATCH_NORMS, _PRODUCTS, ChannelGraph, full_name, is_depthwise, trace
 from .counting import _module_macs, _one_example, count_macs, count_params
-from .graph_purge import _channels, _propagate, at_test_time, purge
+from .graph_purge import _channels, _inputs, _propagate, at_test_time, purge
 from .layers import ConvBN, GatedConv2d, GatedLinear, L0Layer
-from .sparsify import default_layers
+from .sparsify import _defaults
 
 
 def _traced(model: nn.Module, input_shape, leaves, reader: str):
-    """The test-time copy of ``model``, its trace (shapes propagated on one zero example) and channel graph."""
+    """The test-time copy of ``model``, the shape of one example, the channel graph of each traced part that a zero
+    example reaches, shapes propagated (:func:`~paperlib.method.channels.trace`), and the modules called whole."""
     shape = _one_example(model, input_shape, reader)
     plain = at_test_time(model)[0].eval()
-    traced = trace(plain, reader, leaves)
-    _propagate(traced, torch.zeros(1, *shape, device=next(model.parameters()).device), type(model).__name__)
-    return plain, shape, ChannelGraph(traced)
+    parts, untraced = trace(plain, reader, leaves)
+    example = torch.zeros(1, *shape, device=next(model.parameters()).device)
+    inputs = _inputs(plain, parts, example, type(model).__name__)
+    for part, args in inputs.items():
+        _propagate(parts[part], args, type(model).__name__)
+    unreached = {part: "not reached by the forward on one example" for part in parts if part not in inputs}
+    return plain, shape, {part: ChannelGraph(parts[part]) for part in inputs}, untraced | unreached
 
 
 def _gate_sites(model: nn.Module, layers: list) -> tuple[dict, dict]:
@@ -77,7 +80,11 @@ class ExpectedCost:
         if any(layer.sparsity != "structured" for layer in self.layers):
             raise ValueError(f"measure={measure!r} counts the channels that structured gates remove; this model has "
                              f"unstructured gates: use measure='density'")
-        plain, shape, graph = _traced(model, input_shape, leaves, f"measure={measure!r}")
+        plain, shape, graphs, _ = _traced(model, input_shape, leaves, f"measure={measure!r}")
+        if "" not in graphs:
+            raise ValueError(f"measure={measure!r} counts the model in one torch.fx graph, and torch.fx cannot trace "
+                             f"{type(model).__name__}'s own forward: use measure='density'")
+        graph = graphs[""]
         sites, reads = _gate_sites(model, self.layers)
         index, self._nodes = {}, []  # tensor node -> its position; (kind, argument, channels) per position
         for node in graph.module.graph.nodes:
@@ -167,11 +174,12 @@ def report(model: nn.Module, input_shape=None, leaves=None) -> list[dict]:
     """One row per convolution and linear layer of ``model``: whether it is gated and, if not, why (one of
     :data:`REASONS`, and a ``detail``); its expected L0-density (eq. 3) and test-time density (its median gates'
     share open, eq. 9); its parameters and ``"plain"`` MACs dense and after :func:`~paperlib.method.graph_purge.purge`
-    at the median gates (``now``)."""
+    at the median gates (``now``). An ``"untraced"`` layer's detail names the module around it that torch.fx does not
+    enter, and why (``leaves``, :func:`~paperlib.method.channels.trace`), or says that one example does not reach it."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module; got {type(model).__name__}")
-    plain, shape, graph = _traced(model, input_shape, leaves, "report")
-    with warnings.catch_warnings():  # the rows say which layers keep closed channels
+    plain, shape, graphs, untraced = _traced(model, input_shape, leaves, "report")
+    with warnings.catch_warnings():  # the rows say which layers keep closed channels, and which modules fx cannot trace
         warnings.simplefilter("ignore")
         small = purge(model, torch.zeros(1, *shape, device=next(model.parameters()).device), leaves)
     gated = {name: m for name, m in model.named_modules() if isinstance(m, L0Layer)}
@@ -184,14 +192,19 @@ def report(model: nn.Module, input_shape=None, leaves=None) -> list[dict]:
         for name, (params, macs) in costs.items():
             counts.setdefault(name if name in rows else name.rpartition(".")[0], {}).update(
                 {f"params_{which}": params, f"macs_{which}": macs})
-    nodes = {n.target: n for n in graph.module.graph.nodes if n.op == "call_module"}
+    nodes = {full_name(part, n.target): (n, graph) for part, graph in graphs.items() for n in graph.module.graph.nodes
+             if n.op == "call_module"}
     outputs, inputs = _gate_sites(model, list(gated.values()))  # the groups whose channels some gates close
-    closes = {id(graph.group(nodes[site] if site in outputs else nodes[site].args[0])): list(gated)[i]
-              for site, i in (*outputs.items(), *inputs.items()) if site in nodes}
-    defaults, table = set(default_layers(plain, graph)), []
+    closes = {}
+    for site, i in (*outputs.items(), *inputs.items()):
+        if site in nodes:
+            node, graph = nodes[site]
+            closes[id(graph.group(node if site in outputs else node.args[0]))] = list(gated)[i]
+    defaults, table = {full_name(part, name) for part, graph in graphs.items() for name in _defaults(graph)}, []
     for name, module in rows.items():
         layer, row = gated.get(name), {"layer": name, "type": type(module).__name__, "gated": name in gated}
-        why = (None, None) if layer else _why_not(name, module, nodes.get(name), graph, defaults, closes)
+        why = (None, None) if layer else _why_not(name, module, nodes.get(name), defaults, closes) \
+            if name in nodes else ("untraced", _untraced_why(name, graphs, untraced))
         with torch.no_grad():
             medians = layer and tuple(None if z is None else z.ne(0).float() for z in layer.gate_tensors(median=True))
             row.update(why_not=why[0], detail=why[1], density=layer and float(layer.density()), test_density=layer
@@ -201,13 +214,19 @@ def report(model: nn.Module, input_shape=None, leaves=None) -> list[dict]:
     return table
 
 
-def _why_not(name: str, module: nn.Module, node, graph: ChannelGraph, defaults: set, closes: dict) -> tuple:
-    """Why :func:`~paperlib.method.sparsify.sparsify` left a convolution or linear layer without gates: one of
-    :data:`REASONS`, and what it is about."""
-    group = node and graph.group(node)
-    return ("untraced", "inside a module called whole (leaves=), or not reached by the forward") if node is None \
-        else ("shared weight", f"called {graph.calls[name]} times") if graph.calls[name] > 1 \
-        else ("excluded by the user", "sparsify's exclude=") if name in defaults \
+def _untraced_why(name: str, parts: dict, untraced: dict) -> str:
+    """Why a layer is in no traced part's graph: the module around it that fx does not enter, or none."""
+    around = max((p for p in (*parts, *untraced) if p == "" or name == p or name.startswith(p + ".")), key=len)
+    return f"{around or 'the model'}: {untraced[around]}" if around in untraced else "not reached by the forward"
+
+
+def _why_not(name: str, module: nn.Module, node_graph: tuple, defaults: set, closes: dict) -> tuple:
+    """Why :func:`~paperlib.method.sparsify.sparsify` left a convolution or linear layer of a traced part without gates:
+    one of :data:`REASONS`, and what it is about."""
+    node, graph = node_graph
+    group, uses = graph.group(node), graph.calls[node.target]
+    return ("shared weight", f"its weights are used {uses} times: called more than once, or tied to another layer's") \
+        if uses > 1 else ("excluded by the user", "sparsify's exclude=") if name in defaults \
         else ("grouped convolution", f"{module.groups} groups: a closed channel changes its group's outputs") \
         if isinstance(module, nn.Conv2d) and module.groups > 1 and not is_depthwise(module) \
         else ("gated by another layer", f"its channels close with {closes[id(group)]}'s gates") \

@@ -1,41 +1,28 @@
 """The channels of a traced model: which tensors share a channel index, and which channels are exactly zero.
 
-:func:`paperlib.method.sparsify.sparsify` and :func:`paperlib.method.graph_purge.purge` read a model through its
-``torch.fx`` graph, as Torch-Pruning reads its dependency graph. Two tensors belong to the same *channel group* when
-channel ``c`` of one is computed from channel ``c`` of the other and from nothing else: through a batch norm, an
-activation, pooling, dropout, a depthwise convolution, flattening, or an element-wise sum or product of two such
-tensors. A group's channels are created by its *sources* (convolutions with ``groups=1`` and linear layers, which mix
-the channels of their input) and read by its *sinks* (the same layers, one group further on). So in a ResNet block,
-conv1's output channels form a group read by conv2, while conv2's output joins the block's input through the residual
-sum, and with it every tensor of the stage.
+:func:`~paperlib.method.sparsify.sparsify` and :func:`~paperlib.method.graph_purge.purge` read a model through its
+``torch.fx`` graph, as Torch-Pruning reads its dependency graph. Two tensors are in one *channel group* when channel
+``c`` of one is computed from channel ``c`` of the other alone: through a batch norm, an activation, pooling (also
+``x.mean((2, 3))``), dropout, a depthwise convolution, flattening, or an element-wise sum or product of two such
+tensors. A group's channels are made by its *sources* (convolutions with ``groups=1``, linear layers) and read by its
+*sinks* (the same layers, one group on): in a ResNet block conv1's channels are read by conv2, while conv2's join the
+residual sum, and with it every tensor of the stage. A concatenation along the channels (Inception) makes a group whose
+channels are its inputs', in segments; where a batch norm, a sigmoid or a sum meets it (DenseNet), a closed channel of
+an input is no longer zero where it is read: that input group *leaks*, and the default rule does not gate it. Channels
+run along dimension 1, except the features a linear layer computes from a tensor of three or four dimensions (a
+transformer's MLP), which run along the last, where only element-wise operations join a group.
 
-A concatenation along the channels (``torch.cat([a, b], 1)``, Inception's branches) starts a group of its own whose
-channels are its inputs', in segments: its inputs' groups stay apart, take on its pins, and a channel of ``a`` goes
-where neither ``a``'s readers nor the concatenation's read it. A closed channel that a batch norm, a sigmoid or a sum
-meets after the concatenation (DenseNet's pre-activation) is no longer zero where it is read: such input groups are
-marked as leaking, and the default rule of :func:`paperlib.method.sparsify.sparsify` does not gate them.
+A group is *pinned* when slicing its channels could change what the model computes, or the graph does not show that it
+could not: it holds the model's input or output, an operation not listed above, a module whose weights the forward uses
+twice (called twice, read directly, or tied to another module's), a tensor that is neither ``(N, C)`` nor
+``(N, C, H, W)``, or the input of a linear layer that reads the last dimension of such a tensor. A channel is *zero*
+when it is exactly zero for every input (a row of zero weights and a zero bias, ``f(0) = 0`` of a zero channel, ...);
+removing a channel of an unpinned group changes nothing when every sink ignores it.
 
-A channel runs along dimension 1 (``(N, C)``, ``(N, C, H, W)``), except the features a linear layer computes from a
-tensor of three or four dimensions (the MLP of a transformer or of a ConvNeXt block), which run along the last
-dimension; a group's tensors all have their channels on the same side, and on the last side only element-wise operations
-(activations, dropout, sums and products of equal shapes) join a group.
-
-A group is *pinned* when slicing its channels could change what the model computes, or when the graph does not show that
-it could not: it holds the model's input or output, an operation not listed above (a concatenation along another
-dimension, a hard-coded reshape, a functional convolution, a layer norm), a module with parameters called twice, a
-tensor whose channels run along dimension 1 that is neither ``(N, C)`` nor ``(N, C, H, W)``, or the input of a linear
-layer that reads the last dimension of such a tensor.
-
-A channel is *zero* when it is exactly zero for every input: a convolution or linear row whose weights are zero (a
-grouped convolution's: on every input it reads that is not zero) and whose bias is zero, a batch norm with zero scale
-and shift, an activation ``f`` with ``f(0) = 0`` of a zero channel, and so on. Removing a channel from an unpinned group
-changes nothing when every sink ignores it: its input there is zero or its weights there are zero.
-
-A model whose forward ``torch.fx`` cannot trace (Python control flow on a tensor's values, a call into code that is not
-torch) can still be read when the part that cannot be traced is a submodule: :func:`trace` calls the modules its
-``leaves`` selects whole, as it calls ``nn.Conv2d``, without entering them (``leaves="auto"``: the modules of
-:func:`untraceable`). Such a module is one operation the graph does not know, so the channels on its way in and out are
-pinned, and the layers inside it are neither gated nor sliced.
+Where ``torch.fx`` cannot trace a forward (Python control flow on a tensor's values), :func:`trace` calls the modules
+``leaves`` selects whole, without entering them: the channels on their way in and out are pinned, and the layers inside
+are neither gated nor sliced. ``leaves="auto"`` finds them (:func:`untraceable`) and, where the model's own forward is
+what fails, traces its children apart, each a *part* whose input and output are pinned.
 """
 
 import math
@@ -70,6 +57,8 @@ _CHANNELWISE_METHODS = {"sigmoid"}
 #: Element-wise operations of two tensors: channel c of the result reads channel c of both.
 _SUMS = {operator.add, operator.iadd, torch.add, operator.sub, operator.isub, torch.sub}
 _PRODUCTS = {operator.mul, operator.imul, torch.mul}
+#: Reductions that pool each channel over its positions with ``dim=(2, 3)`` (:meth:`ChannelGraph._pools`).
+_POOLS = {torch.mean, "mean", torch.sum, "sum", torch.amax, "amax"}
 #: Uses of a tensor that read only its shape.
 _SHAPE_METHODS = {"size", "dim"}
 #: Concatenations: along dimension 1, each input's channels are a segment of the output's.
@@ -111,44 +100,78 @@ def _traced(model: nn.Module, chosen: set[str]) -> fx.GraphModule:
     return fx.GraphModule(model, Tracer().trace(model), model.__class__.__name__)
 
 
-def untraceable(model: nn.Module) -> list[str]:
-    """The submodules that ``torch.fx`` cannot trace, each as deep in the model as possible: a module is listed when it
-    cannot be traced even with the listed modules inside it called whole (so its own code is what fails), and none
-    inside a listed one is."""
-    chosen: list[str] = []
-    for name, module in sorted(list(model.named_modules())[1:], key=lambda item: -item[0].count(".")):
-        if fx.Tracer().is_leaf_module(module, name):  # torch.nn's own layers: never entered
+def _untraceable(model: nn.Module) -> dict[str, str]:
+    """Name -> fx's error, of the modules that ``torch.fx`` cannot trace even with those listed inside them called
+    whole; the model itself (``""``) last, and those inside it stay listed."""
+    chosen: dict[str, str] = {}
+    for name, module in sorted(model.named_modules(), key=lambda item: -(item[0].count(".") + bool(item[0]))):
+        if name and fx.Tracer().is_leaf_module(module, name):  # torch.nn's own layers: never entered
             continue
-        inner = {c[len(name) + 1:] for c in chosen if c.startswith(name + ".")}
+        inside = {c: why for c, why in chosen.items() if not name or c.startswith(name + ".")}
         try:
-            _traced(module, inner)
-        except Exception:  # fx raises several types
-            chosen = [c for c in chosen if not c.startswith(name + ".")] + [name]
-    return sorted(chosen, key=[name for name, _ in model.named_modules()].index)
+            _traced(module, {c[len(name) + bool(name):] for c in inside})
+        except Exception as error:  # fx raises several types
+            why = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+            chosen = {c: w for c, w in chosen.items() if c not in inside or not name} | {name: why}
+    return chosen
 
 
-def trace(model: nn.Module, reader: str,
-          leaves: Iterable[Selector] | Selector | Literal["auto"] | None = None) -> fx.GraphModule:
-    """``model`` traced by ``torch.fx``, the submodules ``leaves`` selects called whole (see the module
-    docstring); ``leaves="auto"`` chooses, if the model cannot be traced whole, the modules of
-    :func:`untraceable`, and warns which. ``reader`` names the function that reads the model, for the
-    error when tracing fails."""
+def untraceable(model: nn.Module) -> list[str]:
+    """The submodules that ``torch.fx`` cannot trace, each as deep as possible: listed when it cannot be traced even
+    with the listed modules inside it called whole (its own code fails), and none inside a listed one is."""
+    return sorted(set(_untraceable(model)) - {""}, key=[name for name, _ in model.named_modules()].index)
+
+
+def _parts(model: nn.Module, name: str = "") -> tuple[dict, dict]:
+    """:func:`trace` with ``leaves="auto"`` from the module ``name`` down."""
+    module = model.get_submodule(name)
+    try:
+        return {name: _traced(module, set())}, {}
+    except Exception:
+        failed = _untraceable(module)
+    if "" not in failed:
+        return {name: _traced(module, set(failed))}, {full_name(name, c): why for c, why in failed.items()}
+    parts, untraced = {}, {name: f"torch.fx cannot trace its forward ({failed['']})"}
+    for child, sub in module.named_children():
+        if not fx.Tracer().is_leaf_module(sub, child):
+            more = _parts(model, full_name(name, child))
+            parts, untraced = parts | more[0], untraced | more[1]
+    return parts, untraced
+
+
+def trace(model: nn.Module, reader: str, leaves: Iterable[Selector] | Selector | Literal["auto"] | None = None
+          ) -> tuple[dict[str, fx.GraphModule], dict[str, str]]:
+    """``model`` traced by ``torch.fx`` as ``{"": graph module}``, the submodules ``leaves`` selects called whole (see
+    the module docstring), and those, by name, with why. ``leaves="auto"`` calls :func:`untraceable`'s modules whole and
+    warns which; where fx cannot trace the model's own forward, its children are traced apart (``{"body": ...}``, the
+    same rule again inside a child fx cannot trace), and the code around them runs as it is. ``reader`` names the
+    function that reads the model, for the error when tracing fails."""
     if leaves == "auto":
-        try:
-            return _traced(model, set())
-        except Exception:
-            chosen = set(untraceable(model))
-            warnings.warn(f"{reader}: torch.fx cannot trace {', '.join(sorted(chosen))}; each is called whole: its "
-                          f"channels are kept and its layers neither gated nor sliced", stacklevel=3)
+        parts, untraced = _parts(model)
+        if untraced:
+            names = (n or f"{type(model).__name__}'s forward (its children are traced apart)" for n in untraced)
+            warnings.warn(f"{reader}: torch.fx cannot trace {', '.join(names)}; each is called whole: its channels are "
+                          f"kept and its layers neither gated nor sliced", stacklevel=3)
     else:
         chosen = select_modules(leaves, dict(list(model.named_modules())[1:]), "leaves", "a submodule of the model")
-    try:
-        return _traced(model, chosen)
-    except Exception as error:  # fx raises several types; say what failed, why, and the way around it
-        raise ValueError(f"{reader} reads the model through torch.fx, which cannot trace {type(model).__name__}: "
-                         f"{error}. If what cannot be traced is inside submodules, pass their names in leaves= (or "
-                         f"leaves='auto' to find them): each is then called whole, its channels kept and its layers "
-                         f"neither gated nor sliced") from error
+        untraced = dict.fromkeys(chosen, "called whole (leaves=)")
+        try:
+            parts = {"": _traced(model, chosen)}
+        except Exception as error:  # fx raises several types; say what failed, why, and the way around it
+            raise ValueError(f"{reader} reads the model through torch.fx, which cannot trace {type(model).__name__}: "
+                             f"{error}. Pass the submodules that hold what cannot be traced in leaves=, each then "
+                             f"called whole, its channels kept and its layers neither gated nor sliced; or "
+                             f"leaves='auto', which finds them, and traces the model's children apart where its own "
+                             f"forward is what fails") from error
+    owners = Counter(id(p) for m in model.modules() for p in m.parameters(recurse=False))  # tied weights
+    for part in parts.values():
+        part.meta["owners"] = owners
+    return parts, untraced
+
+
+def full_name(part: str, target: str) -> str:
+    """A module's name in the model, from its name in the traced ``part`` (:func:`trace`)."""
+    return f"{part}.{target}" if part else target
 
 
 def is_depthwise(conv: nn.Conv2d) -> bool:
@@ -194,7 +217,14 @@ class ChannelGraph:
         #: Sums whose one summand (the value) is read as by a layer, not joined: purge's residual branches.
         self.cuts = cuts or {}
         self.modules = dict(graph_module.named_modules())
-        self.calls = Counter(n.target for n in graph_module.graph.nodes if n.op == "call_module")
+        #: Per module, how often the forward uses its weights: its calls, its parameters read directly, or shared with
+        #: another module of the model (tied weights; :func:`trace` knows the whole model's).
+        nodes, params = graph_module.graph.nodes, dict(graph_module.named_parameters(remove_duplicate=False))
+        calls = Counter(n.target for n in nodes if n.op == "call_module")
+        uses = Counter(id(p) for n in nodes if n.op == "call_module" for p in self._own(n.target))
+        uses.update(id(params[n.target]) for n in nodes if n.op == "get_attr" and n.target in params)
+        uses |= graph_module.meta.get("owners", Counter())
+        self.calls = Counter({t: max([c, *(uses[id(p)] for p in self._own(t))]) for t, c in calls.items()})
         self._parent: dict = {}
         #: Features per channel of each node: H * W after flattening an (N, C, H, W) tensor, else 1.
         self.block: dict = {}
@@ -234,6 +264,9 @@ class ChannelGraph:
             for part in parts:
                 self.group(part).pinned |= {f"concatenated by {node.name}: {reason}" for reason in joined.pinned}
                 self.group(part).leaks |= leaks
+
+    def _own(self, target: str) -> list:
+        return list(self.modules[target].parameters(recurse=False))
 
     # ----- union-find ----------------------------------------------------------
     def find(self, node):
@@ -306,8 +339,8 @@ class ChannelGraph:
         inp = node.args[0] if node.args else None
         if inp not in self._parent or len(self._tensor_inputs(node)) != 1:
             return self._pin_all(node, f"module {node.target} takes other inputs")
-        if any(True for _ in module.parameters(recurse=False)) and self.calls[node.target] > 1:
-            return self._pin_all(node, f"module {node.target} is called {self.calls[node.target]} times")
+        if self._own(node.target) and self.calls[node.target] > 1:
+            return self._pin_all(node, f"the weights of module {node.target} are used {self.calls[node.target]} times")
         meta = inp.meta.get("tensor_meta")
         last = self.axis[inp] == -1
         if isinstance(module, nn.Conv2d) and module.groups == 1 or isinstance(module, nn.Linear):
@@ -344,8 +377,8 @@ class ChannelGraph:
         target, first = node.target, node.args[0] if node.args else None
         known = (_ZERO_PRESERVING_FUNCTIONS | _CHANNELWISE_FUNCTIONS if node.op == "call_function"
                  else _ZERO_PRESERVING_METHODS | _CHANNELWISE_METHODS)
-        if len(inputs) == 1 and first is inputs[0] and target in known \
-                and not (self.axis[first] == -1 and target in _SPATIAL_FUNCTIONS):
+        if len(inputs) == 1 and first is inputs[0] and (target in known and not (
+                self.axis[first] == -1 and target in _SPATIAL_FUNCTIONS) or self._pools(node) and self.axis[first] == 1):
             self._union(node, first)
             if target in _CHANNELWISE_FUNCTIONS | _CHANNELWISE_METHODS:
                 self._unzeroing.append(node)
@@ -395,6 +428,15 @@ class ChannelGraph:
         if self.axis[a] == -1:
             return tuple(shapes[0].shape) == tuple(shapes[1].shape)
         return tuple(shapes[0].shape[1:2]) == tuple(shapes[1].shape[1:2]) and self.block[a] == self.block[b]
+
+    @staticmethod
+    def _pools(node) -> bool:
+        """``x.mean((2, 3))``, ``torch.sum(x, dim=[-2, -1], keepdim=True)``, ``x.amax((2, 3))``: global pooling."""
+        dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+        meta = node.args[0].meta.get("tensor_meta") if node.args and isinstance(node.args[0], fx.Node) else None
+        return node.target in _POOLS and isinstance(dims, (tuple, list)) and (
+            sorted(dims) in ([2, 3], [-2, -1]) if meta is None else len(meta.shape) == 4
+            and sorted(d % 4 for d in dims) == [2, 3])
 
     @staticmethod
     def _flattens(node) -> bool:
@@ -459,7 +501,7 @@ class ChannelGraph:
                 return first
             return None
         target = node.target
-        if target in _ZERO_PRESERVING_FUNCTIONS or target in _ZERO_PRESERVING_METHODS:
+        if target in _ZERO_PRESERVING_FUNCTIONS or target in _ZERO_PRESERVING_METHODS or self._pools(node):
             return first
         parts = self._concatenated.get(node)
         if parts is not None:

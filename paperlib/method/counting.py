@@ -1,33 +1,25 @@
-"""Parameter and MAC counts of test-time (purged) models (App. D, App. J.1).
+"""Parameter and MAC counts of test-time (purged) models (App. D, App. J.1), in two conventions:
 
-Two conventions:
-
-* ``"paper"``: the one the paper's tables use, i.e. that of the ``pytorch`` backend of ptflops, which the authors' code
-  calls: convolution and linear multiply-accumulates *plus* one operation per bias entry, two per element for affine
-  batch-norm, one per output element of a ReLU (ReLU6, PReLU, ELU, LeakyReLU) and one per input element of a pooling
-  layer. Functional operations (the residual additions) are not counted.
+* ``"paper"``: the paper's tables', that of ptflops' ``pytorch`` backend, which the authors' code calls: convolution and
+  linear multiply-accumulates *plus* one operation per bias entry, two per element of an affine batch norm, one per
+  output element of a ReLU (ReLU6, PReLU, ELU, LeakyReLU) and one per input element of a pooling layer; functional
+  operations (the residual additions) are not counted. ``nn.MultiheadAttention`` adds, as ptflops' hook does, one
+  operation per element of Q (its scaling), of the attention scores (the softmax) and per projection bias entry;
 * ``"plain"``: only the multiply-accumulates of convolutions and linear layers.
 
-Attention counts in both: an ``nn.MultiheadAttention`` its in-projection, the products QK^T and AV and its
-out-projection, a call of ``F.scaled_dot_product_attention`` its two products; ``"paper"`` adds, as ptflops' hook for
-``nn.MultiheadAttention`` does, one operation per element of Q (its scaling), of the attention scores (the softmax) and
-per projection bias entry.
-
-Both are computed by running one forward pass on a single zero input and reading each leaf module's input and output
-shapes (and each attention's). With ``sparse_weights`` (unstructured models, App. L) a weight or bias entry that is
-exactly zero costs neither a parameter nor a MAC.
-
-Gated layers (:mod:`paperlib.method.layers`) are counted according to ``gates``:
+Attention counts in both: an ``nn.MultiheadAttention`` its projections and the products QK^T and AV, a call of
+``F.scaled_dot_product_attention`` its two products. One forward pass on a single zero input reads each leaf module's
+input and output shapes. With ``sparse_weights`` (App. L) an entry that is exactly zero costs nothing. A weight that
+layers share counts once. Gated layers (:mod:`paperlib.method.layers`) count according to ``gates``:
 
 * ``"dense"``: as the plain layers they gate, every gate open;
-* ``"expected"``: each entry weighted by the probability that its gate is non-zero (eq. 8), so that ``count_params`` is
-  the expected L0 norm of the gated parameters plus the others (a float);
-* ``"test"``: the entries whose median gate (eq. 9) is non-zero, i.e. the test-time model before purging. Purging can
-  remove more (the next layer's inputs of a closed channel, App. D): count the purged model for that.
+* ``"expected"``: each entry weighted by P(z != 0) of its gate (eq. 8): ``count_params`` is the expected L0 norm of the
+  gated parameters plus the others (a float);
+* ``"test"``: the entries whose median gate (eq. 9) is non-zero: the test-time model before purging, which can remove
+  more (App. D).
 
-A batch norm that a gated convolution took in loses its closed channels with it, and a
-:class:`~paperlib.method.layers.ConvBN` likewise. The gates' own ``log_alpha`` are not parameters of the model in these
-three modes.
+A batch norm that a gated convolution took in (or a :class:`~paperlib.method.layers.ConvBN`'s) loses its closed
+channels with it. The gates' own ``log_alpha`` are not counted in these three modes.
 """
 
 import math
@@ -271,11 +263,12 @@ def count_params(model: nn.Module, sparse_weights: bool = False, gates: str | No
     if gates is not None:
         keeps = gate_keeps(model, gates)[0]
         gate_ids = {id(p) for m in model.modules() if isinstance(m, L0Layer) for p in m.gate_parameters()}
-    total = 0
+    total, seen = 0, set(gate_ids)  # a weight that layers share (tied) counts once
     for module in model.modules():
         for name, param in module.named_parameters(recurse=False):
-            if id(param) in gate_ids:
+            if id(param) in seen:
                 continue
+            seen.add(id(param))
             counted_sparsely = sparse_weights and isinstance(module, (nn.Conv2d, nn.Linear, L0Layer))
             total += _entries(param, counted_sparsely, keeps.get(id(param)))
     return total

@@ -1,33 +1,28 @@
 """Purging (App. D): :func:`purge`, the one engine for the paper's models and any model :func:`sparsify` gated.
 
-The purged model is an ``torch.fx.GraphModule`` of torch modules and operations only (no class of this package), so
-``torch.save(purged)`` loads where paperlib is not installed. Its submodules keep their names (``layer1.0.conv1``) and
-are plain ``nn.Conv2d`` / ``nn.Linear`` / ``nn.BatchNorm2d`` modules with fewer channels, in ``nn.Sequential``
-where the model has one (``small.layer1[0].conv1``), else in plain ``nn.Module`` containers. It is made in three steps:
+The purged model is a ``torch.fx.GraphModule`` of torch modules and operations only, so ``torch.save(purged)`` loads
+where paperlib is not installed; its submodules keep their names (``layer1.0.conv1``), with fewer channels, in
+``nn.Sequential`` where the model has one. Where ``torch.fx`` cannot trace the model's own forward (``leaves="auto"``,
+:func:`~paperlib.method.channels.trace`), it is the model's test-time copy, each traced part purged in its place. Steps:
 
 1. the *test-time model* (:func:`at_test_time`): every gated layer becomes the plain layer it computes with its median
-   gates (eq. 9). A gate's value is absorbed into the weights it multiplies, or, where a convolution took its batch norm
-   in (:class:`~paperlib.method.layers.GatedConv2d`, :class:`~paperlib.method.layers.ConvBN`), into that batch
-   norm's scale and shift, and the batch norm goes back to its place. A closed channel is then exactly zero;
-2. the test-time model is traced with ``torch.fx`` on ``example_input`` (by default a zero batch of the model's
-   ``input_shape``) and its channels grouped (:mod:`paperlib.method.channels`). In a group that is not pinned, a
-   channel is removed everywhere (the output rows of the layers creating it, the batch norms and depthwise
-   convolutions along the way, the input columns of the layers reading it: "double sparsification") when every layer
-   reading it ignores it: its input there is exactly zero, or, for a linear layer reading one feature per channel, its
-   weights there are (its input gates). A channel that a convolution reads, or that a linear layer reads through a
-   flattening, stays unless it is zero, as in the paper's purge (LeNet5's conv2 keeps the maps whose gate is open);
-3. a residual branch whose channels are partly zero is cut from the sum it joins: it keeps its non-zero channels,
-   which are added back at their places (``torch.index_add``), as the paper's ResNets purge their second
-   convolutions; a linear layer drops its input features whose weights are all zero through a ``torch.index_select``
-   in front of it when the features themselves stay.
+   gates (eq. 9), each gate's value absorbed into the weights it multiplies, or into the scale and shift of the batch
+   norm a convolution took in (:class:`~paperlib.method.layers.GatedConv2d`, :class:`~paperlib.method.layers.ConvBN`):
+   a closed channel is then exactly zero;
+2. that model is traced on ``example_input`` and its channels grouped (:mod:`paperlib.method.channels`). In a group
+   that is not pinned, a channel goes everywhere (the rows of the layers making it, the batch norms and depthwise
+   convolutions on its way, the columns of the layers reading it) when every reader ignores it: its input there is
+   zero, or, for a linear layer reading one feature per channel, its weights there are. A channel that a convolution
+   reads stays unless it is zero, as in the paper's purge;
+3. a residual branch whose channels are partly zero is cut from its sum: its non-zero channels are added back at their
+   places (``torch.index_add``), as the paper's ResNets purge their second convolutions; a linear layer drops its input
+   features whose weights are all zero through a ``torch.index_select`` in front of it.
 
-A closed channel that stays (its group is pinned, e.g. by the model's output, or another layer still reads it) is
-reported: the purged model's ``purge_report`` maps each such gated layer to the closed channels it keeps, and a
-warning says so. ``kept_groups`` gives, per structured gated layer, the groups left: output channels of a convolution,
-input features of a linear layer (open ones that the purged layer still reads), the paper's "pruned architecture". A
-group never loses all its channels: one zero channel stays, so that every tensor keeps a channel. The test-time graph
-is that of the model in eval mode (a branch on ``self.training`` is resolved so). Unstructured gates (App. L) remove no
-channel: the purged model keeps the shapes, its weights exact zeros where the median gate is 0.
+A closed channel that stays (its group is pinned, another layer reads it, or the example does not reach it) is in the
+purged model's ``purge_report`` (gated layer -> the closed channels it keeps), with a warning; ``kept_groups`` gives per
+structured gated layer the groups left, the paper's "pruned architecture". A group keeps at least one channel. The
+test-time graph is that of the model in eval mode. Unstructured gates (App. L) remove no channel: the purged model
+keeps the shapes, its weights exact zeros where the median gate is 0.
 """
 
 import contextlib
@@ -45,7 +40,7 @@ import torch.fx as fx
 import torch.nn as nn
 from torch.fx.passes.shape_prop import ShapeProp
 
-from .channels import ChannelGraph, Selector, is_depthwise, trace
+from .channels import ChannelGraph, Selector, full_name, is_depthwise, trace
 from .layers import ConvBN, GatedConv2d, GatedLinear, L0Layer
 from .sparsify import _set_module
 
@@ -81,40 +76,78 @@ def purge(model: nn.Module, example_input: torch.Tensor | None = None,
                         f"32)); got {type(example_input).__name__}")
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     plain, gates = at_test_time(model)
-    traced = trace(plain.cpu().eval(), "purge", leaves)
-    _propagate(traced, example_input.cpu(), type(model).__name__)
-    traced.purge_report, traced.kept_groups = {}, {}
-    if not any(m.sparsity == "unstructured" for m in model.modules() if isinstance(m, L0Layer)):
-        graph = ChannelGraph(traced)
-        zero = graph.zero_channels()
-        cuts = {node: inp for node in traced.graph.nodes if (inp := _branch(node, graph, zero)) is not None}
-        if cuts:
-            graph = ChannelGraph(traced, cuts)
-            zero = graph.zero_channels()
-        keep = _kept(graph, zero)
-        nodes = {n.target: n for n in traced.graph.nodes if n.op == "call_module"}
-        reads = _slice(traced, graph, keep, zero)
-        for name, (conv, opened) in gates.items():
-            node = nodes.get(name) or nodes.get(f"{name}.0")
-            kept = keep.get(node, torch.ones_like(opened)) if conv else reads.get(name, torch.ones_like(opened))
-            kept = torch.zeros_like(opened) if node is None else kept  # not in the test-time graph: gone
-            traced.kept_groups[name] = int((opened & kept).sum())
-            stays = (~opened & kept).nonzero().flatten().tolist()
-            if conv and stays and (len(stays) > 1 or traced.kept_groups[name]):  # not the one left of a closed layer
-                traced.purge_report[name] = stays
-        traced.graph.lint()
-        traced.recompile()
-    originals = dict(plain.named_modules())  # where the model has an nn.Sequential, so does the purged model
-    for name, module in list(traced.named_modules()):
-        if name and type(module) is nn.Module and isinstance(originals.get(name), nn.Sequential):
-            _set_module(traced, name, nn.Sequential(OrderedDict(module.named_children())))
+    plain = plain.cpu().eval()
+    parts, originals = trace(plain, "purge", leaves)[0], dict(plain.named_modules())
+    structured = not any(m.sparsity == "unstructured" for m in model.modules() if isinstance(m, L0Layer))
+    kept_groups, purge_report = {}, {}
+    for part, args in _inputs(plain, parts, example_input.cpu(), type(model).__name__).items():
+        traced = parts[part]
+        _propagate(traced, args, type(model).__name__)
+        own = {name[len(part) + bool(part):]: g for name, g in gates.items() if not part or name.startswith(part + ".")}
+        for name, (kept, stays) in (_purge_part(traced, own) if structured else {}).items():
+            kept_groups[full_name(part, name)] = kept
+            purge_report.update({full_name(part, name): stays} if stays else {})
+        for name, module in list(traced.named_modules()):  # where the model has an nn.Sequential, so does the purged one
+            if name and type(module) is nn.Module and isinstance(originals.get(full_name(part, name)), nn.Sequential):
+                _set_module(traced, name, nn.Sequential(OrderedDict(module.named_children())))
+        traced.meta.pop("owners")  # the trace's, not the purged model's
+        if part:
+            _set_module(plain, part, traced)
+    for name, (conv, opened) in gates.items():  # in a part that the example does not reach: as it is, gates folded in
+        if name not in kept_groups:
+            kept_groups[name] = int(opened.sum())
+            purge_report.update({name: (~opened).nonzero().flatten().tolist()} if conv and not opened.all() else {})
+    purged = parts.get("", plain)
+    purged.purge_report, purged.kept_groups = purge_report, kept_groups
     for attribute in ("input_shape", "num_classes"):
         if hasattr(model, attribute):
-            setattr(traced, attribute, getattr(model, attribute))
-    if traced.purge_report:
-        where = ", ".join(f"{name} ({len(c)})" for name, c in traced.purge_report.items())
+            setattr(purged, attribute, getattr(model, attribute))
+    if purge_report:
+        where = ", ".join(f"{name} ({len(c)})" for name, c in purge_report.items())
         warnings.warn(f"purge kept closed channels it could not remove, in {where}; see purge_report", stacklevel=2)
-    return traced.to(device).train(model.training)
+    return purged.to(device).train(model.training)
+
+
+def _inputs(plain: nn.Module, parts: dict, example: torch.Tensor, name: str) -> dict:
+    """Each traced part (:func:`~paperlib.method.channels.trace`) that the forward on ``example`` reaches, with the
+    arguments of its first call."""
+    if list(parts) == [""]:
+        return {"": (example,)}
+    seen = {}
+    hooks = [plain.get_submodule(p).register_forward_pre_hook(lambda m, args, p=p: seen.setdefault(p, args))
+             for p in parts]
+    try:
+        with torch.no_grad():
+            plain(example)
+    except Exception as error:
+        raise ValueError(f"{name} cannot run on example_input of shape {tuple(example.shape)} ({error})") from None
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return {p: seen[p] for p in parts if p in seen}
+
+
+def _purge_part(traced: fx.GraphModule, gates: dict) -> dict:
+    """Steps 2 and 3 on one traced part whose shapes are known. Per gated layer of ``gates`` (:func:`at_test_time`'s,
+    by their names in the part): the open groups it keeps, and the closed channels that stay (a convolution's)."""
+    graph = ChannelGraph(traced)
+    zero = graph.zero_channels()
+    cuts = {node: inp for node in traced.graph.nodes if (inp := _branch(node, graph, zero)) is not None}
+    if cuts:
+        graph = ChannelGraph(traced, cuts)
+        zero = graph.zero_channels()
+    keep = _kept(graph, zero)
+    nodes = {n.target: n for n in traced.graph.nodes if n.op == "call_module"}
+    reads, result = _slice(traced, graph, keep, zero), {}
+    for name, (conv, opened) in gates.items():
+        node = nodes.get(name) or nodes.get(f"{name}.0")
+        kept = keep.get(node, torch.ones_like(opened)) if conv else reads.get(name, torch.ones_like(opened))
+        kept = torch.zeros_like(opened) if node is None else kept  # not in the test-time graph: gone
+        stays = (~opened & kept).nonzero().flatten().tolist()
+        result[name] = int((opened & kept).sum()), stays if conv and (len(stays) > 1 or (opened & kept).any()) else []
+    traced.graph.lint()
+    traced.recompile()
+    return result
 
 
 def _kept(graph: ChannelGraph, zero: dict) -> dict:
@@ -165,7 +198,7 @@ def _branch(node: fx.Node, graph: ChannelGraph, zero: dict) -> fx.Node | None:
     return next((a for a in node.args if zero[a].any()), None)
 
 
-def _propagate(traced: torch.fx.GraphModule, example: torch.Tensor, name: str) -> None:
+def _propagate(traced: torch.fx.GraphModule, args: tuple, name: str) -> None:
     """Shapes on the graph from ``example``; an example the model cannot read (or, read by a convolution first, one
     without its batch dimension) is a one-line error that says what the model's first layer reads."""
     modules = dict(traced.named_modules())
@@ -175,13 +208,14 @@ def _propagate(traced: torch.fx.GraphModule, example: torch.Tensor, name: str) -
     reads = "" if layer is None else f"; its first layer, {first.target}, reads " + (
         f"(batch, {layer.in_channels}, H, W)" if isinstance(layer, nn.Conv2d) else f"(..., {layer.in_features})")
     problem = None
+    example = args[0]
     if isinstance(layer, nn.Conv2d) and first.args[0].op == "placeholder" and example.dim() != 4:
         problem = "a batch of images has 4 dimensions"
     else:
         printed = io.StringIO()  # ShapeProp prints the traceback of a node that fails before it raises
         try:
             with contextlib.redirect_stderr(printed):
-                ShapeProp(traced).propagate(example)
+                ShapeProp(traced).propagate(*args)
             sys.stderr.write(printed.getvalue())
         except Exception as err:  # ShapeProp's error names the node; its cause says what failed there
             problem = str(err.__cause__ or err).strip().splitlines()[-1][:300]
