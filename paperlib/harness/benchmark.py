@@ -23,7 +23,7 @@ from ..method.gate_pass import compiles
 from .methods import build_method
 from ..paper.models import memory_format
 from .presets import ExperimentConfig, resolve_config
-from .training import device_name
+from .training import device_name, resolve_device
 from .vocabulary import COMPILE_GATES
 
 
@@ -161,8 +161,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--real-epoch", action="store_true",
                         help="also time one real epoch of the constrained step (MNIST models; reads PAPERLIB_DATA)")
     args = parser.parse_args(argv)
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()
-                          else "cpu" if args.device == "auto" else args.device)
+    device = resolve_device(args.device)
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {device.type}: {device_name(device)}")
     compiled = compiles(args.compile_gates, device)
