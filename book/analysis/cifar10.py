@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from paperlib.harness import index, presets, records, rules, studies
+from paperlib.harness import index, presets, records, rules
 from paperlib.harness.protocols import protocol_name
 
 from analysis import control, misses, report
@@ -39,13 +39,15 @@ FREE_DENSITY_NEEDED = 85.0
 
 def gates_per_block(model: str) -> str:
     """The gated blocks' numbers of gates, smallest to largest (``16/32/64``)."""
-    return "/".join(str(size) for size in sorted({round(100 / points) for points in rules.gate_points(model)[1].values()}))
+    sizes = sorted({round(100 / points) for points in rules.gate_points(model)[1].values()})
+    return "/".join(str(size) for size in sizes)
 
 
 def free_density(model: str, gates_lr: float, free: list[dict]) -> float | None:
     """The model-wise free-gates density (%) of ``model`` at ``gates_lr``, mean over seeds; None without a run."""
     found = [run["metrics"]["l0_density"] for run in free
-             if (run["params"]["model"], run["params"]["grouping"], run["params"]["gates_lr"]) == (model, "model", gates_lr)]
+             if (run["params"]["model"], run["params"]["grouping"], run["params"]["gates_lr"])
+             == (model, "model", gates_lr)]
     return 100 * sum(found) / len(found) if found else None
 
 
@@ -89,9 +91,9 @@ def protocol_answers(protocols: tuple[Protocol, ...] = PROTOCOLS, paper: bool = 
     for protocol in protocols:
         epochs = presets.resolve_config(dataset="cifar10", preset=protocol.preset, model=protocol.model,
                                         target=0.5).epochs
-        rows.append({**_row(protocol.label, protocol.model, epochs, free_density(protocol.model, protocol.gates_lr, free),
-                            protocol_outcomes(protocol, free), report.planned_runs(protocol.grids), protocol.needs_gpu,
-                            protocol.gates_lr),
+        free_at = free_density(protocol.model, protocol.gates_lr, free)
+        rows.append({**_row(protocol.label, protocol.model, epochs, free_at, protocol_outcomes(protocol, free),
+                            report.planned_runs(protocol.grids), protocol.needs_gpu, protocol.gates_lr),
                      "device": index.where_ran([r["metrics"].get("device") for r in constrained_runs(protocol.grids)],
                                                mixed="CPU {cpu}, GPU {gpu} runs")})
     if paper:

@@ -26,7 +26,7 @@ from paperlib.harness.vocabulary import METRIC_LABELS
 from paperlib.paper.paper_results import paper_results
 
 from . import style
-from .report import complete_records, missing_runs, notebook_link  # noqa: F401 (missing_runs: the pages' control.)
+from .report import complete_records, missing_runs, notebook_link  # noqa: F401 (the pages call control.missing_runs)
 
 #: The grids of the control table at the pilot protocol (``cpu`` preset, the paper's gates' learning rate of 6).
 CONTROL_GRIDS = studies.grids("tab:cifar10_control", preset="cpu")
@@ -235,7 +235,8 @@ def densest_run(runs: list[dict]) -> dict | None:
 # --------------------------------------------------------------------------- #
 
 #: The paper's metrics a control figure plots, and their labels.
-POINT_METRICS = {metric: METRIC_LABELS[metric] for metric in ("l0_density", "params_pct", "macs_pct", "val_error_final")}
+POINT_METRICS = {metric: METRIC_LABELS[metric]
+                 for metric in ("l0_density", "params_pct", "macs_pct", "val_error_final")}
 
 
 def paper_points(table: str) -> pd.DataFrame:
@@ -487,7 +488,8 @@ def dual_lr_rows(runs: list[dict]) -> pd.DataFrame:
         by_epoch = epoch_violations(run)
         held = by_epoch.index[by_epoch.map(lambda v: rules.feasible([v])).astype(bool)]
         later = by_epoch[by_epoch.index > held[0]] if len(held) else by_epoch.iloc[:0]
-        rows.append({"run": notebook_link(run["path"], f"dual lr {run['params']['dual_lr']:g}") or condition(run["params"]),
+        name = f"dual lr {run['params']['dual_lr']:g}"
+        rows.append({"run": notebook_link(run["path"], name) or condition(run["params"]),
                      "dual lr": f"{run['params']['dual_lr']:g}", "first feasible epoch": held[0] if len(held) else None,
                      "largest violation after it (points)": later.max() if len(later) else None,
                      "final largest gap (points)": largest_gap(run),
@@ -636,7 +638,8 @@ def device_seeds(runs: list[dict]) -> pd.DataFrame:
             continue
         name, device = condition(p), device_kind(m.get("device"))
         devices.setdefault(name, set()).add(device)
-        cells.setdefault(name, {})[f"seed {p['seed']}, {device}"] = f"{100 * m['l0_density']:.2f} / {m['val_error_final']:.2f}"
+        cells.setdefault(name, {})[f"seed {p['seed']}, {device}"] = (
+            f"{100 * m['l0_density']:.2f} / {m['val_error_final']:.2f}")
     both = {name: row for name, row in cells.items() if len(devices[name]) > 1}
     return pd.DataFrame.from_dict(both, orient="index").rename_axis("setting").reset_index()
 
@@ -645,8 +648,10 @@ def epoch_times(runs: list[dict]) -> pd.DataFrame:
     """Training time by protocol (and model) and device: runs, the median and range of minutes per epoch
     (``wall_time_s`` over epochs, evaluation included) and the median minutes per run."""
     frame = pd.DataFrame([{"protocol": f"{protocol_of(r)}, {r['params']['model']}",
-                           "ran on": device_kind(r["metrics"].get("device")), "epochs": r["metrics"]["epochs_completed"],
-                           "minutes": r["metrics"]["wall_time_s"] / r["metrics"]["epochs_completed"] / 60} for r in runs])
+                           "ran on": device_kind(r["metrics"].get("device")),
+                           "epochs": r["metrics"]["epochs_completed"],
+                           "minutes": r["metrics"]["wall_time_s"] / r["metrics"]["epochs_completed"] / 60}
+                          for r in runs])
     if frame.empty:
         return pd.DataFrame(columns=["protocol", "ran on", "runs", "min/epoch", "range", "min/run"])
     return pd.DataFrame([{"protocol": protocol, "ran on": device, "runs": len(group),

@@ -163,7 +163,8 @@ def summary(cells: dict[Cell, dict[str, dict | None]], free: list[dict] | None =
             if run is None:
                 continue
             error = run["metrics"]["val_error_final"]
-            rows.append({"cell": cell.label, "dual optimiser": OPTIMIZERS[name], "largest gap (points)": largest_gap(run),
+            rows.append({"cell": cell.label, "dual optimiser": OPTIMIZERS[name],
+                         "largest gap (points)": largest_gap(run),
                          "hit": rules.judge_record(run, free).outcome == rules.Outcome.ON_TARGET,
                          "val. error final (%)": error,
                          "Δ error (points)": error - paper["metrics"]["val_error_final"] if paper else None,
@@ -473,6 +474,6 @@ def gain_is_cause(test: pd.DataFrame) -> str | None:
 
 def balance_gain(run: dict) -> tuple[float, float, float]:
     """Where nuPI's proportional step matches its integral one: the median change of the violation a step, the
-    final violation, and their ratio to one digit, the gain at which ``kp (e_t − e_{t−1})`` is as large as ``e_t``."""
+    final violation, and their ratio to one digit (the gain at which ``kp (e_t − e_{t−1})`` equals ``e_t``)."""
     violation, change = abs(largest_gap(run)) / 100, violation_change(run)
     return change, violation, float(f"{violation / change:.0e}")

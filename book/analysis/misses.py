@@ -208,7 +208,8 @@ def drift_rows(runs: list[dict], free_records: list[dict] = ()) -> pd.DataFrame:
             free_then = free_final = None
             if twin is not None:
                 nearest = (twin_steps["epoch"] - after["epoch"]).abs().idxmin()
-                free_then, free_final = 100 * twin_steps.loc[nearest, f"constrained_density_{i}"], 100 * twin_finals[i][0]
+                free_then = 100 * twin_steps.loc[nearest, f"constrained_density_{i}"]
+                free_final = 100 * twin_finals[i][0]
             rows.append({"run": condition_link(run), "setting": condition(run["params"]), "gates' lr": gates_lr(run),
                          "constraint": names[i],
                          "last epoch with λ > 0": float(push["epoch"]) if push[f"lambda_{i}"] > 0 else None,

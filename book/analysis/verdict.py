@@ -139,13 +139,15 @@ def outcomes(judged: list[rules.RunJudgement]) -> pd.Series:
 
 
 def cells_near(tables: tuple[str, ...], method: str, columns: tuple[str, ...], points: float):
-    """Cells of ``tables`` (``method`` at the paper's protocol) whose ``columns`` are within ``points`` of the paper's."""
+    """Cells of ``tables`` (``method``, paper's protocol) whose ``columns`` are within ``points`` of the paper's."""
     def judge(rows: pd.DataFrame) -> Count:
         deltas = []
         for label in tables:
             table = comparison.compare_table(label)
             table = table[table["protocol"].str.startswith("paper")]
-            deltas += [float(d) for column in columns for d in table.loc[table["method"] == method, f"{column} Δ"].dropna()]
+            table = table[table["method"] == method]
+            deltas += [float(d) for column in columns if f"{column} Δ" in table  # no Δ: no records of ours
+                       for d in table[f"{column} Δ"].dropna()]
         return Count(sum(rules.agrees(d, points) for d in deltas), len(deltas))
     return judge
 
