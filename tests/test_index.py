@@ -62,3 +62,11 @@ def test_where_runs_trained_is_one_device_or_says_how_they_split():
     assert index.where_ran(mixed) == "CPU, 2 of 4 on GPU"
     assert index.where_ran(mixed, mixed="CPU {cpu}, GPU {gpu} runs") == "CPU 2, GPU 2 runs"
     assert index.where_ran(mixed, seeds=[0, 1, 2, 0]) == "CPU: seed 0; GPU: seeds 1, 2"  # seed 0 twice: one seed
+
+
+def test_an_edited_params_file_is_read_again(runs):
+    assert set(index.record_index(runs)["target"]) == {0.5, 0.2, 0.65}
+    params_file = next(runs.glob("a/*t0.5*/params.json"))
+    params = json.loads(params_file.read_text())
+    params_file.write_text(json.dumps({**params, "target": 0.45}))  # a different size: seen even within one mtime tick
+    assert set(index.record_index(runs)["target"]) == {0.45, 0.2, 0.65}

@@ -94,8 +94,9 @@ def _index(root: str, stamp: tuple) -> pd.DataFrame:
 
 
 def _stamp(base: Path) -> tuple:
-    """What changes when any record is written: every metrics file's modification time and size."""
-    return tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in sorted(base.glob("*/*/metrics.json")))
+    """What changes when any record is written or edited: every metrics and params file's modification time and size."""
+    return tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size)
+                 for p in sorted([*base.glob("*/*/metrics.json"), *base.glob("*/*/params.json")]))
 
 
 def record_index(runs: Path | None = None) -> pd.DataFrame:
