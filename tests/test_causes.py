@@ -95,7 +95,8 @@ def _history_run(per_epoch: list[list[float]], target: float) -> dict:
 
 def test_the_schedule_table_reads_the_longer_run_at_the_shorter_ones_end_and_at_its_own(monkeypatch):
     monkeypatch.setattr(causes.rules, "free_gates_records", lambda: [])
-    monkeypatch.setattr(causes, "blocks", lambda run, free: Blocks([None] * 2, [0.0, -3.0], [ON, UNDER]))
+    monkeypatch.setattr(causes, "blocks", lambda run, free: Blocks([None] * 2, [0.0, -3.0], [ON, UNDER])
+                        if len(run["history"]) == 6 else Blocks([None] * 2, [-4.0, -3.0], [UNDER, UNDER]))
     monkeypatch.setattr(causes, "constraint_names", lambda run: ["a", "b"])
     longer = _history_run([[0.6, 0.5], [0.62, 0.55], [0.65, 0.6]], 0.65)
     shorter = _history_run([[0.4, 0.3], [0.45, 0.35]], 0.65)
@@ -103,4 +104,4 @@ def test_the_schedule_table_reads_the_longer_run_at_the_shorter_ones_end_and_at_
     assert rows["20 epochs, final (%)"].round(6).tolist() == [45.0, 35.0]
     assert rows["40 epochs, at epoch 2 (%)"].round(6).tolist() == [62.0, 55.0]
     assert rows["40 epochs, final (%)"].round(6).tolist() == [65.0, 60.0]
-    assert rows["outcome (40 epochs)"].tolist() == [ON, UNDER]
+    assert rows["outcome (40 epochs)"].tolist() == [ON, UNDER] and rows["outcome (20 epochs)"].tolist() == [UNDER] * 2

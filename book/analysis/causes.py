@@ -263,18 +263,18 @@ def released_rows(runs: dict) -> pd.DataFrame:
 
 def schedule_rows(longer: dict, shorter: dict, at_epoch: int = 20) -> pd.DataFrame:
     """One row per block of the schedule test (target -> record, 40 epochs and 20): the block's target, the 20-epoch
-    run's final density, the longer run's density at epoch ``at_epoch`` and at its end, and the longer run's outcome
-    by the rule (densities in %, from the per-epoch history: the expected density of the block's gates)."""
+    run's final density and outcome by the rule, the longer run's density at epoch ``at_epoch`` and at its end, and its
+    outcome (densities in %, from the per-epoch history: the expected density of the block's gates)."""
     free = rules.free_gates_records()
     rows = []
     for target in sorted(longer):
         long, short = history_frame(longer[target]), history_frame(shorter[target])
         long, short = long[long["phase"] == "train"], short[short["phase"] == "train"]
         columns = [c for c in long if c.startswith("density[")]
-        outcomes = blocks(longer[target], free).outcomes
-        for name, column, outcome in zip(constraint_names(longer[target]), columns, outcomes):
+        outcomes = zip(blocks(shorter[target], free).outcomes, blocks(longer[target], free).outcomes)
+        for name, column, (short_outcome, outcome) in zip(constraint_names(longer[target]), columns, outcomes):
             rows.append({"target (%)": round(100 * target), "block": name,
-                         "20 epochs, final (%)": 100 * short[column].iloc[-1],
+                         "20 epochs, final (%)": 100 * short[column].iloc[-1], "outcome (20 epochs)": short_outcome,
                          f"40 epochs, at epoch {at_epoch} (%)": 100 * long.loc[long["epoch"] == at_epoch, column].iloc[0],
                          "40 epochs, final (%)": 100 * long[column].iloc[-1], "outcome (40 epochs)": outcome})
     return pd.DataFrame(rows)
