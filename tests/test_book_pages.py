@@ -82,13 +82,26 @@ def test_page_runs(page, monkeypatch):
         close(figure) if figure is not None else close()
 
     monkeypatch.setattr(pyplot, "close", check_then_close)
-    cells = CODE_CELL.findall(page.read_text())
+    import myst_nb
+
+    glued = {}
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: glued.__setitem__(name, value))
+    text = page.read_text()
+    cells = CODE_CELL.findall(text)
     assert cells, f"{page.name} has no code cells"
     namespace = {}
     for cell in cells:
         exec(compile(cell, str(page), "exec"), namespace)
     check_then_close("all")
     assert not problems, "\n".join(problems)
+    for key, spec in GLUE_ROLE.findall(text):
+        assert key in glued, f"{page.name} shows {key!r}, which no cell glues"
+        if spec:  # MyST-NB formats the glued text/plain, the value's repr, as a float: np.float64(1.0) fails
+            float(repr(glued[key]))
+
+
+#: A {glue:text} role of the prose: its key and its format spec (after a colon), if any.
+GLUE_ROLE = re.compile(r"\{glue:text\}`([^`:]+)(?::([^`]+))?`")
 
 
 RESULT_PAGES = sorted((ROOT / "book").glob("results_*.md"))
