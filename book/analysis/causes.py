@@ -273,8 +273,9 @@ def schedule_rows(longer: dict, shorter: dict, at_epoch: int = 20) -> pd.DataFra
         columns = [c for c in long if c.startswith("density[")]
         outcomes = zip(blocks(shorter[target], free).outcomes, blocks(longer[target], free).outcomes)
         for name, column, (short_outcome, outcome) in zip(constraint_names(longer[target]), columns, outcomes):
+            at = long.loc[long["epoch"] == at_epoch, column].iloc[0]
             rows.append({"target (%)": round(100 * target), "block": name,
                          "20 epochs, final (%)": 100 * short[column].iloc[-1], "outcome (20 epochs)": short_outcome,
-                         f"40 epochs, at epoch {at_epoch} (%)": 100 * long.loc[long["epoch"] == at_epoch, column].iloc[0],
+                         f"40 epochs, at epoch {at_epoch} (%)": 100 * at,
                          "40 epochs, final (%)": 100 * long[column].iloc[-1], "outcome (40 epochs)": outcome})
     return pd.DataFrame(rows)
