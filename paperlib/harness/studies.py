@@ -46,7 +46,7 @@ TABLES = {
     "tab:mlp_control": Study(("grids/mlp_control_paper.yaml", "grids/mlp_control_seeds_paper.yaml",
                               "grids/mlp_control_5seeds_paper.yaml", "grids/mlp_control.yaml"), "results_mnist"),
     "tab:lenet_control": Study(("grids/lenet_control_paper.yaml", "grids/lenet_control_seeds_paper.yaml",
-                                "grids/lenet_control.yaml"), "results_mnist"),
+                                "grids/lenet_control_seed1_paper.yaml", "grids/lenet_control.yaml"), "results_mnist"),
     "tab:cifar10_control": Study(("grids/cifar10_control_paper.yaml", "grids/cifar10_control.yaml",
                                   "grids/cifar10_control_seeds.yaml"), "results_cifar10"),
     "tab:cifar10": Study(("grids/wrn_gates_ablation.yaml", "grids/cifar10_flagship.yaml"), "results_cifar10",
