@@ -1,16 +1,16 @@
 #!/bin/bash
 # Prepare, here, the one device call of a lent GPU (README, "On a machine without Jupyter"), for the
 # CIFAR-10 protocols of issue 37: the carried data, the commands of every run still to make, in the order
-# that answers questions first (free gates of the GPU candidates, the device check, then the GPU control
-# table), and a check that the tree plus the archive fit what a call carries.
+# that answers questions first (issue 52's one-change granularity test, free gates of the GPU candidates, the
+# device check, then the GPU control table), and a check that the tree plus the archive fit what a call carries.
 #   bash benchmarks/prepare_device_trip.sh [GRID ...]
 # then, with the device tool (carry [".devcarry"], timeout_s 600):
 #   bash benchmarks/device_cifar10.sh .devcarry/cifar10-jpeg.tar.xz .devcarry/commands.txt 540 COMMIT 0
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 grids=("$@")
-[ ${#grids[@]} -gt 0 ] || grids=(grids/cifar10_gpu_free_gates.yaml grids/cifar10_device_check.yaml
-                                 grids/cifar10_gpu_control.yaml)
+[ ${#grids[@]} -gt 0 ] || grids=(grids/cifar10_gpu_granularity.yaml grids/cifar10_gpu_free_gates.yaml
+                                 grids/cifar10_device_check.yaml grids/cifar10_gpu_control.yaml)
 exclude=$(git rev-parse --git-path info/exclude)  # .git/info/exclude, also from a worktree (where .git is a file)
 mkdir -p "$(dirname "$exclude")"; grep -qsx '/.devcarry/' "$exclude" || echo /.devcarry/ >> "$exclude"
 mkdir -p .devcarry

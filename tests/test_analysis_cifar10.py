@@ -1,4 +1,5 @@
 import pytest
+import pandas as pd
 
 from paperlib.harness import rules
 
@@ -35,6 +36,11 @@ def test_a_gpu_protocol_without_records_is_not_tested_here_and_one_with_some_is_
     assert cifar10._row("GPU", "wrn-16-4", 20, None, [], 30, needs_gpu=True)["verdict"] == "not tested here"
     some = [rules.Outcome.ON_TARGET, rules.Outcome.UNDER]
     assert cifar10._row("GPU", "wrn-16-4", 20, 90.0, some, 30, needs_gpu=True)["verdict"] == "in progress"
+    # its rule judges its rows only if its free density reaches 85%: under it, its runs are counted, not judged
+    low = cifar10._row("GPU", "wrn-16-4", 20, 77.1, some, 30, needs_gpu=True, free_needed=85.0)
+    assert low["verdict"] == cifar10.FREE_TOO_LOW.format(85.0) and (low["on target"], low["under"]) == (1, 1)
+    assert cifar10._row("GPU", "wrn-16-4", 20, 85.0, some, 30, needs_gpu=True, free_needed=85.0)["verdict"] \
+        == "in progress"
     row = cifar10._row("CPU", "wrn-16-1", 20, 75.0, some + [rules.Outcome.DOES_NOT_BIND], 3)
     assert (row["on target"], row["under"], row["does not bind"], row["runs"]) == (1, 1, 1, "3 of 3")
 
@@ -94,3 +100,24 @@ def test_a_protocols_runs_are_judged_against_the_free_run_at_its_own_gates_lr(mo
     assert rules.passed_and_judged(outcomes) == (1, 2)
     at_two["metrics"]["l0_density"] = at_two["history"][0]["l0_density"] = 0.78  # now 80% never binds at lr 2
     assert cifar10.protocol_outcomes(cifar10.PROTOCOLS[1], [at_six, at_two])[0] == rules.Outcome.DOES_NOT_BIND
+
+
+def _device_run(target, seed, device, density, error, grouping="model"):
+    return {"params": {"method": "constrained", "grouping": grouping, "target": target, "seed": seed},
+            "metrics": {"device": device, "l0_density": density, "val_error_final": error}}
+
+
+def test_the_device_check_sets_a_seeds_device_difference_beside_two_seeds_difference():
+    runs = [_device_run(0.5, 0, "cpu", 0.49, 18.8), _device_run(0.5, 1, "cuda", 0.50, 19.2),
+            _device_run(0.5, 2, "cuda", 0.495, 18.7), _device_run(0.2, 0, "cpu", 0.20, 22.3),
+            _device_run(0.5, 0, "cpu", 0.1, 50.0, grouping="layer")]
+    checks = [_device_run(0.5, 0, "cuda", 0.4987, 18.87), _device_run(0.2, 0, "cuda", 0.196, 22.93)]
+    rows = cifar10.device_check_rows(runs, checks).set_index("setting")
+    half = rows.loc["model-wise 50%"]
+    assert half["density: GPU − CPU (points)"] == pytest.approx(0.87)
+    assert half["error: GPU − CPU (points)"] == pytest.approx(0.07)
+    assert half["density: seed 2 − seed 1, GPU (points)"] == pytest.approx(-0.5)
+    assert half["error, seed 0 CPU (%)"] == 18.8  # the layer-wise run of the same target is another setting
+    fifth = rows.loc["model-wise 20%"]
+    assert fifth["density: GPU − CPU (points)"] == pytest.approx(-0.4) and pd.isna(
+        fifth["density: seed 2 − seed 1, GPU (points)"])

@@ -1,5 +1,7 @@
 """Why layer-wise targets end under at the CPU protocol: the cause tests, each judged by the rule its grid file
-wrote down before its runs (grids/cifar10_cpu2_one_block.yaml, _schedule, _nupi and _dual_lr).
+wrote down before its runs (grids/cifar10_cpu2_one_block.yaml, _schedule, _nupi, _dual_lr and
+grids/cifar10_gpu_granularity.yaml), and the GPU protocol's wider network, whose grid file named the question but
+declared no rule (:data:`NO_RULE`).
 
 Every test compares training-time quantities only (each block's lowest density after it first reaches its
 target, in gates, and its final density by :mod:`paperlib.harness.rules`), never the test split, with the CPU
@@ -22,7 +24,8 @@ from .control import constraint_names
 
 CAUSE, CONTRIBUTES, NOT_CAUSE = "the cause", "contributes", "not the cause"
 INCOMPLETE, VIOLATED = "runs not all in", "a constraint violated"
-OUTCOMES = (CAUSE, CONTRIBUTES, NOT_CAUSE, INCOMPLETE, VIOLATED)
+NO_RULE = "shown, no rule declared before the runs"
+OUTCOMES = (CAUSE, CONTRIBUTES, NOT_CAUSE, INCOMPLETE, VIOLATED, NO_RULE)
 CPU = protocol_name("cpu2", "cifar10")
 CAUSE_EXPERIMENT = "cifar10_cpu2_layer_cause"
 
@@ -54,14 +57,15 @@ def blocks(run: dict, free: list[dict]) -> Blocks:
 
 @dataclass(frozen=True)
 class CauseTest:
-    """A declared cause test: the cause in words, its grid file, the index query of its runs, how many runs it
-    has, and ``judge``, its declared rule: (test runs' Blocks by target, baselines' Blocks by target) -> outcome."""
+    """A cause test: the cause in words, its grid file, the index query of its runs, how many runs it has, and
+    ``judge``, its declared rule: (test runs' Blocks by target, baselines' Blocks by target) -> outcome; None where
+    no rule was declared before the runs (the outcome is then :data:`NO_RULE`)."""
     key: str
     cause: str
     grid: str
     query: dict
     runs: int
-    judge: Callable[[dict, dict], str]
+    judge: Callable[[dict, dict], str] | None
     blocks: tuple = (0, 1, 2, 3, 4, 5)  # the blocks the rule reads (one-block test: stage1.0)
 
 
@@ -109,6 +113,15 @@ def _longer(tests: dict, baselines: dict) -> str:
     return CONTRIBUTES
 
 
+def _wider(tests: dict, baselines: dict) -> str:
+    """WideResNet-16-4 at the CPU protocol's settings: a violated constraint is reported as such; otherwise judged as
+    the longer schedule is (:func:`_longer`: every block on target, the coarse blocks are the cause; as many blocks
+    under in each run, the furthest as far, they are not; otherwise they contribute)."""
+    if any(rules.Outcome.VIOLATED.value in t.outcomes for t in tests.values()):
+        return VIOLATED
+    return _longer(tests, baselines)
+
+
 def _unscaled(tests: dict, baselines: dict) -> str:
     """The paper's unscaled dual lr: every block within a gate of its target after first reaching it and the
     runs on target, the scaled rate is the cause; otherwise it is not (the rule declared two outcomes only)."""
@@ -126,6 +139,11 @@ TESTS = (
               dict(experiment=CAUSE_EXPERIMENT, dual_optimizer="nupi"), 2, _damped),
     CauseTest("dual_lr", "the dual learning rate scaled for 20 epochs", "grids/cifar10_cpu2_dual_lr.yaml",
               dict(experiment="cifar10_cpu2_dual_lr"), 2, _unscaled),
+    CauseTest("granularity", "the coarse blocks (16 to 64 gates)", "grids/cifar10_gpu_control.yaml",
+              dict(experiment="cifar10_gpu", method="constrained", grouping="layer", target=(0.35, 0.65), seed=0), 2,
+              None),
+    CauseTest("width", "the coarse blocks, all else the CPU protocol's", "grids/cifar10_gpu_granularity.yaml",
+              dict(experiment="cifar10_gpu_granularity", method="constrained", grouping="layer"), 2, _wider),
 )
 
 
@@ -167,7 +185,7 @@ def cause_tests(frame: pd.DataFrame | None = None) -> pd.DataFrame:
         def shown(measure):
             return ", ".join(f"{100 * t:g}%: {measure(b)} ({measure(base[t])})" for t, b in sorted(found.items()))
 
-        outcome = test.judge(found, base) if len(found) >= test.runs else INCOMPLETE
+        outcome = INCOMPLETE if len(found) < test.runs else test.judge(found, base) if test.judge else NO_RULE
         rows.append({"cause tested": test.cause, "runs in": f"{len(found)} of {test.runs}",
                      "blocks > 1 gate under after reaching the target": shown(
                          lambda b: sum(d is not None and d < -1 for i, d in enumerate(b.dips) if i in test.blocks)),
@@ -178,10 +196,11 @@ def cause_tests(frame: pd.DataFrame | None = None) -> pd.DataFrame:
 
 
 def by_outcome(tests: pd.DataFrame) -> dict[str, str]:
-    """The causes of :func:`cause_tests` by outcome: ``"ruled out"``, ``"found"``, ``"contributing"`` and ``"open"``
-    (tests whose runs are not all in), each the causes' names joined by "; ", or "none"."""
+    """The causes of :func:`cause_tests` by outcome: ``"ruled out"``, ``"found"``, ``"contributing"``, ``"open"``
+    (tests whose runs are not all in) and ``"shown"`` (run, with no rule declared before them), each the causes'
+    names joined by "; ", or "none"."""
     outcome = tests["outcome by the declared rule"]
-    named = {"ruled out": NOT_CAUSE, "found": CAUSE, "contributing": CONTRIBUTES, "open": INCOMPLETE}
+    named = {"ruled out": NOT_CAUSE, "found": CAUSE, "contributing": CONTRIBUTES, "open": INCOMPLETE, "shown": NO_RULE}
     return {key: "; ".join(tests.loc[outcome == value, "cause tested"]) or "none" for key, value in named.items()}
 
 
@@ -278,4 +297,24 @@ def schedule_rows(longer: dict, shorter: dict, at_epoch: int = 20) -> pd.DataFra
                          "20 epochs, final (%)": 100 * short[column].iloc[-1], "outcome (20 epochs)": short_outcome,
                          f"40 epochs, at epoch {at_epoch} (%)": 100 * at,
                          "40 epochs, final (%)": 100 * long[column].iloc[-1], "outcome (40 epochs)": outcome})
+    return pd.DataFrame(rows)
+
+
+def granularity_rows(wider: dict, smaller: dict) -> pd.DataFrame:
+    """One row per block of the granularity test (target -> layer-wise record, each: the GPU protocol's wider network
+    and the CPU protocol's): for each network, the block's gates, its deepest fall under the target after first
+    reaching it, in points (so that blocks of different sizes compare; 0 if it never fell under), its final density
+    (%) and its outcome by the book's rule."""
+    free = rules.free_gates_records()
+    rows = []
+    for target in sorted(wider):
+        found = {}
+        for name, run in (("CPU", smaller[target]), ("GPU", wider[target])):
+            judged, points = blocks(run, free), rules.constraint_gate_points(run)
+            found[name] = [{f"{name}: gates": round(100 / size),
+                            f"{name}: deepest fall (points)": min(0.0, dip or 0.0) * size,
+                            f"{name}: final (%)": 100 * target + gap, f"{name}: outcome": outcome}
+                           for dip, gap, outcome, size in zip(judged.dips, judged.gaps, judged.outcomes, points)]
+        for block, cpu, gpu in zip(constraint_names(wider[target]), found["CPU"], found["GPU"]):
+            rows.append({"target (%)": round(100 * target), "block": block, **cpu, **gpu})
     return pd.DataFrame(rows)

@@ -341,8 +341,8 @@ def judge_cell(records: list[dict], free_records: list[dict]) -> RunJudgement:
 
 
 #: The studies whose grids hold free-gates runs (a target of 100%), by model and protocol.
-FREE_GATES_STUDIES = ("cifar10_free_gates", "cifar10_cpu_protocol", "cifar10_gpu_protocol", "tab:cifar10",
-                      "mnist_free_gates")
+FREE_GATES_STUDIES = ("cifar10_free_gates", "cifar10_cpu_protocol", "cifar10_gpu_protocol", "cifar10_gpu_granularity",
+                      "tab:cifar10", "mnist_free_gates")
 
 
 def free_gates_records() -> list[dict]:

@@ -89,6 +89,7 @@ OURS = {
     "cifar10_gpu_protocol": Study(("grids/cifar10_gpu_free_gates.yaml", "grids/cifar10_gpu_control.yaml"),
                                   "results_cifar10"),
     "cifar10_device_check": Study(("grids/cifar10_device_check.yaml",), "results_cifar10"),
+    "cifar10_gpu_granularity": Study(("grids/cifar10_gpu_granularity.yaml",), "results_cifar10_misses"),
     "mnist_free_gates": Study(("grids/mnist_free_gates_paper.yaml",), "results_mnist"),
     "nupi_gain": Study(("grids/nupi_gain_paper.yaml",), "results_dual_optimizers"),
     "dual_optimizers": Study(("grids/dual_optimizers_paper.yaml",), "results_dual_optimizers"),
@@ -218,6 +219,10 @@ FOLDERS = {
         "Free-gates runs that choose the WideResNet, then the control table's targets and penalty coefficients, "
         "trained on a lent GPU.",
         split=("method", "grouping")),
+    "cifar10_gpu_granularity": Folder(
+        "CIFAR-10 layer-wise misses: larger blocks, all else the CPU protocol's",
+        "Cause test: WideResNet-16-4 (64 to 256 gates a block) at the CPU protocol's settings, layer-wise 35% and "
+        "65% and its free-gates run, trained on a lent GPU: do blocks with more gates land?"),
     "cifar10_device_check": Folder(
         "CIFAR-10: device against seed",
         "Seed 0 of three model-wise targets trained again on a GPU, to tell a difference of device from one of "
