@@ -19,8 +19,7 @@ from paperlib.paper.models import display_name
 from paperlib.paper.paper_numbers import ref
 
 from .control import run_link, step_gaps
-from .mnist_findings import records_of, select
-from .report import grid_runs, notebook_link
+from .report import grid_runs, notebook_link, records_of, select
 
 #: Table 1's rows at the paper's protocol (five seeds) and the MLP control table's; nuPI's gains on Table 1's
 #: model-wise MLP cell; every cell with every other optimiser; Table 1's LeNet5 rows with the best other

@@ -28,6 +28,7 @@ from paperlib.paper.paper_results import paper_cell, paper_results, paper_runs
 from paperlib.paper.purge import keep_first  # not `from . import purge`: paperlib.purge is the function (paperlib/__init__.py)
 
 from . import comparison, intervals, report, style
+from .report import records_of, select
 
 #: The paper's MNIST tables: Table 1, Table 10 (MLP) and Table 11 (LeNet5).
 TABLES = ("tab:mnist", "tab:mlp_control", "tab:lenet_control")
@@ -76,20 +77,6 @@ DECIDED = 30.0
 
 
 # --- records -------------------------------------------------------------------------------------
-
-def select(runs: list[dict], **params) -> list[dict]:
-    """The records among ``runs`` whose parameters have these values (``model="mlp", seed=0``), in order."""
-    return [run for run in runs if all(run["params"].get(name) == value for name, value in params.items())]
-
-
-def records_of(grids: str | list[str], **params) -> list[dict]:
-    """Our complete records of one grid or several (in grid order, each once), found by their parameters
-    (:func:`paperlib.harness.grids.grid_records`), whose parameters have these values."""
-    grids = [grids] if isinstance(grids, str) else grids
-    runs = {(str(run["path"]), run["params"]["run_name"]): run
-            for grid in grids for run in report.complete_records(grid)}
-    return select(list(runs.values()), **params)
-
 
 def constrained_records(grids: str | list[str], model: str, grouping: str, target, **params) -> list[dict]:
     """Our complete constrained records of one cell (``seed=0``, ``dual_lr=1e-4`` ... narrow it further)."""
