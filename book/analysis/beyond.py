@@ -134,9 +134,7 @@ def plot_error_density(tables: dict[str, pd.DataFrame], finetune_epochs: int = 2
         ax.set_yticks([0.5, 1, 2, 5, 10, 20, 50], ["0.5", "1", "2", "5", "10", "20", "50"])
         ax.grid(alpha=0.3, which="both")
     axes[0, 0].set_ylabel("best validation error (%)")
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=9, frameon=False)
-    fig.tight_layout(rect=(0, 0.2, 1, 1))
+    style.legend_below(fig, axes[0, 0], bottom=0.2)
     return fig
 
 

@@ -18,7 +18,7 @@ from paperlib.harness import index, plots, protocols, studies
 from paperlib.method import gates
 from paperlib.paper.paper_results import paper_cell
 
-from . import report
+from . import report, style
 
 LAYERS = ("conv1", "conv2", "fc1", "fc2")
 #: The layer-wise targets of Table 1's LeNet5 cell, for :data:`LAYERS`.
@@ -310,13 +310,13 @@ def plot_descent(runs: dict[str, dict | None]) -> plt.Figure:
             continue
         history, steps = by_epoch(run), plots.steps_frame(run)
         color = f"C{i}"
-        style = "--" if name == "fast_unclamped" else "-"  # it lies on top of the clamped run
-        axes[0].plot(history.index, 100 * history["density[fc2]"], color=color, ls=style, label=VARIANTS[name].label)
+        dashes = "--" if name == "fast_unclamped" else "-"  # it lies on top of the clamped run
+        axes[0].plot(history.index, 100 * history["density[fc2]"], color=color, ls=dashes, label=VARIANTS[name].label)
         epochs = saved_epochs(run)
         axes[0].plot(epochs, [kept_share(run, epoch) for epoch in epochs],
                      ls="none", marker="o", mfc="none", color=color, ms=7)
-        axes[1].plot(steps["epoch"], steps[f"lambda_{FC2}"], color=color, ls=style, lw=1)
-        axes[2].plot(history.index[1:], history["val_error"].iloc[1:], color=color, ls=style)
+        axes[1].plot(steps["epoch"], steps[f"lambda_{FC2}"], color=color, ls=dashes, lw=1)
+        axes[2].plot(history.index[1:], history["val_error"].iloc[1:], color=color, ls=dashes)
     axes[0].axhline(50, color="k", lw=0.8, ls=":")
     axes[0].axhline(10, color="k", lw=0.8, ls="--")
     axes[0].set(ylabel="fc2 density (%)", ylim=(0, 100))
@@ -352,8 +352,7 @@ def plot_error_against_density(runs: dict[str, dict | None]) -> plt.Figure:
     ax.set(xlabel="fc2 expected density (%), decreasing as training goes on", ylabel="validation error (%)",
            yscale="log", xlim=(88, 0), ylim=(0.15, 120))
     ax.grid(alpha=0.3)
-    fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=1, fontsize=9, frameon=False)
-    fig.tight_layout(rect=(0, 0.25, 1, 1))
+    style.legend_below(fig, ax, ncol=1, bottom=0.25)
     return fig
 
 

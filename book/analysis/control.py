@@ -303,10 +303,9 @@ def plot_comparison(ours: pd.DataFrame, paper: pd.DataFrame, title: str = "", ou
             ax.grid(alpha=0.3)
     handles = [style.handle(source, f"{name}, {grouping}-wise", grouping)
                for source, name in (("ours", ours_label), ("paper", paper_label)) for grouping in ("model", "layer")]
-    fig.legend(handles=handles, loc="lower center", ncol=2, fontsize=9, frameon=False)
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    style.legend_below(fig, handles, bottom=0.1)
     return fig
 
 

@@ -21,6 +21,7 @@ from paperlib.paper.paper_results import paper_cell
 
 from .control import (ABLATION_GRID, condition, condition_link, constraint_names, dense_run, dual_lr_rows, run_rows,
                       short_layer_name)
+from . import style
 from .report import complete_records, notebook_link, select
 
 #: The cause test of layer-wise 20%: the gates' learning rate decayed with the weights'.
@@ -247,8 +248,7 @@ def plot_free_drift(runs: list[dict], free_records: list[dict] = ()) -> plt.Figu
     axes[1].set(xlabel="epoch (log scale)", ylabel="multiplier λ", xscale="symlog", xlim=(0, None))
     for ax in axes:
         ax.grid(alpha=0.3)
-    fig.legend(handles=handles, loc="lower center", ncol=2, fontsize=9, frameon=False)
-    fig.tight_layout(rect=(0, 0.05 + 0.06 * -(-len(handles) // 2), 1, 1))
+    style.legend_below(fig, handles, bottom=0.05 + 0.06 * -(-len(handles) // 2))
     return fig
 
 
