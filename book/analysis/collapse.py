@@ -82,10 +82,9 @@ VARIANTS = {
 #: The rows of the page's first table (the Table 1 cell) and second (the layer-wise cells of Table 11).
 TABLE1 = ("old", "fast", "fast_unclamped", "dual_1e3", "slow_clamped", "slow", "paper")
 CONTROL = ("control_old", "control_slow", "control_35", "control_paper")
-#: The runs that :func:`plot_descent`, :func:`plot_error_against_density` and :func:`plot_fc2_medians` draw.
+#: The runs that :func:`plot_descent` and :func:`plot_error_against_density` draw.
 DESCENT = ("fast", "fast_unclamped", "dual_1e3", "slow")
 ERROR_AGAINST_DENSITY = ("paper", "fast", "dual_1e3", "slow")
-FC2_MEDIANS = ("every", "slow", "paper")
 #: The grids of LeNet5 runs at the paper's protocol: Table 1, Table 11, the dual restarts, the gate histograms.
 PAPER_GRIDS = [studies.grids(name, preset="paper")[0]
                for name in ("tab:mnist", "tab:lenet_control", "fig:dual_restarts", "fig:mnist_gate_histograms")]
@@ -402,7 +401,7 @@ def _plot_kept_against_expected(ax: plt.Axes, runs: dict[str, dict | None]) -> N
 
 def plot_fc2_medians(runs: dict[str, dict | None]) -> plt.Figure:
     """fc2's gates epoch by epoch in the run that saved them every epoch (left), and fc2's test-time against
-    expected density in the runs of :data:`FC2_MEDIANS` (right); a run without a record is left out."""
+    expected density in the runs of :data:`_KEPT_AGAINST_EXPECTED` (right); a run without a record is left out."""
     fig, axes = plt.subplots(2, 1, figsize=(7, 5.8))
     if runs["every"] is None:
         axes[0].text(0.5, 0.5, f"no record of {VARIANTS['every'].label}", transform=axes[0].transAxes,
