@@ -2,7 +2,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from analysis import intro
+from analysis import comparison, intro
 
 
 def _point(models, kind, setting, paper, ours, grouping="model", outcome=None, gap=float("nan")):
@@ -31,10 +31,10 @@ def test_the_constrained_panel_plots_the_rules_gap_and_the_penalized_one_the_den
     plt.close(fig)  # a figure left open is checked by the next page test of this process
 
 
-def test_settings_are_read_from_the_tables_labels():
+def test_settings_and_cells_are_read_from_the_tables_labels():
     assert intro._setting("20%") == ("target", 20.0)
     assert intro._setting("λ_pen 0.001") == ("lmbda", 0.001)
-    assert np.isnan(intro._mean(float("nan"))) and intro._mean("1.50 ± 0.04") == 1.5
+    assert np.isnan(comparison.mean_of(float("nan"))) and comparison.mean_of("1.50 ± 0.04") == 1.5
 
 
 def test_the_sentences_numbers_count_binding_rows_on_target_by_the_rule():

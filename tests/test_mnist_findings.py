@@ -169,12 +169,12 @@ def test_the_lowest_worst_layer_is_the_densest_layer_at_its_best_epoch():
 # --- the dual learning rate -----------------------------------------------------------------------
 
 
-def test_gap_history_and_the_epoch_a_run_settles_within_a_point(grids):
+def test_epoch_gaps_and_the_epoch_a_run_settles_within_a_point(grids):
     slow = record(target=0.3, history=[(0.5, [0] * 3, 3), (0.305, [0] * 3, 2), (0.32, [0] * 3, 2),
                                        (0.308, [0] * 3, 1.8)], error=1.8)
     fast = record(target=0.3, history=[(0.295, [0] * 3, 2), (0.3, [0] * 3, 1.9)], dual_lr=1e-3)
-    assert findings.gap_history(slow) == pytest.approx([20, 0.5, 2, 0.8])
-    assert findings.settled_epoch(findings.gap_history(slow)) == 4
+    assert list(findings.epoch_violations(slow)) == pytest.approx([20, 0.5, 2, 0.8])
+    assert findings.settled_epoch(findings.epoch_violations(slow).tolist()) == 4
     assert findings.settled_epoch([3.0, 2.0]) is None
     grids[findings.DUAL_LR_GRID] = [fast]
     grids.sizes[findings.DUAL_LR_GRID] = 2
@@ -211,8 +211,8 @@ def test_initialisation_table_puts_fan_in_and_fan_out_beside_the_paper(monkeypat
 
 
 def test_the_papers_penalized_density_is_table_11s_printed_cell():
-    assert findings.paper_penalized_density("model", 1.0) == 13.01
-    assert findings.paper_penalized_density("layer", 0.01) == 90.63
+    assert findings.paper_penalized("model", 1.0) == 13.01
+    assert findings.paper_penalized("layer", 0.01) == 90.63
 
 
 # --- the authors' own code ------------------------------------------------------------------------
@@ -377,7 +377,7 @@ def test_the_authors_penalized_lenet5_is_put_beside_the_papers_cell_and_ours():
     history = [{"epoch": e, "l0_density": d, **{f"density[{i}]": d for i in range(4)}, "val_error": err,
                 "kept_groups": [20, 50, 800, 500]} for e, d, err in ((1, 0.83, 59.5), (2, 0.9, 3.0), (3, 0.5, 1.1))]
     theirs = {"method": "penalized", "model": "lenet5", "grouping": "layer", "lmbda": 0.01, "history": history}
-    paper = findings.paper_penalized_density("layer", 0.01)
+    paper = findings.paper_penalized("layer", 0.01)
     ours = [record(model="lenet5", method="penalized", grouping="layer", target=None, lmbda=0.01,
                    density=paper / 100 - 0.2, error=0.7)]
     table = findings.authors_penalized_table(theirs, ours)
@@ -414,7 +414,7 @@ def test_the_fan_out_twin_tells_how_much_of_their_codes_difference_is_the_initia
     model_panel = fig.axes[0].lines
     assert [line.get_linestyle() for line in model_panel[:5]] == ["-", "-", ":", "-", "-."]
     assert [line.get_alpha() for line in model_panel[1:3]] == [0.6, 1.0]  # seed 1 faint
-    assert list(model_panel[-1].get_ydata()) == [findings.paper_penalized_density("layer", 0.01)]
+    assert list(model_panel[-1].get_ydata()) == [findings.paper_penalized("layer", 0.01)]
 
 
 # --- final errors ---------------------------------------------------------------------------------

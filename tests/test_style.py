@@ -34,6 +34,19 @@ def test_text_is_measured_at_the_size_the_page_shows_the_figure():
         plt.close(fig)
 
 
+
+def test_a_legend_below_takes_an_axes_labelled_lines_or_handles_and_leaves_room_for_itself():
+    fig, ax = plt.subplots(figsize=(7, 3))
+    ax.plot([0, 1], [0, 1], label="ours")
+    ax.plot([0, 1], [1, 0], label="_hidden")
+    style.legend_below(fig, ax)
+    legend = fig.legends[-1]
+    assert [text.get_text() for text in legend.get_texts()] == ["ours"] and legend._loc == 9  # upper center
+    style.legend_below(fig, [style.handle("paper", "paper")], ncol=1, bottom=0.2)
+    assert [text.get_text() for text in fig.legends[-1].get_texts()] == ["paper"] and fig.legends[-1]._loc == 8
+    assert ax.get_position().y0 >= 0.2  # the axes sit above the legend's share
+    plt.close(fig)
+
 # A module's own table of the paper's or our colour ("paper": "C1", "ours": ("tab:orange", "o")); the dual
 # optimisers' page calls the paper's dual optimiser, which we run, "paper": its key is an optimiser, not a source.
 OWN_SOURCE_COLOURS = re.compile(r"""["'](?:paper|ours)["']\s*:\s*\(?\s*["'](?:C\d|tab:\w+|black|k|0?\.\d+|#[0-9a-fA-F]{6})["']""")

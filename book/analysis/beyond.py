@@ -134,9 +134,7 @@ def plot_error_density(tables: dict[str, pd.DataFrame], finetune_epochs: int = 2
         ax.set_yticks([0.5, 1, 2, 5, 10, 20, 50], ["0.5", "1", "2", "5", "10", "20", "50"])
         ax.grid(alpha=0.3, which="both")
     axes[0, 0].set_ylabel("best validation error (%)")
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=9, frameon=False)
-    fig.tight_layout(rect=(0, 0.2, 1, 1))
+    style.legend_below(fig, axes[0, 0], bottom=0.2)
     return fig
 
 
@@ -241,8 +239,8 @@ def pruned_numbers(mlp: dict[str, dict], lenet5: dict) -> dict[str, float]:
 
 def constrained_runs(grid_file: str, target: float, key: str = "model") -> dict[str, dict]:
     """The complete constrained records of a grid at ``target``, by their ``key`` parameter (model, grouping)."""
-    return {run["params"][key]: run for run in report.complete_records(grid_file)
-            if run["params"]["method"] == "constrained" and run["params"]["target"] == target}
+    return {run["params"][key]: run for run in report.select(report.complete_records(grid_file),
+                                                             method="constrained", target=target)}
 
 
 def at_one_percent(constrained: dict[str, dict]) -> dict[str, float]:
@@ -260,7 +258,7 @@ def at_one_percent(constrained: dict[str, dict]) -> dict[str, float]:
 
 def magnitude_pruning_runs(model: str) -> list[dict]:
     """The complete magnitude-pruning records of ``model`` at the paper's protocol, in grid order."""
-    return [run for run in report.complete_records(PRUNING_GRID) if run["params"]["model"] == model]
+    return report.select(report.complete_records(PRUNING_GRID), model=model)
 
 
 def mlp_pruning_against_paper(table: pd.DataFrame) -> dict[str, float]:
@@ -285,7 +283,7 @@ def finetuned_errors(record: dict, epochs=FINETUNING_EPOCHS) -> list[float]:
 def mlp_one_percent_by_seed(runs: list[dict]) -> dict[str, float]:
     """The MLP magnitude-pruned to 1%: how far apart its seeds end after 200 epochs of fine-tuning (points) and
     how much the paper's cell falls from 100 to 200 epochs."""
-    at_one = [run for run in runs if run["params"]["target"] == 0.01]
+    at_one = report.select(runs, target=0.01)
     if not at_one:
         raise ValueError(f"no magnitude-pruning record at 1% among the {len(runs)} given: "
                          f"python -m paperlib.harness.sweeps {PRUNING_GRID}")

@@ -18,7 +18,7 @@ from paperlib.harness import index, plots, protocols, studies
 from paperlib.method import gates
 from paperlib.paper.paper_results import paper_cell
 
-from . import report
+from . import report, style
 
 LAYERS = ("conv1", "conv2", "fc1", "fc2")
 #: The layer-wise targets of Table 1's LeNet5 cell, for :data:`LAYERS`.
@@ -82,10 +82,9 @@ VARIANTS = {
 #: The rows of the page's first table (the Table 1 cell) and second (the layer-wise cells of Table 11).
 TABLE1 = ("old", "fast", "fast_unclamped", "dual_1e3", "slow_clamped", "slow", "paper")
 CONTROL = ("control_old", "control_slow", "control_35", "control_paper")
-#: The runs that :func:`plot_descent`, :func:`plot_error_against_density` and :func:`plot_fc2_medians` draw.
+#: The runs that :func:`plot_descent` and :func:`plot_error_against_density` draw.
 DESCENT = ("fast", "fast_unclamped", "dual_1e3", "slow")
 ERROR_AGAINST_DENSITY = ("paper", "fast", "dual_1e3", "slow")
-FC2_MEDIANS = ("every", "slow", "paper")
 #: The grids of LeNet5 runs at the paper's protocol: Table 1, Table 11, the dual restarts, the gate histograms.
 PAPER_GRIDS = [studies.grids(name, preset="paper")[0]
                for name in ("tab:mnist", "tab:lenet_control", "fig:dual_restarts", "fig:mnist_gate_histograms")]
@@ -310,13 +309,13 @@ def plot_descent(runs: dict[str, dict | None]) -> plt.Figure:
             continue
         history, steps = by_epoch(run), plots.steps_frame(run)
         color = f"C{i}"
-        style = "--" if name == "fast_unclamped" else "-"  # it lies on top of the clamped run
-        axes[0].plot(history.index, 100 * history["density[fc2]"], color=color, ls=style, label=VARIANTS[name].label)
+        dashes = "--" if name == "fast_unclamped" else "-"  # it lies on top of the clamped run
+        axes[0].plot(history.index, 100 * history["density[fc2]"], color=color, ls=dashes, label=VARIANTS[name].label)
         epochs = saved_epochs(run)
         axes[0].plot(epochs, [kept_share(run, epoch) for epoch in epochs],
                      ls="none", marker="o", mfc="none", color=color, ms=7)
-        axes[1].plot(steps["epoch"], steps[f"lambda_{FC2}"], color=color, ls=style, lw=1)
-        axes[2].plot(history.index[1:], history["val_error"].iloc[1:], color=color, ls=style)
+        axes[1].plot(steps["epoch"], steps[f"lambda_{FC2}"], color=color, ls=dashes, lw=1)
+        axes[2].plot(history.index[1:], history["val_error"].iloc[1:], color=color, ls=dashes)
     axes[0].axhline(50, color="k", lw=0.8, ls=":")
     axes[0].axhline(10, color="k", lw=0.8, ls="--")
     axes[0].set(ylabel="fc2 density (%)", ylim=(0, 100))
@@ -352,8 +351,7 @@ def plot_error_against_density(runs: dict[str, dict | None]) -> plt.Figure:
     ax.set(xlabel="fc2 expected density (%), decreasing as training goes on", ylabel="validation error (%)",
            yscale="log", xlim=(88, 0), ylim=(0.15, 120))
     ax.grid(alpha=0.3)
-    fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=1, fontsize=9, frameon=False)
-    fig.tight_layout(rect=(0, 0.25, 1, 1))
+    style.legend_below(fig, ax, ncol=1, bottom=0.25)
     return fig
 
 
@@ -403,7 +401,7 @@ def _plot_kept_against_expected(ax: plt.Axes, runs: dict[str, dict | None]) -> N
 
 def plot_fc2_medians(runs: dict[str, dict | None]) -> plt.Figure:
     """fc2's gates epoch by epoch in the run that saved them every epoch (left), and fc2's test-time against
-    expected density in the runs of :data:`FC2_MEDIANS` (right); a run without a record is left out."""
+    expected density in the runs of :data:`_KEPT_AGAINST_EXPECTED` (right); a run without a record is left out."""
     fig, axes = plt.subplots(2, 1, figsize=(7, 5.8))
     if runs["every"] is None:
         axes[0].text(0.5, 0.5, f"no record of {VARIANTS['every'].label}", transform=axes[0].transAxes,

@@ -36,9 +36,9 @@ def split_cell(cell: str) -> tuple[float, float | None]:
     return float(mean), float(ci) if ci else None
 
 
-def mean_of(cell: str) -> float:
-    """The mean of a :func:`compare` cell."""
-    return split_cell(cell)[0]
+def mean_of(cell) -> float:
+    """The mean of a :func:`compare` cell; NaN for a cell without one (where the paper prints none)."""
+    return split_cell(cell)[0] if isinstance(cell, str) and cell.strip() else float("nan")
 
 
 def is_paper_protocol(text) -> bool:

@@ -26,7 +26,7 @@ from paperlib.harness.vocabulary import METRIC_LABELS
 from paperlib.paper.paper_results import paper_results
 
 from . import style
-from .report import complete_records, missing_runs, notebook_link  # noqa: F401 (the pages call control.missing_runs)
+from .report import complete_records, missing_runs, notebook_link, select  # noqa: F401 (pages: control.missing_runs)
 
 #: The grids of the control table at the pilot protocol (``cpu`` preset, the paper's gates' learning rate of 6).
 CONTROL_GRIDS = studies.grids("tab:cifar10_control", preset="cpu")
@@ -303,10 +303,9 @@ def plot_comparison(ours: pd.DataFrame, paper: pd.DataFrame, title: str = "", ou
             ax.grid(alpha=0.3)
     handles = [style.handle(source, f"{name}, {grouping}-wise", grouping)
                for source, name in (("ours", ours_label), ("paper", paper_label)) for grouping in ("model", "layer")]
-    fig.legend(handles=handles, loc="lower center", ncol=2, fontsize=9, frameon=False)
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    style.legend_below(fig, handles, bottom=0.1)
     return fig
 
 
@@ -444,11 +443,11 @@ def stability_numbers(rows: pd.DataFrame) -> dict:
 def plot_stability(runs: list[dict]) -> plt.Figure:
     """Figure 3 at our protocol: the model's density in seed 0's model-wise constrained runs (left) and the last
     gated block's in the layer-wise ones (right) against epochs, one colour per target; targets dashed."""
-    constrained = [run for run in runs if (run["params"]["method"], run["params"]["seed"]) == ("constrained", 0)]
+    constrained = select(runs, method="constrained", seed=0)
     colours = {target: f"C{i}" for i, target in enumerate(sorted({run["params"]["target"] for run in constrained}))}
     fig, axes = plt.subplots(1, 2, figsize=(7, 2.9), sharey=True)
     for ax, grouping in zip(axes, ("model", "layer")):
-        chosen = [run for run in constrained if run["params"]["grouping"] == grouping]
+        chosen = select(constrained, grouping=grouping)
         for run in chosen:
             steps, last, target = steps_frame(run), len(constraint_names(run)) - 1, run["params"]["target"]
             ax.plot(steps["epoch"], 100 * steps[f"constrained_density_{last}"], color=colours[target], lw=1)
@@ -469,9 +468,8 @@ def plot_stability(runs: list[dict]) -> plt.Figure:
 
 def layer_runs_at(runs: list[dict], target: float = 0.2) -> list[dict]:
     """Seed 0's layer-wise constrained runs at ``target`` among ``runs`` and :data:`DUAL_LR_GRID`, by dual lr."""
-    found = [run for run in [*runs, *complete_records(DUAL_LR_GRID)]
-             if (run["params"]["method"], run["params"]["grouping"], run["params"]["target"],
-                 run["params"]["seed"]) == ("constrained", "layer", target, 0)]
+    found = select([*runs, *complete_records(DUAL_LR_GRID)], method="constrained", grouping="layer", target=target,
+                   seed=0)
     return sorted(found, key=lambda run: run["params"]["dual_lr"])
 
 
@@ -545,11 +543,10 @@ def plot_dense_curve(dense: dict) -> plt.Figure:
 def plot_gates_lr_histograms(ablation: list[dict], lmbda: float = 0.001) -> list[plt.Figure]:
     """Figure 7 at our protocol: the first gated layer's medians of the penalized ablation runs at ``lmbda``."""
     figures = []
-    for run in ablation:
-        if run["params"]["method"] == "penalized" and run["params"]["lmbda"] == lmbda:
-            fig = plot_gate_histograms(run, width=7)
-            fig.suptitle(f"gates' learning rate {run['params']['gates_lr']:g}", y=1.05)
-            figures.append(fig)
+    for run in select(ablation, method="penalized", lmbda=lmbda):
+        fig = plot_gate_histograms(run, width=7)
+        fig.suptitle(f"gates' learning rate {run['params']['gates_lr']:g}", y=1.05)
+        figures.append(fig)
     return figures
 
 
@@ -558,8 +555,8 @@ def detach_pairs(ablation: list[dict], runs: list[dict]) -> list[dict]:
     constrained runs at their targets, with it."""
     undetached = [run for run in ablation if not run["params"]["detach_gates"]]
     targets = {run["params"]["target"] for run in undetached}
-    detached = [run for run in runs if (run["params"]["method"], run["params"]["grouping"], run["params"]["seed"])
-                == ("constrained", "model", 0) and run["params"]["target"] in targets]
+    detached = [run for run in select(runs, method="constrained", grouping="model", seed=0)
+                if run["params"]["target"] in targets]
     return undetached + detached
 
 

@@ -19,8 +19,8 @@ from paperlib.paper.models import display_name
 from paperlib.paper.paper_numbers import ref
 
 from .control import run_link, step_gaps
-from .mnist_findings import records_of, select
-from .report import grid_runs, notebook_link
+from . import style
+from .report import grid_runs, notebook_link, records_of, select
 
 #: Table 1's rows at the paper's protocol (five seeds) and the MLP control table's; nuPI's gains on Table 1's
 #: model-wise MLP cell; every cell with every other optimiser; Table 1's LeNet5 rows with the best other
@@ -350,9 +350,7 @@ def plot_gaps(cells: dict[Cell, dict[str, dict | None]], columns: int = 3, zoom:
         ax.set_ylabel("density − target (pts)", fontsize=9)
     for ax in axes[-1]:
         ax.set_xlabel("epoch", fontsize=9)
-    handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=9, frameon=False)
-    fig.tight_layout(rect=(0, 0.1 if rows > 1 else 0.2, 1, 1))
+    style.legend_below(fig, axes.flat[0], bottom=0.1 if rows > 1 else 0.2)
     return fig
 
 
@@ -380,8 +378,7 @@ def plot_collapse(groups: dict[str, dict[Cell, dict[str, dict | None]]]) -> plt.
     for ax in axes[0]:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(label, handle)
-    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=2, fontsize=9, frameon=False)
-    fig.tight_layout(rect=(0, 0.2, 1, 1))
+    style.legend_below(fig, list(handles.values()), bottom=0.2)
     return fig
 
 

@@ -7,7 +7,7 @@ import pandas as pd
 
 from paperlib.harness import plots, studies
 
-from . import report
+from . import report, style
 
 #: The dual-restarts figure's grids and the gate-histogram figure's, the paper's protocol first.
 RESTARTS_GRIDS = list(studies.grids("fig:dual_restarts"))
@@ -42,9 +42,9 @@ def plot_restarts(runs: list[dict]) -> plt.Figure:
     for run in runs:
         steps = plots.steps_frame(run)
         colour = f"C{targets.index(run['params']['target'])}"
-        style = "-" if run["params"]["dual_restarts"] else "--"
-        axes[0].plot(steps["epoch"], 100 * steps["l0_density"], color=colour, ls=style, lw=1.2)
-        axes[1].plot(steps["epoch"], steps["lambda_0"], color=colour, ls=style, lw=1)
+        dashes = "-" if run["params"]["dual_restarts"] else "--"
+        axes[0].plot(steps["epoch"], 100 * steps["l0_density"], color=colour, ls=dashes, lw=1.2)
+        axes[1].plot(steps["epoch"], steps["lambda_0"], color=colour, ls=dashes, lw=1)
     for target in targets:
         axes[0].axhline(100 * target, color=f"C{targets.index(target)}", ls=":", lw=1)
     axes[0].set(xlabel="epoch", ylabel="model L0-density (%)", ylim=(0, 100))
@@ -54,8 +54,7 @@ def plot_restarts(runs: list[dict]) -> plt.Figure:
     handles = [Line2D([], [], color=f"C{i}", label=f"target {100 * t:g}%") for i, t in enumerate(targets)]
     handles += [Line2D([], [], color="0.3", ls="-", label="with restarts"),
                 Line2D([], [], color="0.3", ls="--", label="without")]
-    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=9, frameon=False)
-    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    style.legend_below(fig, handles, ncol=4, bottom=0.1)
     return fig
 
 

@@ -36,11 +36,6 @@ def _setting(label: str) -> tuple[str, float]:
     return "target", float(re.fullmatch(r"([\d.]+)%", label).group(1))
 
 
-def _mean(cell) -> float:
-    """A comparison table's cell as a number (NaN where the paper prints none)."""
-    return comparison.mean_of(cell) if isinstance(cell, str) and cell.strip() else float("nan")
-
-
 def claim_points(frame: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per constrained or penalized row of the control tables: the setting (target in % or λ_pen), the
     paper's and our mean final L0-density (%; NaN where not run), our runs and protocol (:data:`OURS`), and for a
@@ -56,7 +51,7 @@ def claim_points(frame: pd.DataFrame | None = None) -> pd.DataFrame:
             mine = index.select(frame, **OURS[models], method=row["method"], grouping=row["grouping"],
                                 **{kind: setting / 100 if kind == "target" else setting})
             point = {"models": models, "method": row["method"], "grouping": row["grouping"], "kind": kind,
-                     "setting": setting, "paper": _mean(row[f"{DENSITY} paper"]),
+                     "setting": setting, "paper": comparison.mean_of(row[f"{DENSITY} paper"]),
                      "ours": 100 * mine["l0_density"].mean() if len(mine) else float("nan"), "runs": len(mine),
                      "protocol": OURS[models]["protocol"], "outcome": None, "gap": float("nan")}
             if kind == "target" and len(mine):

@@ -21,7 +21,8 @@ from paperlib.paper.paper_results import paper_cell
 
 from .control import (ABLATION_GRID, condition, condition_link, constraint_names, dense_run, dual_lr_rows, run_rows,
                       short_layer_name)
-from .report import complete_records, notebook_link
+from . import style
+from .report import complete_records, notebook_link, select
 
 #: The cause test of layer-wise 20%: the gates' learning rate decayed with the weights'.
 CAUSE_GRID, = studies.grids("cifar10_layer_cause")
@@ -247,8 +248,7 @@ def plot_free_drift(runs: list[dict], free_records: list[dict] = ()) -> plt.Figu
     axes[1].set(xlabel="epoch (log scale)", ylabel="multiplier λ", xscale="symlog", xlim=(0, None))
     for ax in axes:
         ax.grid(alpha=0.3)
-    fig.legend(handles=handles, loc="lower center", ncol=2, fontsize=9, frameon=False)
-    fig.tight_layout(rect=(0, 0.05 + 0.06 * -(-len(handles) // 2), 1, 1))
+    style.legend_below(fig, handles, bottom=0.05 + 0.06 * -(-len(handles) // 2))
     return fig
 
 
@@ -256,8 +256,7 @@ def under_cause_rows(runs: list[dict], tests: list[dict], target: float = 0.8) -
     """Seed 0's constrained runs at ``target`` (gates' lr 6) beside the same constraints at 0.1 (``tests``):
     :func:`run_rows` with the gates' lr, how far the lowest constraint ends under (0 if none) and the largest
     final multiplier."""
-    at_target = [run for run in runs if (run["params"]["method"], run["params"]["target"], run["params"]["seed"])
-                 == ("constrained", target, 0)]
+    at_target = select(runs, method="constrained", target=target, seed=0)
     compared = sorted(at_target, key=lambda run: run["params"]["grouping"]) + tests
     rows = run_rows(compared, dense_run(runs))
     rows.insert(4, "gates' lr", [gates_lr(run) for run in compared])
@@ -331,8 +330,7 @@ def free_runs() -> pd.DataFrame:
     """Our WideResNet-16-1 with no binding constraint at gates' lr 6 (:data:`FREE_GATES_GRID`) and 0.1 (the
     ablation's): L0-density at the first logged step and the end, parameters kept, final error."""
     fast = next(iter(complete_records(FREE_GATES_GRID)), None)
-    slow = next((run for run in complete_records(ABLATION_GRID) if run["params"]["method"] == "constrained"
-                 and run["params"]["target"] == 1 and run["params"]["gates_lr"] == 0.1), None)
+    slow = next(iter(select(complete_records(ABLATION_GRID), method="constrained", target=1, gates_lr=0.1)), None)
     rows = [{"gates' lr": lr, "run": notebook_link(run["path"], f"{run['params']['grouping']}-wise 100%")
              or f"{run['params']['grouping']}-wise 100%", "start (%)": 100 * steps_frame(run).iloc[0]["l0_density"],
              "final (%)": 100 * run["metrics"]["l0_density"], "params kept (%)": run["metrics"]["params_pct"],

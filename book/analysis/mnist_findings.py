@@ -28,6 +28,8 @@ from paperlib.paper.paper_results import paper_cell, paper_results, paper_runs
 from paperlib.paper.purge import keep_first  # not `from . import purge`: paperlib.purge is the function (paperlib/__init__.py)
 
 from . import comparison, intervals, report, style
+from .control import epoch_violations
+from .report import records_of, select
 
 #: The paper's MNIST tables: Table 1, Table 10 (MLP) and Table 11 (LeNet5).
 TABLES = ("tab:mnist", "tab:mlp_control", "tab:lenet_control")
@@ -76,20 +78,6 @@ DECIDED = 30.0
 
 
 # --- records -------------------------------------------------------------------------------------
-
-def select(runs: list[dict], **params) -> list[dict]:
-    """The records among ``runs`` whose parameters have these values (``model="mlp", seed=0``), in order."""
-    return [run for run in runs if all(run["params"].get(name) == value for name, value in params.items())]
-
-
-def records_of(grids: str | list[str], **params) -> list[dict]:
-    """Our complete records of one grid or several (in grid order, each once), found by their parameters
-    (:func:`paperlib.harness.grids.grid_records`), whose parameters have these values."""
-    grids = [grids] if isinstance(grids, str) else grids
-    runs = {(str(run["path"]), run["params"]["run_name"]): run
-            for grid in grids for run in report.complete_records(grid)}
-    return select(list(runs.values()), **params)
-
 
 def constrained_records(grids: str | list[str], model: str, grouping: str, target, **params) -> list[dict]:
     """Our complete constrained records of one cell (``seed=0``, ``dual_lr=1e-4`` ... narrow it further)."""
@@ -297,15 +285,8 @@ def plot_target_gaps(gaps: pd.DataFrame) -> plt.Figure:
         ax.set(title=models.display_name(model), xlabel="target (%)", xlim=(5, 85))
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("final density − target (points)")
-    _legend_below(fig, axes[0], ncol=2)
+    style.legend_below(fig, axes[0])
     return fig
-
-
-def _legend_below(fig: plt.Figure, ax: plt.Axes, ncol: int) -> None:
-    """The legend of ``ax``'s lines under the figure, then a tight layout."""
-    handles, labels = ax.get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.02), ncol=ncol, fontsize=9, frameon=False)
-    fig.tight_layout()
 
 
 # --- why the constrained runs end above their target ----------------------------------------------
@@ -324,12 +305,6 @@ def lowest_worst_layers(runs: list[dict]) -> pd.DataFrame:
 
 # --- the dual learning rate, tested ----------------------------------------------------------------
 
-def gap_history(record: dict) -> list[float]:
-    """Per training epoch, the largest gap (points) between an expected density and its target."""
-    return [max(100 * (density - target) for density, target in paper_rows.constrained_densities(record, row))
-            for row in record["history"] if row["phase"] == "train"]
-
-
 def settled_epoch(gaps: list[float], points: float = rules.ON_TARGET_POINTS) -> int | None:
     """The first epoch (1-based) from which every gap stays within ``points`` of zero, or None."""
     return next((i + 1 for i in range(len(gaps)) if all(abs(g) <= points for g in gaps[i:])), None)
@@ -340,7 +315,7 @@ def dual_lr_table(runs: list[dict]) -> pd.DataFrame:
     within a point (:func:`settled_epoch`) and its errors."""
     rows = []
     for run in runs:
-        gaps = gap_history(run)
+        gaps = epoch_violations(run).tolist()
         settled = settled_epoch(gaps)
         rows.append({"grouping": run["params"]["grouping"], "dual lr": f"{run['params']['dual_lr']:g}",
                      "final largest gap (points)": gaps[-1],
@@ -356,8 +331,8 @@ def plot_gap_histories(runs: list[dict]) -> plt.Figure:
     fig, ax = plt.subplots(figsize=(7, 3.2))
     styles = {1e-4: "-", 1e-3: "--"}
     for run in runs:
-        gaps, lr = gap_history(run), run["params"]["dual_lr"]
-        ax.plot(range(1, len(gaps) + 1), gaps, lw=1.2, ls=styles.get(lr, ":"),
+        gaps, lr = epoch_violations(run), run["params"]["dual_lr"]
+        ax.plot(gaps.index, gaps, lw=1.2, ls=styles.get(lr, ":"),
                 color="C0" if run["params"]["grouping"] == "model" else "C3",
                 label=f"{run['params']['grouping']}-wise, dual lr {lr:g}")
     ax.axhspan(-rules.ON_TARGET_POINTS, rules.ON_TARGET_POINTS, color="0.88", zorder=0)
@@ -388,10 +363,10 @@ def initialisation_table(table: str, metrics: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def paper_penalized_density(grouping: str, lmbda: float) -> float:
-    """The paper's final L0-density (%) of a penalized LeNet5 cell of Table 11."""
+def paper_penalized(grouping: str, lmbda: float, metric: str = "l0_density") -> float:
+    """The paper's ``metric`` (final L0-density, %, by default) of a penalized LeNet5 cell of Table 11."""
     return paper_cell("tab:lenet_control", model="LeNet5", method="penalized", grouping=grouping,
-                      lmbda=f"{lmbda:g}", metric="l0_density").value_num
+                      lmbda=f"{lmbda:g}", metric=metric).value_num
 
 
 # --- the authors' own code, run --------------------------------------------------------------------
@@ -415,17 +390,25 @@ def _train_rows(run: dict) -> pd.DataFrame:
     return frame[frame["phase"] == "train"]
 
 
-def _plot_with_twins(axes, theirs: dict, ours: dict, columns) -> None:
-    """A run of the authors' code and our twins against epochs, one (their column, our column) per axis."""
+#: The panels of a LeNet5 run of the authors' code beside ours: (their column, our column, title).
+LENET_PANELS = (("l0_density_epoch_mean", "l0_density", "model L0-density (%)"),
+                ("density[1]", "density[conv2]", "conv2 expected density (%)"))
+
+
+def _plot_with_twins(axes, theirs: dict, ours: dict[str, dict | None], panels) -> None:
+    """A run of the authors' code and our records (by label, line style by :func:`_variant_style`) against
+    epochs, one panel (their column, our column, title) per axis."""
     history = pd.DataFrame(theirs["history"])
-    for ax, (column, _) in zip(axes, columns):
+    for ax, (column, _, title) in zip(axes, panels):
         ax.plot(history["epoch"], 100 * history[column], label="authors' code", **style.line("authors' code"))
+        ax.set(xlabel="epoch", title=title)
+        ax.grid(alpha=0.3)
     for label, record in ours.items():
         if record:
             frame = _train_rows(record)
-            for ax, (_, column) in zip(axes, columns):
+            for ax, (_, column, _) in zip(axes, panels):
                 ax.plot(frame["epoch"], 100 * frame[column], label=label,
-                        **style.line("ours", linestyle=style.OURS_VARIANTS[_variant_of(label)]))
+                        **style.line("ours", **_variant_style(record["params"])))
 
 
 def authors_mlp_table(theirs: list[dict], twins: list[dict]) -> pd.DataFrame:
@@ -448,15 +431,15 @@ def plot_authors_mlp(theirs: list[dict], twins: list[dict]) -> plt.Figure:
     target (dotted) and the paper's final density (dashed)."""
     fig, axes = plt.subplots(1, max(len(theirs), 1), figsize=(7, 3.4), sharey=True, squeeze=False)
     for ax, run, ours in zip(axes[0], theirs, twins):
-        _plot_with_twins([ax], run, ours, [("l0_density_epoch_mean", "l0_density")])
+        title = f"MLP {run['grouping']}-wise {100 * run['target']:g}%"
+        _plot_with_twins([ax], run, ours, [("l0_density_epoch_mean", "l0_density", title)])
         paper = paper_cell("tab:mlp_control", model="MLP", method="constrained", grouping=run["grouping"],
                            target=run["target"], metric="l0_density")
         ax.axhline(100 * run["target"], label="target", **style.TARGET)
         ax.axhline(paper.value_num, label="paper, final (mean of 5)", **style.line("paper"))
-        ax.set(title=f"MLP {run['grouping']}-wise {100 * run['target']:g}%", xlabel="epoch", ylim=(15, 60))
-        ax.grid(alpha=0.3)
+        ax.set(ylim=(15, 60))
     axes[0][0].set_ylabel("model L0-density (%)")
-    _legend_below(fig, axes[0][0], ncol=4)
+    style.legend_below(fig, axes[0][0], ncol=4)
     return fig
 
 
@@ -577,19 +560,13 @@ def plot_authors_lenet(theirs: list[dict], twins: list[dict]) -> plt.Figure:
     with the target (dotted) and the conv2 maps the paper's counts imply (dashed)."""
     fig, axes = plt.subplots(1, 2, figsize=(7, 3.4))
     for run, ours in zip(theirs, twins):
-        _plot_with_twins(axes, run, ours, [("l0_density_epoch_mean", "l0_density"), ("density[1]", "density[conv2]")])
+        _plot_with_twins(axes, run, ours, LENET_PANELS)
         conv2 = _implied(run["target"])[0]
         axes[0].axhline(100 * run["target"], label="target", **style.TARGET)
         axes[1].axhline(100 * conv2 / 50, label=f"paper, implied ({conv2:.0f} of 50 maps)", **style.line("paper"))
-    for ax, title in zip(axes, ("model L0-density (%)", "conv2 expected density (%)")):
-        ax.set(xlabel="epoch", title=title)
-        ax.grid(alpha=0.3)
     handles, labels = [sum(pair, []) for pair in zip(*(ax.get_legend_handles_labels() for ax in axes))]
-    unique = dict(zip(labels, handles))
-    fig.legend(unique.values(), unique.keys(), loc="upper center", bbox_to_anchor=(0.5, 0.02), ncol=3, fontsize=9,
-               frameon=False)
     fig.suptitle("LeNet5 model-wise 20%: the authors' code and ours", fontsize=10)
-    fig.tight_layout()
+    style.legend_below(fig, list(dict(zip(labels, handles)).values()), ncol=3)
     return fig
 
 
@@ -620,13 +597,9 @@ def conv2_maps(theirs: list[dict], fan_out: list[dict], fan_in: list[dict]) -> p
 def fc1_behind_conv2(runs: list[tuple[str, dict]]) -> pd.DataFrame:
     """LeNet5's layer-wise 50% cell: per (label, record), the architecture, the fc1 inputs behind conv2's open
     maps (16 per map) and how many fc1 keeps, parameters and MACs; then the paper's row."""
-    rows = []
-    for label, run in runs:
-        m = run["metrics"]
-        rows.append({"run": label, "architecture": "-".join(map(str, m["pruned_architecture"])),
-                     "fc1 inputs behind open conv2 maps": 16 * m["pruned_architecture"][1],
-                     "fc1 inputs kept": m["pruned_architecture"][2],
-                     "params (%)": m["params_pct"], "MACs (%)": m["macs_pct"], "L0-density (%)": 100 * m["l0_density"]})
+    rows = [{**record_row("", label, run), "fc1 inputs behind open conv2 maps": 16 * architecture[1],
+             "fc1 inputs kept": architecture[2]}
+            for label, run in runs for architecture in [run["metrics"]["pruned_architecture"]]]
     paper = paper_row("", "lenet5", "layer", 0.5, "tab:lenet_control")
     rows.append({"run": "paper", "params (%)": paper["params (%)"], "MACs (%)": paper["MACs (%)"],
                  "L0-density (%)": paper["L0-density (%)"]})
@@ -669,7 +642,7 @@ def clamp_floor_table() -> pd.DataFrame:
 # --- the clamp on log alpha, tested ----------------------------------------------------------------
 
 def record_row(cell: str, label: str, run: dict) -> dict:
-    """One of our records as a row of :func:`clamp_comparison`."""
+    """One of our records as a row of :func:`clamp_comparison` (and :func:`fc1_behind_conv2`)."""
     m = run["metrics"]
     return {"cell": cell, "run": label, "architecture": "-".join(map(str, m["pruned_architecture"])),
             "L0-density (%)": 100 * m["l0_density"], "params (%)": m["params_pct"], "MACs (%)": m["macs_pct"],
@@ -740,13 +713,9 @@ def variant(params: dict) -> str:
     return ", ".join(parts)
 
 
-def _variant_of(label: str) -> str:
-    """The key of :data:`analysis.style.OURS_VARIANTS` that a twin's label (``ours, fan-out``) names."""
-    return next((name for name in style.OURS_VARIANTS if name and name in label), "")
-
-
 def _variant_style(params: dict) -> dict:
-    """A penalized LeNet5 record's line (:data:`analysis.style.OURS_VARIANTS`), faint for a seed other than 0."""
+    """The line of one of our records beside the authors' code (:data:`analysis.style.OURS_VARIANTS`): its clamp or
+    initialisation, faint for a seed other than 0."""
     name = "clamped" if params.get("clamp_log_alpha") else "fan-out" if params.get("linear_init") == "fan_out" else ""
     return {"linestyle": style.OURS_VARIANTS[name], "alpha": 0.6 if params["seed"] else 1.0}
 
@@ -764,7 +733,7 @@ def plot_penalized_lenet(penalized: dict[str, list[dict]]) -> plt.Figure:
             p, frame = run["params"], _train_rows(run)
             ax.plot(frame["epoch"], 100 * frame["l0_density"], color=colours[p["lmbda"]], lw=1.2, **_variant_style(p))
         for lmbda in lambdas:
-            density = paper_penalized_density(grouping, lmbda)
+            density = paper_penalized(grouping, lmbda)
             ax.plot([200], [density], ms=8, **style.point("paper"))
             ax.annotate(f"{lmbda:g}", (200, density), xytext=(6, 0), textcoords="offset points", va="center",
                         fontsize=9)
@@ -777,15 +746,14 @@ def plot_penalized_lenet(penalized: dict[str, list[dict]]) -> plt.Figure:
                 Line2D([], [], color=style.OURS["color"], ls=style.OURS_VARIANTS["fan-out"], label="ours, fan-out"),
                 Line2D([], [], color=style.OURS["color"], ls=style.OURS_VARIANTS["clamped"], label="ours, clamped"),
                 style.handle("paper", "paper, final (mean of 5), its λ_pen beside it")]
-    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.02), ncol=4, fontsize=9, frameon=False)
-    fig.tight_layout()
+    style.legend_below(fig, handles, ncol=4)
     return fig
 
 
 def penalized_densities(penalized: dict[str, list[dict]], lmbda: float) -> pd.DataFrame:
     """Every penalized LeNet5 record at ``lmbda``, per grouping: its final L0-density beside the paper's."""
     rows = [{"grouping": f"{grouping}-wise", "run": variant(r["params"]) or "seed 0",
-             "L0-density (%)": 100 * r["metrics"]["l0_density"], "paper (%)": paper_penalized_density(grouping, lmbda)}
+             "L0-density (%)": 100 * r["metrics"]["l0_density"], "paper (%)": paper_penalized(grouping, lmbda)}
             for grouping, runs in penalized.items() for r in select(runs, lmbda=lmbda)]
     return pd.DataFrame(rows, columns=["grouping", "run", "L0-density (%)", "paper (%)"])
 
@@ -795,7 +763,7 @@ def authors_penalized_table(theirs: dict, ours: list[dict]) -> pd.DataFrame:
     L0-density, its highest and when, its distance to the paper's, and the final error."""
     grouping, lmbda, history = theirs["grouping"], theirs["lmbda"], theirs["history"]
     last, peak = history[-1], max(history, key=lambda row: row["l0_density"])
-    paper = paper_penalized_density(grouping, lmbda)
+    paper = paper_penalized(grouping, lmbda)
     rows = [{"run": "authors' code", "L0-density (%)": 100 * last["l0_density"],
              "highest L0-density (%)": 100 * peak["l0_density"], "at epoch": int(peak["epoch"]),
              "val. error final (%)": last["val_error"]}]
@@ -808,8 +776,7 @@ def authors_penalized_table(theirs: dict, ours: list[dict]) -> pd.DataFrame:
                      "val. error final (%)": r["metrics"]["val_error_final"]})
     table = pd.DataFrame(rows)
     table["|Δ| to the paper (points)"] = (table["L0-density (%)"] - paper).abs()
-    paper_error = paper_cell("tab:lenet_control", model="LeNet5", method="penalized", grouping=grouping,
-                             lmbda=f"{lmbda:g}", metric="val_error_final").value_num
+    paper_error = paper_penalized(grouping, lmbda, "val_error_final")
     return pd.concat([table, pd.DataFrame([{"run": "paper", "L0-density (%)": paper,
                                             "val. error final (%)": paper_error}])], ignore_index=True)
 
@@ -821,7 +788,7 @@ def authors_penalized_numbers(theirs: dict, ours: list[dict]) -> dict:
     (the initialisation alone; None without both records)."""
     grouping, lmbda, history = theirs["grouping"], theirs["lmbda"], theirs["history"]
     peak = max(history, key=lambda row: row["l0_density"])
-    paper, density = paper_penalized_density(grouping, lmbda), 100 * history[-1]["l0_density"]
+    paper, density = paper_penalized(grouping, lmbda), 100 * history[-1]["l0_density"]
     cell = select(ours, grouping=grouping, lmbda=lmbda)
     fan_in = [abs(100 * r["metrics"]["l0_density"] - paper) for r in cell if r["params"].get("linear_init") != "fan_out"]
     theirs_gap = abs(density - paper)
@@ -842,21 +809,12 @@ def plot_authors_penalized(theirs: dict, ours: list[dict]) -> plt.Figure:
     records of its cell (line style by :func:`variant`) and the paper's final density."""
     grouping, lmbda = theirs["grouping"], theirs["lmbda"]
     fig, axes = plt.subplots(1, 2, figsize=(7, 3.8))
-    history = pd.DataFrame(theirs["history"])
-    for ax, column in zip(axes, ("l0_density_epoch_mean", "density[1]")):
-        ax.plot(history["epoch"], 100 * history[column], label="authors' code", **style.line("authors' code"))
-    for run in select(ours, grouping=grouping, lmbda=lmbda):
-        p, frame = run["params"], _train_rows(run)
-        for ax, column in zip(axes, ("l0_density", "density[conv2]")):
-            ax.plot(frame["epoch"], 100 * frame[column], label=f"ours, {variant(p) or 'seed 0'}",
-                    **style.line("ours", **_variant_style(p)))
-    axes[0].plot([len(history)], [paper_penalized_density(grouping, lmbda)], ms=8, label="paper, final (mean of 5)",
+    _plot_with_twins(axes, theirs, {f"ours, {variant(run['params']) or 'seed 0'}": run
+                                    for run in select(ours, grouping=grouping, lmbda=lmbda)}, LENET_PANELS)
+    axes[0].plot([len(theirs["history"])], [paper_penalized(grouping, lmbda)], ms=8, label="paper, final (mean of 5)",
                  **style.point("paper"))
-    for ax, title in zip(axes, ("model L0-density (%)", "conv2 expected density (%)")):
-        ax.set(xlabel="epoch", title=title)
-        ax.grid(alpha=0.3)
     fig.suptitle(f"LeNet5 penalized, {grouping}-wise λ_pen {lmbda:g}: the authors' code and ours", fontsize=10)
-    _legend_below(fig, axes[0], ncol=3)
+    style.legend_below(fig, axes[0], ncol=3)
     return fig
 
 

@@ -44,6 +44,19 @@ def missing_runs(grids) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["grid", "missing", "command"])
 
 
+def select(runs: list[dict], **params) -> list[dict]:
+    """The records among ``runs`` whose parameters have these values (``model="mlp", seed=0``), in order."""
+    return [run for run in runs if all(run["params"].get(name) == value for name, value in params.items())]
+
+
+def records_of(grids: str | list[str], **params) -> list[dict]:
+    """Our complete records of one grid or several (in grid order, each once), found by their parameters
+    (:func:`paperlib.harness.grids.grid_records`), whose parameters have these values."""
+    grids = [grids] if isinstance(grids, str) else grids
+    runs = {(str(run["path"]), run["params"]["run_name"]): run for grid in grids for run in complete_records(grid)}
+    return select(list(runs.values()), **params)
+
+
 def notebook_link(run_dir: str | Path, text: str = "notebook") -> str | None:
     """An HTML link to the run's executed notebook, relative to the page's folder (where jupyter-book runs it);
     None if it has none."""

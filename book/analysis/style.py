@@ -4,6 +4,7 @@ differ by marker shape, never by fill; other variables take a line style or colo
 blue. Text is at least :data:`MIN_FONT_SIZE` points as the page displays it (:func:`displayed_font_sizes`).
 """
 
+from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
 PAPER = {"color": "black", "marker": "D", "fill": "none", "linestyle": "--"}
@@ -70,6 +71,16 @@ def handle(source: str, label: str, grouping: str | None = None, marker: bool = 
         kwargs.update(marker=_marker(look, grouping, marker_shape), markerfacecolor=look["fill"],
                       markeredgecolor=look["color"], markersize=7)
     return Line2D([], [], **kwargs)
+
+
+def legend_below(fig, handles, ncol: int = 2, bottom: float | None = None) -> None:
+    """A legend of ``handles`` (artists, each with its label; an Axes: its labelled ones) under a figure's axes,
+    then a tight layout: in the lowest ``bottom`` share of the figure, or just below the figure if None."""
+    if isinstance(handles, Axes):
+        handles = handles.get_legend_handles_labels()[0]
+    place = {"loc": "upper center", "bbox_to_anchor": (0.5, 0.02)} if bottom is None else {"loc": "lower center"}
+    fig.legend(handles=handles, ncol=ncol, fontsize=9, frameon=False, **place)
+    fig.tight_layout(rect=None if bottom is None else (0, bottom, 1, 1))
 
 
 def displayed_font_sizes(figure) -> list[tuple[str, float]]:
