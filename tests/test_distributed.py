@@ -11,6 +11,7 @@ import json
 import math
 import os
 import signal
+import socket
 
 import pytest
 import torch
@@ -27,6 +28,26 @@ from paperlib.harness.run import parse
 RUN = dict(experiment="ddp", dataset="mnist", model="mlp", preset="cpu", grouping="layer", target=[0.3, 0.3, 0.3],
            epochs=2, batch_size=16, dual_lr=0.05, gates_lr=0.05, seed=0, device="cpu")  # gloo, on any machine
 ATOL = 1e-6
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank: int, world_size: int, port: int, argv: list[str], env: dict) -> None:
+    os.environ.update(env, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
+                      LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    run.main(argv)
+
+
+def launch_local(world_size: int, argv: list[str], env: dict | None = None, worker=_worker) -> None:
+    """Run ``python -m paperlib.harness.run *argv`` in ``world_size`` spawned processes here, as ``torchrun`` would
+    (with this process's environment plus ``env``); raises if any fails. ``worker`` replaces :func:`_worker`."""
+    import torch.multiprocessing as mp
+
+    mp.spawn(worker, args=(world_size, free_port(), list(argv), dict(env or {})), nprocs=world_size, join=True)
 
 
 def _argv(**params) -> list[str]:
@@ -55,7 +76,7 @@ def space(tmp_path_factory):
 @pytest.fixture(scope="module")
 def two_processes(space):
     """The record of an uninterrupted two-process run."""
-    run.launch_local(2, _argv(**RUN, run_name="two", progress=False))
+    launch_local(2, _argv(**RUN, run_name="two", progress=False))
     return _record("two")
 
 
@@ -147,16 +168,16 @@ def _killed_after_first_epoch(rank, world_size, port, argv, env):
             os.kill(os.getpid(), signal.SIGKILL)
 
     training.Runner._finish_epoch = finish_then_die
-    run._worker(rank, world_size, port, argv, env)
+    _worker(rank, world_size, port, argv, env)
 
 
 def test_a_killed_two_process_run_resumes_to_the_uninterrupted_numbers(space, two_processes):
     argv = _argv(**RUN, run_name="resumed", progress=False)
     with pytest.raises(Exception, match="signal|SIGKILL|exited"):
-        run.launch_local(2, argv, worker=_killed_after_first_epoch)
+        launch_local(2, argv, worker=_killed_after_first_epoch)
     killed = _record("resumed")
     assert killed["metrics"]["status"] == "partial" and killed["metrics"]["epochs_completed"] == 1
-    run.launch_local(2, argv)
+    launch_local(2, argv)
     resumed = _record("resumed")
     assert resumed["metrics"]["status"] == "complete"
     _close(two_processes["history"], resumed["history"], "history")
@@ -175,7 +196,7 @@ def _perturbed_on_rank_one(rank, world_size, port, argv, env):
 
     methods.Constrained.end_epoch = end_epoch_perturbed
     try:
-        run._worker(rank, world_size, port, argv, env)
+        _worker(rank, world_size, port, argv, env)
     except RuntimeError as error:
         assert "Lagrange multipliers differ across processes" in str(error), error
         return
@@ -183,7 +204,7 @@ def _perturbed_on_rank_one(rank, world_size, port, argv, env):
 
 
 def test_multipliers_that_differ_across_processes_stop_the_run(space):
-    run.launch_local(2, _argv(**{**RUN, "epochs": 1}, run_name="perturbed", progress=False),
+    launch_local(2, _argv(**{**RUN, "epochs": 1}, run_name="perturbed", progress=False),
                              worker=_perturbed_on_rank_one)
 
 
@@ -191,7 +212,7 @@ def test_a_batch_norm_model_trains_in_two_processes(space):
     """WRN-16-1 on a tiny CIFAR-10 with the authors' batch norm under DDP: rank 0's running statistics."""
     params = dict(experiment="ddp-bn", dataset="cifar10", model="wrn-16-1", preset="cpu", target=0.5, epochs=1,
                   batch_size=16, device="cpu")
-    run.launch_local(2, _argv(**params, progress=False))
+    launch_local(2, _argv(**params, progress=False))
     record = records.load_record(records.run_folder(resolve_config(**params)))
     assert record["metrics"]["status"] == "complete"
     assert record["metrics"]["distributed"]["sync_batchnorm"] is False
@@ -226,7 +247,7 @@ def test_the_other_methods_train_in_two_processes(space, extra):
     """The penalized method, and magnitude pruning (the model changes between phases; masks on every process)."""
     params = dict(experiment="ddp-methods", dataset="mnist", model="mlp", preset="cpu", epochs=1, batch_size=16,
                   device="cpu", **extra)
-    run.launch_local(2, _argv(**params, progress=False))
+    launch_local(2, _argv(**params, progress=False))
     metrics = records.load_record(records.run_folder(resolve_config(**params)))["metrics"]
     assert metrics["status"] == "complete" and metrics["distributed"]["world_size"] == 2
     if extra["method"] == "magnitude_pruning":

@@ -29,10 +29,10 @@ def _toc_sections(entries, page: str):
 
 def test_every_grid_file_belongs_to_a_study_and_every_study_grid_exists():
     on_disk = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "grids").glob("*.yaml"))
-    assert sorted(studies.every_grid()) == on_disk
+    assert sorted(studies.grids(*studies.STUDIES)) == on_disk
 
 
-@pytest.mark.parametrize("grid", studies.every_grid())
+@pytest.mark.parametrize("grid", studies.grids(*studies.STUDIES))
 def test_every_grid_names_its_preset_and_experiment(grid):
     base = yaml.safe_load((ROOT / grid).read_text())["base"]
     assert base.get("preset") in PRESETS and base.get("preset") != "auto", f"{grid} must name its preset in base: never auto"
@@ -61,7 +61,7 @@ def test_the_table_of_contents_lists_under_each_run_index_exactly_its_studies_ru
 def test_every_run_a_study_asks_for_is_a_page_of_its_index():
     """A sweep that commits the first record of an experiment folder must not leave its notebook out."""
     indexed = {experiment for index in studies.RUN_INDEXES for experiment in studies.indexed_experiments(index)}
-    folders = {run_dir.parent.name for grid in studies.every_grid() for _, run_dir in report.grid_runs(grid)}
+    folders = {run_dir.parent.name for grid in studies.grids(*studies.STUDIES) for _, run_dir in report.grid_runs(grid)}
     assert folders and folders <= indexed
 
 
@@ -88,7 +88,7 @@ def test_no_record_belongs_to_two_grids_of_a_table(name):
 def test_every_experiment_folder_has_a_title_and_a_line():
     """The run indexes title every folder of runs/ and every folder a grid writes to from studies.FOLDERS."""
     on_disk = {path.name for path in (ROOT / "runs").iterdir() if path.is_dir()}
-    asked = {studies.grid_experiment(grid) for grid in studies.every_grid()}
+    asked = {studies.grid_experiment(grid) for grid in studies.grids(*studies.STUDIES)}
     for experiment in on_disk | asked:
         folder = studies.folder(experiment)
         assert folder.title.strip() and folder.about.strip(), experiment

@@ -214,10 +214,12 @@ class _EpochLoader:
     """Epoch and position bookkeeping shared by the loaders: an epoch's order comes from a generator seeded by ``(seed,
     epoch)``; the position advances *before* a batch is yielded, so a checkpoint taken while the consumer holds a batch
     resumes with the next one. ``batch_size`` is the *global* batch of all processes, each taking its slice
-    (:meth:`shard`); ``share`` is this process's fraction of the current one (to weight unequal last batches)."""
+    (:meth:`shard`); ``share`` is this process's fraction of the current one (to weight unequal last batches). Batches
+    go to ``device`` in ``memory_format``; ``shuffle``: a new order every epoch, else the data's."""
 
-    def __init__(self, num_examples: int, batch_size: int, seed: int, max_batches: int | None,
-                 rank: int = 0, world_size: int = 1) -> None:
+    def __init__(self, num_examples: int, batch_size: int, seed: int, max_batches: int | None, rank: int,
+                 world_size: int, shuffle: bool, device: torch.device | str,
+                 memory_format: torch.memory_format) -> None:
         if num_examples < 1:
             raise ValueError("a loader needs at least one example")
         if batch_size < 1:
@@ -228,6 +230,7 @@ class _EpochLoader:
             raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
         self.num_examples, self.batch_size, self.seed, self.max_batches = num_examples, batch_size, seed, max_batches
         self.rank, self.world_size = rank, world_size
+        self.shuffle, self.device, self.memory_format = shuffle, torch.device(device), memory_format
         self.epoch = 0
         self._next_batch = 0
         self.share = 1.0
@@ -258,8 +261,11 @@ class _EpochLoader:
         self.share = share
         return total
 
-    def _epoch_generator(self) -> torch.Generator:
-        return torch.Generator().manual_seed(_epoch_seed(self.seed, self.epoch))
+    def _epoch_order(self) -> tuple[Tensor, torch.Generator]:
+        """The current epoch's order of the examples, and its generator, which draws the rest of its randomness."""
+        gen = torch.Generator().manual_seed(_epoch_seed(self.seed, self.epoch))
+        n = self.num_examples
+        return torch.randperm(n, generator=gen) if self.shuffle else torch.arange(n), gen
 
     def _advance(self, batch: int) -> None:
         """Record that ``batch`` of the current epoch is being handed out."""
@@ -292,15 +298,12 @@ class TensorLoader(_EpochLoader):
                  memory_format: torch.memory_format = torch.contiguous_format, rank: int = 0,
                  world_size: int = 1) -> None:
         data = ImageTensors(images, labels)  # validates dtypes and shapes
-        super().__init__(len(data), batch_size, seed, max_batches, rank, world_size)
+        super().__init__(len(data), batch_size, seed, max_batches, rank, world_size, shuffle, device, memory_format)
         if not len(mean) == len(std) == images.shape[1]:
             raise ValueError(f"mean/std need {images.shape[1]} channel values, got {mean} / {std}")
         self.images, self.labels = data.images, data.labels
-        self.shuffle = shuffle
         self.augment = augment
         self.mean, self.std = tuple(mean), tuple(std)
-        self.device = torch.device(device)
-        self.memory_format = memory_format
         if self.device.type != "cpu":  # uint8 on the accelerator: MNIST 47 MB, CIFAR 150 MB, TinyImageNet 1.2 GB
             self.images, self.labels = self.images.to(self.device), self.labels.to(self.device)
         self._mean = torch.tensor(self.mean, dtype=torch.float32, device=self.device)
@@ -315,8 +318,7 @@ class TensorLoader(_EpochLoader):
         return tensor.to(self.device, non_blocking=True)
 
     def _epoch_randomness(self) -> tuple[Tensor, Tensor | None, Tensor | None]:
-        n, gen = self.num_examples, self._epoch_generator()
-        order = torch.randperm(n, generator=gen) if self.shuffle else torch.arange(n)
+        (order, gen), n = self._epoch_order(), self.num_examples
         pad = self.augment.crop_padding
         offsets = torch.randint(0, 2 * pad + 1, (n, 2), generator=gen) if pad else None
         flips = torch.rand(n, generator=gen) < 0.5 if self.augment.hflip else None
@@ -346,14 +348,11 @@ class DeviceLoader(_EpochLoader):
                  device: torch.device | str = "cpu", max_batches: int | None = None, num_workers: int = 2,
                  memory_format: torch.memory_format = torch.contiguous_format, rank: int = 0,
                  world_size: int = 1) -> None:
-        super().__init__(len(dataset), batch_size, seed, max_batches, rank, world_size)
-        self.dataset, self.shuffle, self.num_workers = dataset, shuffle, num_workers
-        self.device = torch.device(device)
-        self.memory_format = memory_format
+        super().__init__(len(dataset), batch_size, seed, max_batches, rank, world_size, shuffle, device, memory_format)
+        self.dataset, self.num_workers = dataset, num_workers
 
     def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
-        gen = self._epoch_generator()
-        order = torch.randperm(self.num_examples, generator=gen) if self.shuffle else torch.arange(self.num_examples)
+        order, gen = self._epoch_order()
         start = self._next_batch
         if self.world_size == 1:
             batching = dict(batch_size=self.batch_size,
@@ -377,6 +376,14 @@ def _missing(what: str, expected: Sequence[Path], root: Path, *, can_download: b
     return FileNotFoundError(f"{what} not found under the data root {root.resolve()}. Expected:\n  {paths}\n"
                              f"Set {DATA_ENV_VAR} to the directory that holds the data (on the offline machines "
                              f"{DATA_ENV_VAR}=../shared/data from the repository root), {hint}")
+
+
+def _fetched(files: list[Path], download: bool, dataset: type, root: Path) -> bool:
+    """Whether all ``files`` exist, after torchvision's ``dataset`` downloaded them to ``root`` where some did not and
+    ``download``."""
+    if download and not all(f.is_file() for f in files):
+        dataset(root, download=True)
+    return all(f.is_file() for f in files)
 
 
 def _read_idx(path: Path) -> Tensor:
@@ -490,11 +497,10 @@ def _split_text(kind: str, total: int, kept: int) -> str:
 
 def _load_mnist(root: Path, download: bool, subset: int | None) -> DatasetPair:
     raw = root / "MNIST" / "raw"
-    if download and not all((raw / f).is_file() for f in MNIST_FILES):
-        torchvision.datasets.MNIST(root, download=True)  # fetches all four files
-    if not all((raw / f).is_file() for f in MNIST_FILES):
-        raise _missing("MNIST", [raw / f for f in MNIST_FILES], root, can_download=True)
-    train_x, train_y, test_x, test_y = (_read_idx(raw / f) for f in MNIST_FILES)
+    files = [raw / f for f in MNIST_FILES]
+    if not _fetched(files, download, torchvision.datasets.MNIST, root):  # fetches all four files
+        raise _missing("MNIST", files, root, can_download=True)
+    train_x, train_y, test_x, test_y = map(_read_idx, files)
     train = ImageTensors(train_x[:, None], train_y.long()).head(subset)
     val = ImageTensors(test_x[:, None], test_y.long()).head(subset)
     return DatasetPair("mnist", train, val, 10, (1, 28, 28), tuple(str(i) for i in range(10)), "torchvision-mnist-idx",
@@ -503,12 +509,8 @@ def _load_mnist(root: Path, download: bool, subset: int | None) -> DatasetPair:
 
 def _load_cifar10(root: Path, download: bool, subset: int | None) -> DatasetPair:
     batches, jpeg = root / CIFAR10_BATCHES, root / CIFAR10_JPEG
-    has_batches = all((batches / f).is_file() for f in CIFAR10_FILES)
-    if download and not has_batches:
-        torchvision.datasets.CIFAR10(root, download=True)
-        has_batches = True
     augment = Augment(crop_padding=4, hflip=True)
-    if has_batches:
+    if _fetched([batches / f for f in CIFAR10_FILES], download, torchvision.datasets.CIFAR10, root):
         train = _read_cifar_batches([batches / f"data_batch_{i}" for i in range(1, 6)], "labels")
         val = _read_cifar_batches([batches / "test_batch"], "labels")
         classes = tuple(_unpickle(batches / "batches.meta")["label_names"])
@@ -532,10 +534,9 @@ def _load_cifar10(root: Path, download: bool, subset: int | None) -> DatasetPair
 
 def _load_cifar100(root: Path, download: bool, subset: int | None) -> DatasetPair:
     base = root / CIFAR100_DIR
-    if download and not all((base / f).is_file() for f in CIFAR100_FILES):
-        torchvision.datasets.CIFAR100(root, download=True)
-    if not all((base / f).is_file() for f in CIFAR100_FILES):
-        raise _missing("CIFAR-100", [base / f for f in CIFAR100_FILES], root, can_download=True)
+    files = [base / f for f in CIFAR100_FILES]
+    if not _fetched(files, download, torchvision.datasets.CIFAR100, root):
+        raise _missing("CIFAR-100", files, root, can_download=True)
     train = _read_cifar_batches([base / "train"], "fine_labels")
     val = _read_cifar_batches([base / "test"], "fine_labels")
     classes = tuple(_unpickle(base / "meta")["fine_label_names"])

@@ -6,7 +6,6 @@ a list of ``runs`` (:mod:`paperlib.harness.sweeps` has the format). Everything t
 """
 
 import ast
-import dataclasses
 import itertools
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import papermill
 import yaml
 
 from . import bisection, index, records
-from .presets import ExperimentConfig, resolve_config
+from .presets import DEFAULTS, ExperimentConfig, resolve_config
 
 
 def expand_grid(spec: dict) -> list[dict]:
@@ -44,9 +43,8 @@ def notebook_defaults(notebook: str) -> dict:
 def config_parameters(params: dict, dataset: str, defaults: dict | None = None) -> dict:
     """The configuration fields among a notebook run's parameters over its ``defaults`` (what a training notebook passes
     to :func:`~paperlib.harness.training.run_experiment`)."""
-    fields = {f.name for f in dataclasses.fields(ExperimentConfig)}
     merged = {**(defaults or {}), "dataset": dataset, **params}  # the grid's dataset over the notebook's default
-    return {k: v for k, v in merged.items() if k in fields}
+    return {k: v for k, v in merged.items() if k in DEFAULTS}
 
 
 def run_config(params: dict, dataset: str, defaults: dict | None = None) -> ExperimentConfig:
@@ -91,8 +89,7 @@ CELL_DEFAULTS = {"seed": 0, "compile_gates": "auto"}
 def cell_parameters(params: dict, dataset: str) -> dict:
     """The parameters a grid cell sets (``base`` and the cell's own, with the grid's dataset): its configuration fields
     but :data:`EXECUTION` and those it leaves to its preset (None, 0 epochs), over :data:`CELL_DEFAULTS`."""
-    fields = {f.name for f in dataclasses.fields(ExperimentConfig)}
-    cell = {name: value for name, value in {"dataset": dataset, **params}.items() if name in fields
+    cell = {name: value for name, value in {"dataset": dataset, **params}.items() if name in DEFAULTS
             and name not in EXECUTION and value is not None and not (name.endswith("epochs") and value == 0)}
     return {**CELL_DEFAULTS, **cell}
 
@@ -103,8 +100,7 @@ def cell_records(frame, params: dict, dataset: str):
     never by resolving the cell."""
     cell = cell_parameters(params, dataset)
     rows = index.select(frame, **cell) if len(frame) else frame
-    fields = [f.name for f in dataclasses.fields(ExperimentConfig)]
-    own = rows.apply(lambda row: set(index.changes(row[fields].to_dict(), row["preset"])) <= set(cell), axis=1)
+    own = rows.apply(lambda row: set(index.changes(row[list(DEFAULTS)].to_dict(), row["preset"])) <= set(cell), axis=1)
     return rows[own.astype(bool)] if len(rows) else rows
 
 

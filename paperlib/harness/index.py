@@ -55,11 +55,10 @@ SWITCHES = ("dual_optimizer", "dual_restarts", "detach_gates", "pretrained", "au
 def changes(params: dict, preset: str | None = None) -> dict:
     """What a record changes from a preset's configuration (by default its protocol's), by name: the hyper-parameters of
     :func:`~paperlib.harness.protocols.changed_parameters`, then the :data:`SWITCHES` set otherwise than by default."""
-    defaults = presets.ExperimentConfig().to_dict()
     unused = set(presets.UNUSED_BY_METHOD[params["method"]])
     found = protocols.changed_parameters(params, preset or protocols.record_preset(params)) or {}
     return {**found, **{name: params.get(name) for name in SWITCHES
-                        if name not in unused and params.get(name, defaults[name]) != defaults[name]}}
+                        if name not in unused and presets.parameter(params, name) != presets.DEFAULTS[name]}}
 
 
 def variant(params: dict) -> str:
@@ -70,9 +69,7 @@ def variant(params: dict) -> str:
 
 
 def _row(folder: Path, params: dict, metrics: dict, root: Path) -> dict:
-    defaults = presets.ExperimentConfig().to_dict()
-    full = {**defaults, **{k: v for k, v in params.items() if k in defaults}}
-    return {"folder": folder.relative_to(root).as_posix(), **full,
+    return {"folder": folder.relative_to(root).as_posix(), **presets.ExperimentConfig(**params).to_dict(),
             "protocol": protocols.record_protocol(params), "variant": variant(params),
             "device": device_kind(metrics.get("device")),
             "device_name": metrics.get("device_name"), "commit": (metrics.get("git_commit") or "")[:8],

@@ -170,26 +170,21 @@ class Method:
         return {}
 
     # ----- checkpoints -----------------------------------------------------------
+    #: The optimisers and schedulers a checkpoint holds (None where the phase has none).
+    CHECKPOINTED = ("optimizer", "gates_optimizer", "scheduler", "gates_scheduler")
+
     def state_dict(self) -> dict:
         """Optimisers and schedulers (the model is checkpointed whole by the runner)."""
-        return {
-            "optimizer": self.optimizer.state_dict(),
-            "gates_optimizer": None if self.gates_optimizer is None else self.gates_optimizer.state_dict(),
-            "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
-            "gates_scheduler": None if self.gates_scheduler is None else self.gates_scheduler.state_dict(),
-        }
+        parts = {name: getattr(self, name) for name in self.CHECKPOINTED}
+        return {name: None if part is None else part.state_dict() for name, part in parts.items()}
 
     def load_state_dict(self, state: dict, model: nn.Module, phase: str) -> None:
         """Resume: take the checkpointed ``model``, rebuild the optimisers of ``phase`` and load their states."""
         self.model = model
         self._build_optimizers(phase)
-        self.optimizer.load_state_dict(state["optimizer"])
-        if self.gates_optimizer is not None:
-            self.gates_optimizer.load_state_dict(state["gates_optimizer"])
-        if self.scheduler is not None:
-            self.scheduler.load_state_dict(state["scheduler"])
-        if self.gates_scheduler is not None:
-            self.gates_scheduler.load_state_dict(state["gates_scheduler"])
+        for name in self.CHECKPOINTED:
+            if getattr(self, name) is not None:
+                getattr(self, name).load_state_dict(state[name])
 
 
 class _Gated(Method):

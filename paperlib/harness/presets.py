@@ -74,6 +74,15 @@ class ExperimentConfig:
         return dataclasses.asdict(self)
 
 
+#: Every parameter's default: the only value the code had before the parameter existed.
+DEFAULTS = ExperimentConfig().to_dict()
+
+
+def parameter(params: dict, name: str):
+    """A record's (or checkpoint's) parameter ``name``; one it predates at its default (:data:`DEFAULTS`)."""
+    return params.get(name, DEFAULTS[name])
+
+
 # ---------------------------------------------------------------------------
 # The paper's configurations (App. J and L).
 #
@@ -424,16 +433,15 @@ NOT_COMPARED = ("device", "threads", "compile_gates")
 def differing_parameters(recorded: dict, config: ExperimentConfig, ignore: tuple[str, ...] = ()) -> list[str]:
     """The parameters of ``config`` that a record or checkpoint has otherwise, in ``config``'s order: one it predates
     counts at its default; those ``config``'s method does not use (:data:`UNUSED_BY_METHOD`) are not compared."""
-    defaults = ExperimentConfig().to_dict()
     skipped = set(ignore) | set(UNUSED_BY_METHOD[config.method])
     return [name for name, value in config.to_dict().items()
-            if name not in skipped and recorded.get(name, defaults[name]) != value]
+            if name not in skipped and parameter(recorded, name) != value]
 
 
 def config_differences(recorded: dict, config: ExperimentConfig, ignore: tuple[str, ...] = ()) -> list[str]:
     """``name: recorded X, now Y`` for every parameter of :func:`differing_parameters`."""
-    defaults, current = ExperimentConfig().to_dict(), config.to_dict()
-    return [f"{name}: recorded {recorded.get(name, defaults[name])!r}, now {current[name]!r}"
+    current = config.to_dict()
+    return [f"{name}: recorded {parameter(recorded, name)!r}, now {current[name]!r}"
             for name in differing_parameters(recorded, config, ignore)]
 
 
@@ -441,6 +449,18 @@ def config_differences(recorded: dict, config: ExperimentConfig, ignore: tuple[s
 NAMED_IF_CHANGED = ("epochs", "batch_size", "optimizer", "lr", "lr_milestones", "lr_gamma", "momentum",
                     "weight_decay", "gates_optimizer", "gates_lr", "schedule_gates", "dual_lr", "nupi_kp", "nupi_ema",
                     "rho_init", "linear_init", "clamp_log_alpha", "finetune_epochs", "finetune_lr")
+
+
+#: The method's switches and the dual optimiser, each with the part of a run name that says it is off its default (None:
+#: its value); the dual ones count for the constrained method only.
+SWITCHES = {"dual_restarts": "no-restarts", "dual_optimizer": None, "detach_gates": "no-detach",
+            "pretrained": "pretrained", "autocast_bf16": "bf16"}
+
+
+def switched(params: dict) -> dict:
+    """The :data:`SWITCHES` that a run's parameters set off their defaults, in order, with their values."""
+    return {name: value for name in SWITCHES if (params["method"] == "constrained" or not name.startswith("dual_"))
+            and (value := parameter(params, name)) != DEFAULTS[name]}
 
 
 def default_run_name(config: ExperimentConfig, preset_config: ExperimentConfig | None = None) -> str:
@@ -463,16 +483,7 @@ def default_run_name(config: ExperimentConfig, preset_config: ExperimentConfig |
         parts.append(f"t{fmt(config.target)}")
     if config.method == "penalized":
         parts.append(f"l{fmt(config.lmbda)}")
-    if config.method == "constrained" and not config.dual_restarts:
-        parts.append("no-restarts")
-    if config.method == "constrained" and config.dual_optimizer != "gradient_ascent":
-        parts.append(config.dual_optimizer)
-    if not config.detach_gates:
-        parts.append("no-detach")
-    if config.pretrained:
-        parts.append("pretrained")
-    if config.autocast_bf16:
-        parts.append("bf16")
+    parts += [SWITCHES[name] or value for name, value in switched(vars(config)).items()]
     if preset_config is not None:
         parts += [f"{name}{fmt(getattr(config, name))}" for name in NAMED_IF_CHANGED
                   if getattr(config, name) != getattr(preset_config, name)]

@@ -49,8 +49,8 @@ def preset_config(preset: str, params: dict) -> dict | None:
     preset has none for them."""
     try:
         return presets.ExperimentConfig(**presets.preset_values(
-            preset, params["dataset"], params["model"], params.get("sparsity", "structured"),
-            params.get("grouping", "model"), params.get("target"))).to_dict()
+            preset, params["dataset"], params["model"], *(presets.parameter(params, name)
+                                                          for name in ("sparsity", "grouping", "target")))).to_dict()
     except (ValueError, KeyError):
         return None
 
@@ -62,10 +62,9 @@ def changed_parameters(params: dict, preset: str, predated: bool = True) -> dict
     values = preset_config(preset, params)
     if values is None:
         return None
-    defaults = presets.ExperimentConfig().to_dict()
     unused = set(presets.UNUSED_BY_METHOD[params["method"]])
     return {name: value for name in presets.NAMED_IF_CHANGED if name not in unused and (predated or name in params)
-            and (value := params.get(name, defaults[name])) != values[name]}
+            and (value := presets.parameter(params, name)) != values[name]}
 
 
 def record_preset(params: dict) -> str:

@@ -12,9 +12,7 @@ started again with the same command resumes from its last checkpoint.
 
 from __future__ import annotations
 
-import os
 import re
-import socket
 import sys
 
 import yaml
@@ -64,26 +62,6 @@ def main(argv: list[str] | None = None) -> dict:
         return run_experiment(**params)
     finally:
         distributed.teardown()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _worker(rank: int, world_size: int, port: int, argv: list[str], env: dict) -> None:
-    os.environ.update(env, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
-                      LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    main(argv)
-
-
-def launch_local(world_size: int, argv: list[str], env: dict | None = None, worker=_worker) -> None:
-    """Run ``python -m paperlib.harness.run *argv`` in ``world_size`` spawned processes here, as ``torchrun`` would
-    (with this process's environment plus ``env``); raises if any fails. ``worker`` replaces :func:`_worker` (tests)."""
-    import torch.multiprocessing as mp
-
-    mp.spawn(worker, args=(world_size, free_port(), list(argv), dict(env or {})), nprocs=world_size, join=True)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import plots, protocols, records, run_pages, studies
+from . import plots, presets, protocols, records, run_pages, studies
 from .index import device_kind
 from .protocols import protocol_name, record_protocol
 
@@ -25,8 +25,6 @@ from .protocols import protocol_name, record_protocol
 PART_ORDER = {"method": ["constrained", "penalized", "dense", "magnitude_pruning"], "grouping": ["model", "layer"],
               "dual_optimizer": ["gradient_ascent", "augmented_lagrangian", "nupi"],
               "model": ["mlp", "lenet5"]}
-#: A parameter's value for a record made before the parameter existed.
-DEFAULTS = {"dual_optimizer": "gradient_ascent", "sparsity": "structured"}
 
 
 @dataclass
@@ -62,16 +60,12 @@ def notebook_link(run_dir: Path, text: str) -> str:
     return f'<a href="{Path(os.path.relpath(notebook.with_suffix(".html"), Path.cwd())).as_posix()}">{text}</a>'
 
 
-def _value(params: dict, name: str):
-    return params.get(name, DEFAULTS.get(name))
-
-
 def part_label(params: dict, split: tuple[str, ...]) -> str:
     """The part of a split folder a run belongs to, in words: ``constrained, model-wise``, ``LeNet5``, ``nuPI, MLP`` (no
     grouping for a dense or pruned run, which has none)."""
     words = []
     for name in split:
-        value = _value(params, name)
+        value = presets.parameter(params, name)
         if name == "grouping" and params.get("method") in ("dense", "magnitude_pruning"):
             continue
         words.append({"method": lambda v: v.replace("_", " "),
@@ -87,7 +81,7 @@ def _part_key(params: dict, split: tuple[str, ...]) -> tuple:
     key = []
     for name in split:
         order = PART_ORDER.get(name, [])
-        value = _value(params, name)
+        value = presets.parameter(params, name)
         key.append(order.index(value) if value in order else len(order))
     return tuple(key)
 

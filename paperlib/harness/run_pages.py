@@ -31,6 +31,9 @@ MODEL_LABELS = {"mlp": "MLP", "lenet5": "LeNet5", "resnet18": "ResNet-18", "resn
 GROUPING_LABELS = {"model": "model-wise", "layer": "layer-wise"}
 DUAL_OPTIMIZER_LABELS = {"gradient_ascent": "gradient ascent", "nupi": "nuPI",
                          "augmented_lagrangian": "augmented Lagrangian"}
+#: A switch of :data:`~paperlib.harness.presets.SWITCHES` off its default, in words (the dual optimiser: its label).
+SWITCH_LABELS = {"dual_restarts": "dual restarts: no", "detach_gates": "gates not detached", "pretrained": "pretrained",
+                 "autocast_bf16": "bf16 autocast"}
 #: Short column names of a run page's table (:func:`run_table`); every value is a percentage.
 SHORT_COLUMNS = {"l0_density": "density", "params_pct": "params", "macs_pct": "MACs",
                  "val_error_best": "best err.", "val_error_final": "final err."}
@@ -86,16 +89,8 @@ def variations(params: dict) -> list[str]:
     """What the run changes from its method's and preset's defaults, one short label each (``dual restarts: no``,
     ``nuPI``, ``gates' lr 3``): the same choices its run name spells
     (:func:`paperlib.harness.presets.default_run_name`), in words (:func:`changed`)."""
-    found = []
-    if params["method"] == "constrained":
-        if not params.get("dual_restarts", True):
-            found.append(changed("dual_restarts", False))
-        if params.get("dual_optimizer", "gradient_ascent") != "gradient_ascent":
-            found.append(DUAL_OPTIMIZER_LABELS[params["dual_optimizer"]])
-    for name, label in (("detach_gates", "gates not detached"), ("pretrained", "pretrained"),
-                        ("autocast_bf16", "bf16 autocast")):
-        if params.get(name, name == "detach_gates") != (name == "detach_gates"):
-            found.append(label)
+    found = [SWITCH_LABELS.get(name) or DUAL_OPTIMIZER_LABELS[value]
+             for name, value in presets.switched(params).items()]
     if params.get("compile_gates") == "always":
         found.append("compiled gate pass")
     # a pair the presets no longer know has nothing to compare with
@@ -138,10 +133,10 @@ def run_line(params: dict, metrics: dict) -> str:
                  "seed": metrics["seed"], "trainings": metrics["num_trainings"]}
     else:
         method = params["method"]
-        pairs = {"method": method.replace("_", " ")
-                 + (f" ({DUAL_OPTIMIZER_LABELS[params.get('dual_optimizer', 'gradient_ascent')]}"
-                    f"{', dual restarts' if params.get('dual_restarts', True) else ''})" if method == "constrained" else ""),
-                 "gates": params.get("sparsity", "structured")}
+        dual = (f" ({DUAL_OPTIMIZER_LABELS[presets.parameter(params, 'dual_optimizer')]}"
+                f"{', dual restarts' if presets.parameter(params, 'dual_restarts') else ''})")
+        pairs = {"method": method.replace("_", " ") + (dual if method == "constrained" else ""),
+                 "gates": presets.parameter(params, "sparsity")}
         if method in ("constrained", "penalized"):
             pairs["grouping"] = GROUPING_LABELS[params["grouping"]]
         if method in ("constrained", "magnitude_pruning"):

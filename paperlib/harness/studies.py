@@ -316,11 +316,6 @@ def grids(*names: str, preset: str | None = None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(found))
 
 
-def every_grid() -> tuple[str, ...]:
-    """Every grid file of every study, each once."""
-    return grids(*STUDIES)
-
-
 def indexed_experiments(index: str) -> list[str]:
     """The experiment folders whose runs the run index ``index`` (``runs_mnist``) lists: those of every study shown on
     its pages, in the order of :data:`STUDIES`."""
