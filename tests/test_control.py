@@ -287,22 +287,6 @@ def test_a_run_settles_from_the_step_after_its_last_violation_of_more_than_a_poi
     assert "block s2.0" in right.get_title()
 
 
-def test_device_seeds_set_the_seeds_of_a_setting_trained_on_both_devices_side_by_side():
-    cpu = record("constrained", "model", 0.8, densities=(0.72, 0.72), error=18.0)
-    gpu = [record("constrained", "model", 0.8, densities=(d, d), error=e, seed=s)
-           for s, d, e in ((2, 0.71, 17.5), (1, 0.70, 18.5))]
-    alone = record("constrained", "model", 0.5)  # trained on one device only: not compared
-    for run, device in zip([cpu, *gpu, alone], ["cpu", "cuda", "cuda:0", "cpu"]):
-        run["metrics"]["device"] = device
-    table = control.device_seeds([cpu, *gpu, alone])
-    assert table.columns.tolist() == ["setting", "seed 0, CPU", "seed 1, GPU", "seed 2, GPU"]
-    assert table.values.tolist() == [["model-wise 80%", "72.00 / 18.00", "70.00 / 18.50", "71.00 / 17.50"]]
-    assert control.device_seeds([cpu, alone]).empty
-    per_layer = [record("constrained", "layer", [0.5, 0.3]), record("constrained", "layer", [0.5, 0.3], seed=1)]
-    per_layer[1]["metrics"]["device"] = "cuda"
-    assert control.device_seeds(per_layer)["setting"].tolist() == ["layer-wise [50, 30]%"]
-
-
 def test_epoch_times_group_runs_by_protocol_and_device():
     runs = [record("constrained", "model", 0.5, seed=s) for s in range(3)]
     for run, (device, wall, epochs) in zip(runs, [("cpu", 4800.0, 20), ("cuda", 300.0, 20), ("cuda", 600.0, 20)]):

@@ -624,23 +624,6 @@ def protocol_table(dataset: str, presets: tuple[str, ...] | None = None) -> pd.D
                          for name in PROTOCOL_FIELDS])
 
 
-def device_seeds(runs: list[dict]) -> pd.DataFrame:
-    """Each constrained setting trained on both devices, its seeds side by side (``seed 0, CPU``...): final
-    L0-density / final error (%), whether a GPU run differs from a CPU run more than a seed does."""
-    cells: dict[str, dict[str, str]] = {}
-    devices: dict[str, set] = {}
-    for run in sorted(runs, key=lambda run: run["params"]["seed"]):
-        p, m = run["params"], run["metrics"]
-        if p["method"] != "constrained":
-            continue
-        name, device = condition(p), device_kind(m.get("device"))
-        devices.setdefault(name, set()).add(device)
-        cells.setdefault(name, {})[f"seed {p['seed']}, {device}"] = (
-            f"{100 * m['l0_density']:.2f} / {m['val_error_final']:.2f}")
-    both = {name: row for name, row in cells.items() if len(devices[name]) > 1}
-    return pd.DataFrame.from_dict(both, orient="index").rename_axis("setting").reset_index()
-
-
 def epoch_times(runs: list[dict]) -> pd.DataFrame:
     """Training time by protocol (and model) and device: runs, the median and range of minutes per epoch
     (``wall_time_s`` over epochs, evaluation included) and the median minutes per run."""
